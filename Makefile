@@ -1,0 +1,39 @@
+# The two commands: `make run` and `make test`. Everything they need is installed here.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint format clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py collectstatic --noinput -v0
+	$(BIN)/python manage.py seed_demo
+	@echo "Serving http://127.0.0.1:8000/admin/ (Ctrl-C stops it)"
+	$(BIN)/gunicorn backoffice.wsgi --bind 127.0.0.1:8000 --workers 2 --access-logfile -
+
+test: $(VENV)/.installed-dev
+	scripts/run-tests
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.installed-dev
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) staticfiles .test-db.sqlite3* .pytest_cache .ruff_cache

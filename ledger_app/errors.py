@@ -1,0 +1,98 @@
+"""Domain errors, each with a stable `code` and the `param` it concerns."""
+
+from __future__ import annotations
+
+
+class LedgerError(Exception):
+    code = "ledger_error"
+    param: str | None = None
+    default_message = "The request was refused."
+
+    def __init__(self, message: str | None = None, *, param: str | None = None) -> None:
+        self.message = message or self.default_message
+        if param is not None:
+            self.param = param
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class InvalidAmount(LedgerError):
+    code = "invalid_amount"
+    param = "amount"
+    default_message = "Amount must be a positive whole number of minor units."
+
+
+class AmountTooLarge(LedgerError):
+    code = "amount_too_large"
+    param = "amount"
+    default_message = "Refund amount is greater than the amount left to refund on the charge."
+
+
+class ChargeAlreadyRefunded(LedgerError):
+    code = "charge_already_refunded"
+    param = "charge"
+    default_message = "The charge has already been refunded in full."
+
+
+class ChargeNotRefundable(LedgerError):
+    code = "charge_not_refundable"
+    param = "charge"
+    default_message = "Only a succeeded charge can be refunded."
+
+
+class ResourceMissing(LedgerError):
+    code = "resource_missing"
+    param = "charge"
+    default_message = "No such charge."
+
+
+class InvalidIdempotencyKey(LedgerError):
+    code = "invalid_idempotency_key"
+    param = "idempotency_key"
+    default_message = "Idempotency key must be 1 to 255 characters with no control characters."
+
+
+class IdempotencyKeyReused(LedgerError):
+    code = "idempotency_key_reused"
+    param = "idempotency_key"
+    default_message = (
+        "This idempotency key was already used for a different request. "
+        "A retry must repeat the original request exactly; a new request needs a new key."
+    )
+
+
+class InvalidReason(LedgerError):
+    code = "invalid_reason"
+    param = "reason"
+    default_message = (
+        "Reason must be one of duplicate, fraudulent, requested_by_customer, or empty."
+    )
+
+
+class InvalidMetadata(LedgerError):
+    code = "invalid_metadata"
+    param = "metadata"
+    default_message = (
+        "Metadata must be at most 50 string keys (up to 40 characters) "
+        "with string values (up to 500 characters)."
+    )
+
+
+class InvalidNote(LedgerError):
+    code = "invalid_note"
+    param = "note"
+    default_message = "Note must be text of at most 1000 characters."
+
+
+class InvalidCurrency(LedgerError):
+    code = "invalid_currency"
+    param = "currency"
+    default_message = "Currency must be a three-letter ISO 4217 code."
+
+
+class InvalidChargeStatus(LedgerError):
+    code = "invalid_charge_status"
+    param = "status"
+    default_message = "Charge status must be pending, succeeded, failed or unknown."

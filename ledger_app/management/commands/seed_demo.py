@@ -1,0 +1,81 @@
+"""Demo data for `make run`: a few charges in several currencies and an admin login."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from ledger_app.models import Charge, Refund
+from ledger_app.money import format_money
+from ledger_app.services.charges import record_charge
+from ledger_app.services.refunds import create_refund
+
+ADMIN_USERNAME = "admin"
+
+# (charge id, amount in minor units, currency, status, description, refunds to issue)
+DEMO_CHARGES = [
+    ("ch_demoUsdUnrefunded000001", 1234, "usd", "succeeded", "Coffee subscription", []),
+    ("ch_demoUsdPartial000000002", 5000, "usd", "succeeded", "Headphones", [1500]),
+    ("ch_demoUsdFull000000000003", 2599, "usd", "succeeded", "Concert ticket", [None]),
+    ("ch_demoEurPartial000000004", 4200, "eur", "succeeded", "Train pass", [1000]),
+    ("ch_demoEurUnrefunded000005", 999, "eur", "succeeded", "E-book", []),
+    ("ch_demoJpyFull000000000006", 1500, "jpy", "succeeded", "Bento box", [None]),
+    ("ch_demoJpyPartial000000007", 30000, "jpy", "succeeded", "Hotel night", [5000, 2500]),
+    ("ch_demoKwdUnrefunded000008", 12345, "kwd", "succeeded", "Desert tour", []),
+    ("ch_demoUsdPending000000009", 700, "usd", "pending", "Awaiting capture", []),
+    ("ch_demoUsdFailed0000000010", 800, "usd", "failed", "Card declined", []),
+]
+
+
+class Command(BaseCommand):
+    help = "Load demo charges and refunds once, and create the admin user (safe to re-run)."
+
+    def handle(self, *args, **options):
+        created = 0
+        for charge_id, amount, currency, status, description, refunds in DEMO_CHARGES:
+            if not Charge.objects.filter(pk=charge_id).exists():
+                record_charge(
+                    charge_id=charge_id,
+                    amount=amount,
+                    currency=currency,
+                    status=status,
+                    description=description,
+                    customer=f"cus_demo_{charge_id[-2:]}",
+                    metadata={"demo": "true"},
+                    actor="seed_demo",
+                )
+                created += 1
+            for number, refund_amount in enumerate(refunds, start=1):
+                # Keyed, so a re-run replays these instead of refunding again.
+                create_refund(
+                    charge_id=charge_id,
+                    amount=refund_amount,
+                    idempotency_key=f"demo:{charge_id}:{number}",
+                    reason=Refund.Reason.REQUESTED_BY_CUSTOMER,
+                    actor="seed_demo",
+                    source=Refund.Source.CLI,
+                )
+        self.stdout.write(f"Demo data: {created} charges created, {len(DEMO_CHARGES)} in all.")
+        for charge in Charge.objects.filter(pk__in=[row[0] for row in DEMO_CHARGES]):
+            self.stdout.write(
+                f"  {charge.id}  {charge.status:<9}  "
+                f"{format_money(charge.amount, charge.currency):>12} charged, "
+                f"{format_money(charge.amount_refunded, charge.currency):>12} refunded"
+            )
+        self._ensure_admin()
+
+    def _ensure_admin(self) -> None:
+        users = get_user_model()
+        if users.objects.filter(username=ADMIN_USERNAME).exists():
+            self.stdout.write(
+                f"Admin login: {ADMIN_USERNAME} (its password was printed when it was created; "
+                f"`python manage.py changepassword {ADMIN_USERNAME}` sets a new one)."
+            )
+            return
+        password = secrets.token_urlsafe(12)
+        users.objects.create_superuser(ADMIN_USERNAME, "admin@example.com", password)
+        self.stdout.write(
+            self.style.SUCCESS(f"Admin login: {ADMIN_USERNAME} / {password}  (shown this once)")
+        )

@@ -1,0 +1,232 @@
+"""Ledger data and the database constraints that keep it true even when code is wrong."""
+
+from __future__ import annotations
+
+import secrets
+import string
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+ID_ALPHABET = string.ascii_letters + string.digits
+ID_RANDOM_LENGTH = 24  # about 143 bits: ids are not guessable and not sequential
+
+
+def new_id(prefix: str) -> str:
+    return prefix + "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_RANDOM_LENGTH))
+
+
+def new_charge_id() -> str:
+    return new_id("ch_")
+
+
+def new_refund_id() -> str:
+    return new_id("re_")
+
+
+class Charge(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        UNKNOWN = "unknown"
+
+    id = models.CharField(primary_key=True, max_length=64, default=new_charge_id, editable=False)
+    amount = models.BigIntegerField(help_text="Minor units (cents; yen are already minor units).")
+    amount_refunded = models.BigIntegerField(
+        default=0, help_text="Sum of refunds that are not failed, in minor units."
+    )
+    currency = models.CharField(max_length=3, help_text="Lower-case ISO 4217 code.")
+    status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
+    description = models.TextField(blank=True)
+    customer = models.CharField(max_length=255, blank=True, help_text="Customer reference.")
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="charge_amount_positive"),
+            models.CheckConstraint(
+                condition=Q(amount_refunded__gte=0) & Q(amount_refunded__lte=F("amount")),
+                name="charge_refunded_within_amount",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "succeeded", "failed", "unknown"]),
+                name="charge_status_valid",
+            ),
+        ]
+        permissions = [("refund_charge", "Can issue refunds on charges")]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def refunded(self) -> bool:
+        return self.amount_refunded == self.amount
+
+    @property
+    def amount_refundable(self) -> int:
+        return self.amount - self.amount_refunded
+
+
+class Refund(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        UNKNOWN = "unknown"
+
+    class Reason(models.TextChoices):
+        DUPLICATE = "duplicate"
+        FRAUDULENT = "fraudulent"
+        REQUESTED_BY_CUSTOMER = "requested_by_customer"
+
+    class Source(models.TextChoices):
+        ADMIN = "admin"
+        API = "api"
+        CLI = "cli"
+        BULK = "bulk"
+        SYSTEM = "system"
+
+    # Statuses whose amount counts in the charge's amount_refunded: money that left
+    # or may have left. Only a provider's "no" (failed) releases it.
+    LIVE_STATUSES = (Status.PENDING, Status.SUCCEEDED, Status.UNKNOWN)
+
+    id = models.CharField(primary_key=True, max_length=64, default=new_refund_id, editable=False)
+    charge = models.ForeignKey(Charge, on_delete=models.PROTECT, related_name="refunds")
+    amount = models.BigIntegerField(help_text="Minor units.")
+    currency = models.CharField(max_length=3, help_text="Always the charge's currency.")
+    status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
+    reason = models.CharField(max_length=32, choices=Reason, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    note = models.TextField(blank=True)
+    source = models.CharField(max_length=16, choices=Source)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The staff user who issued it, when a person did.",
+    )
+    actor = models.CharField(
+        max_length=200, blank=True, help_text="Who issued it: user, API key prefix, command."
+    )
+    provider_idempotency_key = models.CharField(
+        max_length=255,
+        unique=True,
+        editable=False,
+        help_text="Sent to the provider on every attempt for this refund; never changes.",
+    )
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["charge", "status"], name="refund_charge_status")]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="refund_amount_positive"),
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "succeeded", "failed", "unknown"]),
+                name="refund_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(reason__in=["", "duplicate", "fraudulent", "requested_by_customer"]),
+                name="refund_reason_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class IdempotencyRecord(models.Model):
+    """One row per idempotency key, shared by every interface; keys belong to the ledger."""
+
+    key = models.CharField(max_length=255)
+    operation = models.CharField(max_length=32)
+    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the request as sent.")
+    request_params = models.JSONField(help_text="The request as sent, omitted fields as null.")
+    refund = models.ForeignKey(Refund, on_delete=models.PROTECT, related_name="idempotency_records")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["key"], name="idempotency_key_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class LedgerEntryQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise TypeError("Ledger entries are append-only; they are never updated.")
+
+    def delete(self):
+        raise TypeError("Ledger entries are append-only; they are never deleted.")
+
+
+class LedgerEntry(models.Model):
+    """Append-only history: one row per money-moving moment, written with the state change.
+
+    `refunded_delta` is the change the moment made to the charge's amount_refunded, so
+    summing it per charge must give amount_refunded back (verify_ledger checks this).
+    On PostgreSQL a trigger refuses UPDATE and DELETE on this table.
+    """
+
+    class Kind(models.TextChoices):
+        CHARGE_SUCCEEDED = "charge_succeeded"
+        REFUND_RESERVED = "refund_reserved"
+        REFUND_SUCCEEDED = "refund_succeeded"
+        REFUND_RELEASED = "refund_released"
+        CORRECTION = "correction"
+
+    charge = models.ForeignKey(Charge, on_delete=models.PROTECT, related_name="ledger_entries")
+    refund = models.ForeignKey(
+        Refund, null=True, blank=True, on_delete=models.PROTECT, related_name="ledger_entries"
+    )
+    kind = models.CharField(max_length=32, choices=Kind)
+    amount = models.BigIntegerField(help_text="Minor units moved at this moment.")
+    refunded_delta = models.BigIntegerField(help_text="Change to the charge's amount_refunded.")
+    currency = models.CharField(max_length=3)
+    actor = models.CharField(max_length=200, blank=True)
+    memo = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = LedgerEntryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name_plural = "ledger entries"
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="ledger_amount_positive"),
+            # Each kind moves amount_refunded in exactly one way.
+            models.CheckConstraint(
+                condition=(
+                    Q(kind="refund_reserved", refunded_delta=F("amount"), refund__isnull=False)
+                    | Q(kind="refund_released", refunded_delta=-F("amount"), refund__isnull=False)
+                    | Q(kind="refund_succeeded", refunded_delta=0, refund__isnull=False)
+                    | Q(kind="charge_succeeded", refunded_delta=0, refund__isnull=True)
+                    | Q(kind="correction")
+                ),
+                name="ledger_delta_matches_kind",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.amount} {self.currency} on {self.charge_id}"
+
+    def save(self, *args, **kwargs):
+        # An integrity guard, not business logic: an existing entry is never rewritten.
+        if not self._state.adding:
+            raise TypeError("Ledger entries are append-only; they are never updated.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("Ledger entries are append-only; they are never deleted.")

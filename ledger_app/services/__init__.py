@@ -1,0 +1,1 @@
+"""The only code that writes ledger rows. Interfaces call these functions and nothing else."""

@@ -1,0 +1,87 @@
+"""Idempotency keys: one table for every interface; the key, not the amount, makes a retry."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from ledger_app.errors import IdempotencyKeyReused, InvalidIdempotencyKey
+from ledger_app.models import IdempotencyRecord
+from ledger_app.services.text import has_control_characters
+
+MAX_KEY_LENGTH = 255
+
+
+@dataclass(frozen=True)
+class IdempotentRequest:
+    """A keyed request: the key plus a fingerprint of the request exactly as it was sent."""
+
+    key: str
+    operation: str
+    params: dict[str, Any]
+    fingerprint: str
+
+    @classmethod
+    def build(cls, *, key: object, operation: str, params: dict[str, Any]) -> IdempotentRequest:
+        canonical = json.dumps(
+            {"operation": operation, "params": params},
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        return cls(
+            key=validate_key(key),
+            operation=operation,
+            params=params,
+            fingerprint=hashlib.sha256(canonical.encode()).hexdigest(),
+        )
+
+
+def validate_key(key: object) -> str:
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH:
+        raise InvalidIdempotencyKey()
+    if has_control_characters(key):
+        raise InvalidIdempotencyKey("Idempotency key must not contain control characters.")
+    return key
+
+
+def find(key: str) -> IdempotencyRecord | None:
+    return IdempotencyRecord.objects.select_related("refund__charge").filter(key=key).first()
+
+
+def ensure_same_request(record: IdempotencyRecord, request: IdempotentRequest) -> None:
+    """Same key and same fingerprint is a retry; same key and anything else is refused."""
+    if record.operation != request.operation or record.fingerprint != request.fingerprint:
+        raise IdempotencyKeyReused()
+
+
+def claim(request: IdempotentRequest, *, refund_id: str) -> IdempotencyRecord | None:
+    """Bind the key to the refund about to be created, inside the caller's transaction.
+
+    Returns None when this request now owns the key, or the record that already held it.
+    The unique constraint decides between concurrent requests: PostgreSQL makes the
+    second insert wait for the first transaction; if that one commits, the insert fails
+    and we read the winner's record; if it rolls back (a refusal), ours goes through.
+    The refund row does not exist yet: the foreign key is checked at commit (Django
+    creates foreign keys DEFERRABLE INITIALLY DEFERRED), and a refusal rolls the
+    record back with everything else, so a refused request binds nothing.
+    """
+    try:
+        with transaction.atomic():
+            IdempotencyRecord.objects.create(
+                key=request.key,
+                operation=request.operation,
+                fingerprint=request.fingerprint,
+                request_params=request.params,
+                refund_id=refund_id,
+            )
+    except IntegrityError:
+        record = find(request.key)
+        if record is None:  # pragma: no cover - the unique violation implies a committed row
+            raise
+        return record
+    return None

@@ -1,0 +1,34 @@
+"""Appending ledger entries; the kind decides how amount_refunded moves."""
+
+from __future__ import annotations
+
+from ledger_app.models import Charge, LedgerEntry, Refund
+
+REFUNDED_SIGN = {
+    LedgerEntry.Kind.CHARGE_SUCCEEDED: 0,
+    LedgerEntry.Kind.REFUND_RESERVED: 1,
+    LedgerEntry.Kind.REFUND_SUCCEEDED: 0,
+    LedgerEntry.Kind.REFUND_RELEASED: -1,
+}
+
+
+def append_entry(
+    *,
+    charge: Charge,
+    kind: LedgerEntry.Kind,
+    amount: int,
+    refund: Refund | None = None,
+    actor: str = "",
+    memo: str = "",
+) -> LedgerEntry:
+    """Write one entry; call it inside the transaction that makes the state change."""
+    return LedgerEntry.objects.create(
+        charge=charge,
+        refund=refund,
+        kind=kind,
+        amount=amount,
+        refunded_delta=REFUNDED_SIGN[kind] * amount,
+        currency=charge.currency,
+        actor=actor,
+        memo=memo,
+    )

@@ -1,0 +1,11 @@
+"""Named row locks. Order: idempotency key first, then charges in primary-key order."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from ledger_app.models import Charge
+
+
+def charges_for_update() -> QuerySet[Charge]:
+    return Charge.objects.order_by("pk").select_for_update(of=("self",))

@@ -1,0 +1,247 @@
+"""Creating refunds: the one write path that admin, API and commands all call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from ledger_app import errors
+from ledger_app.models import Charge, LedgerEntry, Refund, new_refund_id
+from ledger_app.money import validate_amount
+from ledger_app.services import idempotency
+from ledger_app.services.ledger import append_entry
+from ledger_app.services.locks import charges_for_update
+from ledger_app.services.text import has_unstorable_characters
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+OPERATION = "refund.create"
+MAX_NOTE_LENGTH = 1000
+MAX_METADATA_KEYS = 50
+MAX_METADATA_KEY_LENGTH = 40
+MAX_METADATA_VALUE_LENGTH = 500
+MAX_CHARGE_ID_LENGTH = 64
+
+
+@dataclass(frozen=True)
+class RefundRequest:
+    """A refund request after every check that needs no database: built before any lock."""
+
+    charge_id: str
+    amount: int | None  # None: refund whatever is left
+    reason: str
+    metadata: dict[str, str]
+    note: str
+    source: str
+    actor_label: str
+    created_by: Any
+    keyed: idempotency.IdempotentRequest | None
+
+
+def create_refund(
+    *,
+    charge_id: str,
+    amount: int | None = None,
+    idempotency_key: str | None = None,
+    reason: str | None = None,
+    metadata: dict[str, str] | None = None,
+    note: str = "",
+    actor: AbstractBaseUser | str | None = None,
+    source: str = Refund.Source.SYSTEM,
+) -> Refund:
+    """Refund `amount` minor units of a succeeded charge (None: all that is left).
+
+    Rules, in the order they apply:
+    - The request is validated before anything is read or written: amount (a positive
+      int, not bool), key, reason, metadata and note.
+    - With a key, the key is looked up first, before the charge and its balance: the same
+      request again returns the stored refund and writes nothing (the returned refund has
+      `replayed = True`); a different request under the same key is
+      `idempotency_key_reused`, whichever charge it names. No key: no deduplication.
+    - The charge row is locked and the amount is checked against what is left
+      (amount - amount_refunded), never against the charge amount; exactly what is left
+      is allowed; nothing left is `charge_already_refunded`.
+    - Every check comes before the first write, and all writes share one transaction:
+      a refused request leaves no refund, no ledger entry and no bound key.
+    The refund is created `pending`, counted in amount_refunded at once, and carries a
+    provider idempotency key minted here that never changes.
+    """
+    request = _build_request(
+        charge_id=charge_id,
+        amount=amount,
+        idempotency_key=idempotency_key,
+        reason=reason,
+        metadata=metadata,
+        note=note,
+        actor=actor,
+        source=source,
+    )
+    if request.keyed is not None:
+        # Fast path for retries: no transaction, no lock, no write.
+        record = idempotency.find(request.keyed.key)
+        if record is not None:
+            return _replay(record, request.keyed)
+    refund = _reserve(request)
+    if refund.replayed:
+        return refund
+    return _after_reserve(refund)
+
+
+def _build_request(
+    *,
+    charge_id: object,
+    amount: object,
+    idempotency_key: object,
+    reason: object,
+    metadata: object,
+    note: object,
+    actor: object,
+    source: str,
+) -> RefundRequest:
+    if source not in Refund.Source.values:
+        raise ValueError(f"unknown refund source {source!r}")
+    if amount is not None:
+        validate_amount(amount)
+    if not isinstance(charge_id, str) or not 0 < len(charge_id) <= MAX_CHARGE_ID_LENGTH:
+        raise errors.ResourceMissing("No such charge.")
+    reason = _validate_reason(reason)
+    metadata = _validate_metadata(metadata)
+    note = _validate_note(note)
+    created_by, actor_label = _describe_actor(actor)
+    keyed = None
+    if idempotency_key is not None:
+        keyed = idempotency.IdempotentRequest.build(
+            key=idempotency_key,
+            operation=OPERATION,
+            # As sent: an omitted amount is null, which no number equals.
+            params={
+                "charge": charge_id,
+                "amount": amount,
+                "reason": reason,
+                "metadata": metadata,
+                "note": note,
+            },
+        )
+    return RefundRequest(
+        charge_id=charge_id,
+        amount=amount,  # type: ignore[arg-type]  # validated above
+        reason=reason,
+        metadata=metadata,
+        note=note,
+        source=source,
+        actor_label=actor_label,
+        created_by=created_by,
+        keyed=keyed,
+    )
+
+
+def _reserve(request: RefundRequest) -> Refund:
+    refund_id = new_refund_id()
+    with transaction.atomic(durable=True):
+        if request.keyed is not None:
+            holder = idempotency.claim(request.keyed, refund_id=refund_id)
+            if holder is not None:  # another request with this key committed first
+                return _replay(holder, request.keyed)
+
+        try:
+            charge = charges_for_update().get(pk=request.charge_id)
+        except Charge.DoesNotExist:
+            raise errors.ResourceMissing(f"No such charge: '{request.charge_id}'.") from None
+        if charge.status != Charge.Status.SUCCEEDED:
+            raise errors.ChargeNotRefundable(
+                f"Charge {charge.id} is {charge.status}; only a succeeded charge can be refunded."
+            )
+        remaining = charge.amount - charge.amount_refunded
+        if remaining == 0:
+            raise errors.ChargeAlreadyRefunded(f"Charge {charge.id} has already been refunded.")
+        amount = remaining if request.amount is None else request.amount
+        if amount > remaining:
+            raise errors.AmountTooLarge(
+                f"Refund amount ({amount}) is greater than the amount left to refund "
+                f"on charge {charge.id} ({remaining} {charge.currency})."
+            )
+
+        # Last check passed: from here on, only writes.
+        refund = Refund.objects.create(
+            id=refund_id,
+            charge=charge,
+            amount=amount,
+            currency=charge.currency,
+            status=Refund.Status.PENDING,
+            reason=request.reason,
+            metadata=request.metadata,
+            note=request.note,
+            source=request.source,
+            created_by=request.created_by,
+            actor=request.actor_label,
+            provider_idempotency_key=f"refund:{refund_id}",
+        )
+        charge.amount_refunded += amount
+        charge.save(update_fields=["amount_refunded", "updated_at"])
+        append_entry(
+            charge=charge,
+            refund=refund,
+            kind=LedgerEntry.Kind.REFUND_RESERVED,
+            amount=amount,
+            actor=request.actor_label,
+        )
+    refund.replayed = False
+    return refund
+
+
+def _replay(record, keyed: idempotency.IdempotentRequest) -> Refund:
+    idempotency.ensure_same_request(record, keyed)
+    refund = record.refund
+    refund.replayed = True
+    return refund
+
+
+def _after_reserve(refund: Refund) -> Refund:
+    """Where a committed, pending refund goes next. The provider dispatch plugs in here;
+    until it exists a new refund stays pending, its amount reserved on the charge."""
+    return refund
+
+
+def _validate_reason(reason: object) -> str:
+    if reason is None or reason == "":
+        return ""
+    if not isinstance(reason, str) or reason not in Refund.Reason.values:
+        raise errors.InvalidReason()
+    return reason
+
+
+def _validate_metadata(metadata: object) -> dict[str, str]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict) or len(metadata) > MAX_METADATA_KEYS:
+        raise errors.InvalidMetadata()
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not 0 < len(key) <= MAX_METADATA_KEY_LENGTH:
+            raise errors.InvalidMetadata()
+        if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_LENGTH:
+            raise errors.InvalidMetadata()
+        if has_unstorable_characters(key) or has_unstorable_characters(value):
+            raise errors.InvalidMetadata("Metadata must not contain NUL or lone surrogates.")
+    return dict(metadata)
+
+
+def _validate_note(note: object) -> str:
+    if note is None:
+        return ""
+    if not isinstance(note, str) or len(note) > MAX_NOTE_LENGTH:
+        raise errors.InvalidNote()
+    if has_unstorable_characters(note):
+        raise errors.InvalidNote("Note must not contain NUL or lone surrogates.")
+    return note
+
+
+def _describe_actor(actor: object) -> tuple[Any, str]:
+    if actor is None:
+        return None, ""
+    if isinstance(actor, str):
+        return None, actor[:200]
+    username = actor.get_username()  # type: ignore[attr-defined]
+    return actor, f"user:{username}"

@@ -1,0 +1,62 @@
+import os
+
+import pytest
+from django.db import connection
+
+from tests.factories import ChargeFactory
+from tests.invariants import assert_ledger_invariants
+
+IN_CI = os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+POSTGRES_REASON = (
+    "NEEDS POSTGRESQL: this test proves row locking and concurrency and cannot run on "
+    f"{connection.vendor}. Set DATABASE_URL=postgres://... (make test does when one answers)."
+)
+_skipped_for_postgres: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _require_postgres(request):
+    """Tests marked `postgres` skip loudly elsewhere, and fail instead under CI=true."""
+    if request.node.get_closest_marker("postgres") is None or connection.vendor == "postgresql":
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true and PostgreSQL is not configured. {POSTGRES_REASON}")
+    _skipped_for_postgres.append(request.node.nodeid)
+    pytest.skip(POSTGRES_REASON)
+
+
+def pytest_report_header(config):
+    return f"database backend: {connection.vendor} ({connection.settings_dict['NAME']})"
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _skipped_for_postgres:
+        terminalreporter.section("NOT PROVEN: PostgreSQL tests skipped", sep="!", red=True)
+        terminalreporter.write_line(
+            f"{len(_skipped_for_postgres)} PostgreSQL tests were skipped; "
+            "they prove nothing until they run against PostgreSQL.",
+            red=True,
+        )
+
+
+@pytest.fixture
+def ledger_invariants():
+    """Use in a test to check the ledger invariants once the test body has run."""
+    yield
+    assert_ledger_invariants()
+
+
+@pytest.fixture
+def succeeded_charge(db):
+    return ChargeFactory(amount=10_000, currency="usd")
+
+
+@pytest.fixture
+def fully_refunded_charge(db):
+    from ledger_app.services.refunds import create_refund
+
+    charge = ChargeFactory(amount=2_500, currency="usd")
+    create_refund(charge_id=charge.id)
+    charge.refresh_from_db()
+    assert charge.amount_refunded == charge.amount
+    return charge

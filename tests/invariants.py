@@ -1,0 +1,30 @@
+"""The ledger invariants, checked against the database after a test."""
+
+from django.db.models import Count, F
+
+from ledger_app.models import Charge, IdempotencyRecord, Refund
+from ledger_app.selectors import find_ledger_drift
+
+
+def assert_ledger_invariants() -> None:
+    """Never over-refunded; amount_refunded equals live refunds and the ledger; one refund
+    per key and every keyed refund matches the request that bound it; one provider key per
+    refund, minted from its own id."""
+    drift = [str(d) for d in find_ledger_drift()]
+    assert drift == [], f"ledger drift: {drift}"
+
+    over = Charge.objects.filter(amount_refunded__gt=F("amount"))
+    assert not over.exists(), f"over-refunded charges: {list(over.values_list('pk', flat=True))}"
+
+    for record in IdempotencyRecord.objects.select_related("refund"):
+        params = record.request_params
+        assert record.refund.charge_id == params["charge"], record.key
+        if params["amount"] is not None:
+            assert record.refund.amount == params["amount"], record.key
+
+    duplicates = (
+        Refund.objects.values("provider_idempotency_key").annotate(n=Count("pk")).filter(n__gt=1)
+    )
+    assert not duplicates.exists(), f"provider keys shared: {list(duplicates)}"
+    for refund_id, provider_key in Refund.objects.values_list("pk", "provider_idempotency_key"):
+        assert provider_key == f"refund:{refund_id}", refund_id

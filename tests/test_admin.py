@@ -1,0 +1,62 @@
+"""The admin shows the ledger read-only: nothing is added, changed or deleted by hand."""
+
+import pytest
+from django.urls import reverse
+
+from ledger_app.models import IdempotencyRecord, LedgerEntry
+from ledger_app.services.refunds import create_refund
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def books(succeeded_charge):
+    refund = create_refund(charge_id=succeeded_charge.id, amount=1_234, idempotency_key="k-admin")
+    return succeeded_charge, refund
+
+
+@pytest.mark.parametrize("model", ["charge", "refund", "idempotencyrecord", "ledgerentry"])
+def test_changelists_show_the_data(admin_client, books, model):
+    response = admin_client.get(reverse(f"admin:ledger_app_{model}_changelist"))
+
+    assert response.status_code == 200
+    charge, refund = books
+    expected = {
+        "charge": charge.id,
+        "refund": refund.id,
+        "idempotencyrecord": "k-admin",
+        "ledgerentry": charge.id,
+    }[model]
+    assert expected.encode() in response.content
+
+
+def test_money_is_formatted_for_its_currency(admin_client, books):
+    response = admin_client.get(reverse("admin:ledger_app_charge_changelist"))
+
+    assert b"$100.00" in response.content  # amount
+    assert b"$12.34" in response.content  # refunded
+    assert b"$87.66" in response.content  # refundable
+
+
+@pytest.mark.parametrize("model", ["charge", "refund", "idempotencyrecord", "ledgerentry"])
+def test_nothing_can_be_added_by_hand(admin_client, model):
+    response = admin_client.get(reverse(f"admin:ledger_app_{model}_add"))
+
+    assert response.status_code == 403
+
+
+def test_refund_page_is_read_only_and_cannot_be_deleted(admin_client, books):
+    _, refund = books
+    change_url = reverse("admin:ledger_app_refund_change", args=[refund.pk])
+    delete_url = reverse("admin:ledger_app_refund_delete", args=[refund.pk])
+
+    page = admin_client.get(change_url)
+    posted = admin_client.post(change_url, {"amount": 1})
+    deleted = admin_client.post(delete_url, {"post": "yes"})
+
+    assert page.status_code == 200
+    assert b'name="amount"' not in page.content
+    assert posted.status_code == 403
+    assert deleted.status_code == 403
+    assert LedgerEntry.objects.filter(refund=refund).exists()
+    assert IdempotencyRecord.objects.filter(key="k-admin").exists()

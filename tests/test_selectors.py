@@ -1,0 +1,73 @@
+"""The drift finder sees every kind of disagreement it claims to check."""
+
+import pytest
+
+from ledger_app.models import Charge, IdempotencyRecord, Refund
+from ledger_app.selectors import find_ledger_drift
+from ledger_app.services.refunds import create_refund
+from tests.factories import ChargeFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def problems():
+    return sorted((d.object_id, d.problem) for d in find_ledger_drift())
+
+
+def test_clean_books_have_no_drift(succeeded_charge):
+    create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key="k")
+    create_refund(charge_id=succeeded_charge.id)
+
+    assert problems() == []
+
+
+def test_amount_refunded_that_disagrees_with_refunds_is_drift(succeeded_charge):
+    create_refund(charge_id=succeeded_charge.id, amount=100)
+    Charge.objects.filter(pk=succeeded_charge.pk).update(amount_refunded=150)
+
+    assert problems() == [(succeeded_charge.id, "amount_refunded_drift")]
+
+
+def test_a_refund_missing_from_the_ledger_is_drift(succeeded_charge):
+    refund = create_refund(charge_id=succeeded_charge.id, amount=100)
+    Refund.objects.filter(pk=refund.pk).update(amount=90)  # refunds and ledger now disagree
+    Charge.objects.filter(pk=succeeded_charge.pk).update(amount_refunded=90)
+
+    assert problems() == [(succeeded_charge.id, "amount_refunded_drift")]
+
+
+def test_failed_refunds_do_not_count_as_refunded(succeeded_charge):
+    refund = create_refund(charge_id=succeeded_charge.id, amount=100)
+    Refund.objects.filter(pk=refund.pk).update(status=Refund.Status.FAILED)
+
+    assert problems() == [(succeeded_charge.id, "amount_refunded_drift")]
+
+
+def test_refund_in_another_currency_is_drift(succeeded_charge):
+    refund = create_refund(charge_id=succeeded_charge.id, amount=100)
+    Refund.objects.filter(pk=refund.pk).update(currency="eur")
+
+    assert problems() == [(refund.id, "currency_mismatch")]
+
+
+def test_a_refund_bound_by_two_keys_is_drift(succeeded_charge):
+    refund = create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key="k1")
+    record = IdempotencyRecord.objects.get(key="k1")
+    IdempotencyRecord.objects.create(
+        key="k2",
+        operation=record.operation,
+        fingerprint=record.fingerprint,
+        request_params=record.request_params,
+        refund=refund,
+    )
+
+    assert problems() == [(refund.id, "refund_bound_by_several_keys")]
+
+
+def test_drift_is_found_among_many_charges(db):
+    charges = [ChargeFactory(amount=500) for _ in range(5)]
+    for charge in charges:
+        create_refund(charge_id=charge.id, amount=200)
+    Charge.objects.filter(pk=charges[3].pk).update(amount_refunded=0)
+
+    assert problems() == [(charges[3].id, "amount_refunded_drift")]
