@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "ledger_app",
+    "simulated_provider",
 ]
 
 MIDDLEWARE = [
@@ -125,6 +126,27 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 # WhiteNoise serves STATIC_ROOT (filled by collectstatic, which `make run` runs).
+
+# The payment provider. `simulated` keeps its own tables in this database and behaves
+# by the charge's metadata (simulate_refund / simulate_charge); `stripe` uses the
+# official client against STRIPE_API_BASE (default: Stripe itself).
+LEDGER_GATEWAY = os.environ.get("LEDGER_GATEWAY", "simulated")
+if LEDGER_GATEWAY not in {"simulated", "stripe"}:
+    raise ImproperlyConfigured("LEDGER_GATEWAY must be simulated or stripe")
+STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "")
+STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "")
+if LEDGER_GATEWAY == "stripe" and not STRIPE_API_KEY:
+    raise ImproperlyConfigured("LEDGER_GATEWAY=stripe needs STRIPE_API_KEY")
+GATEWAY_TIMEOUT_SECONDS = float(os.environ.get("GATEWAY_TIMEOUT_SECONDS", "10"))
+SIMULATED_GATEWAY_LATENCY_MS = int(os.environ.get("SIMULATED_GATEWAY_LATENCY_MS", "200"))
+
+# inline: create_refund sends the refund right after it commits (staff see the final
+# status at once). worker: refunds wait, pending, for `manage.py process_refunds`.
+REFUND_DISPATCH = os.environ.get("REFUND_DISPATCH", "inline")
+if REFUND_DISPATCH not in {"inline", "worker"}:
+    raise ImproperlyConfigured("REFUND_DISPATCH must be inline or worker")
+# How long a dispatcher holds a claimed refund; after that a crashed one's work is retried.
+REFUND_DISPATCH_LEASE_SECONDS = int(os.environ.get("REFUND_DISPATCH_LEASE_SECONDS", "60"))
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True

@@ -96,3 +96,9 @@ class InvalidChargeStatus(LedgerError):
     code = "invalid_charge_status"
     param = "status"
     default_message = "Charge status must be pending, succeeded, failed or unknown."
+
+
+class InvalidDescription(LedgerError):
+    code = "invalid_description"
+    param = "description"
+    default_message = "Description must be text of at most 1000 characters."

@@ -43,11 +43,24 @@ class Charge(models.Model):
     description = models.TextField(blank=True)
     customer = models.CharField(max_length=255, blank=True, help_text="Customer reference.")
     metadata = models.JSONField(default=dict, blank=True)
+    provider_idempotency_key = models.CharField(
+        max_length=255,
+        null=True,
+        blank=True,
+        unique=True,
+        editable=False,
+        help_text="Sent on every capture attempt for a charge created here; never changes.",
+    )
+    provider_charge_id = models.CharField(
+        max_length=255, blank=True, help_text="The provider's id, once it has answered."
+    )
+    status_detail = models.TextField(blank=True, help_text="Why it failed or is unknown.")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "updated_at"], name="charge_status_updated")]
         constraints = [
             models.CheckConstraint(condition=Q(amount__gt=0), name="charge_amount_positive"),
             models.CheckConstraint(
@@ -71,6 +84,11 @@ class Charge(models.Model):
     @property
     def amount_refundable(self) -> int:
         return self.amount - self.amount_refunded
+
+    @property
+    def provider_reference(self) -> str:
+        """How the provider knows this charge: its own id, or ours for imported charges."""
+        return self.provider_charge_id or self.id
 
 
 class Refund(models.Model):
@@ -122,12 +140,25 @@ class Refund(models.Model):
         editable=False,
         help_text="Sent to the provider on every attempt for this refund; never changes.",
     )
+    provider_refund_id = models.CharField(
+        max_length=255, blank=True, help_text="The provider's id, once it has answered."
+    )
+    status_detail = models.TextField(blank=True, help_text="Why it failed or is unknown.")
+    dispatch_attempts = models.PositiveIntegerField(default=0)
+    leased_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A dispatcher holds this refund until then; afterwards anyone may retry it.",
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["charge", "status"], name="refund_charge_status")]
+        indexes = [
+            models.Index(fields=["charge", "status"], name="refund_charge_status"),
+            models.Index(fields=["status", "leased_until"], name="refund_status_lease"),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(amount__gt=0), name="refund_amount_positive"),
             models.CheckConstraint(
@@ -151,17 +182,43 @@ class IdempotencyRecord(models.Model):
     operation = models.CharField(max_length=32)
     fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the request as sent.")
     request_params = models.JSONField(help_text="The request as sent, omitted fields as null.")
-    refund = models.ForeignKey(Refund, on_delete=models.PROTECT, related_name="idempotency_records")
+    refund = models.ForeignKey(
+        Refund,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="idempotency_records",
+    )
+    charge = models.ForeignKey(
+        Charge,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="idempotency_records",
+        help_text="The charge a charge.create request made.",
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
             models.UniqueConstraint(fields=["key"], name="idempotency_key_unique"),
+            # A record is bound to exactly what its request made, from its first insert.
+            models.CheckConstraint(
+                condition=(
+                    Q(operation="refund.create", refund__isnull=False, charge__isnull=True)
+                    | Q(operation="charge.create", charge__isnull=False, refund__isnull=True)
+                ),
+                name="idempotency_record_bound",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.key
+
+    @property
+    def result(self) -> Refund | Charge:
+        return self.refund if self.refund_id else self.charge
 
 
 class LedgerEntryQuerySet(models.QuerySet):

@@ -47,6 +47,18 @@ def ledger_invariants():
 
 
 @pytest.fixture
+def worker_dispatch(settings):
+    """Refunds stay pending after create_refund, for process_refunds to send."""
+    settings.REFUND_DISPATCH = "worker"
+
+
+@pytest.fixture
+def inline_dispatch(settings):
+    """create_refund sends each new refund to the provider once, right after commit."""
+    settings.REFUND_DISPATCH = "inline"
+
+
+@pytest.fixture
 def succeeded_charge(db):
     return ChargeFactory(amount=10_000, currency="usd")
 

@@ -17,7 +17,11 @@ def test_seed_demo_loads_once_and_prints_the_password_once(capsys):
     call_command("seed_demo")
     second = capsys.readouterr().out
 
-    assert counts == (len(DEMO_CHARGES), 6, 8 + 6)
+    succeeded = sum(row[3] == "succeeded" for row in DEMO_CHARGES)
+    refunds = sum(len(row[5]) for row in DEMO_CHARGES)
+    # one entry per succeeded charge; a reserved and a succeeded entry per refund
+    assert counts == (len(DEMO_CHARGES), refunds, succeeded + 2 * refunds)
+    assert set(Refund.objects.values_list("status", flat=True)) == {"succeeded"}
     assert (Charge.objects.count(), Refund.objects.count(), LedgerEntry.objects.count()) == counts
     assert "Admin login: admin / " in first
     assert "Admin login: admin (" in second and "admin / " not in second

@@ -1,17 +1,91 @@
-"""Recording charges that already exist at the provider (demo data, imports, tests)."""
+"""Charges: captured through the gateway (create_charge) or recorded as they already are."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from ledger_app import errors
 from ledger_app.models import Charge, LedgerEntry, new_charge_id
 from ledger_app.money import normalize_currency, validate_amount
+from ledger_app.services import idempotency
+from ledger_app.services.dispatch import dispatch_charge
 from ledger_app.services.ledger import append_entry
+from ledger_app.services.validation import validate_metadata, validate_text
+
+log = logging.getLogger("ledger_app.charges")
+
+OPERATION = "charge.create"
+
+
+def create_charge(
+    *,
+    amount: int,
+    currency: str,
+    description: str = "",
+    metadata: dict[str, str] | None = None,
+    idempotency_key: str | None = None,
+    actor: str | None = None,
+) -> Charge:
+    """Create a charge and capture it through the gateway, with refunds' discipline.
+
+    The charge is written `pending` with its own provider key (`charge:<id>`), minted
+    once; the capture happens after that commit, with no lock held, and settles it to
+    succeeded (with its ledger entry), failed, or unknown on a timeout (the reconciler
+    asks later). An idempotency key replays the same request and refuses a different one.
+    """
+    validate_amount(amount)
+    currency = normalize_currency(currency)
+    description = validate_text(description, errors.InvalidDescription)
+    metadata = validate_metadata(metadata)
+    keyed = None
+    if idempotency_key is not None:
+        keyed = idempotency.IdempotentRequest.build(
+            key=idempotency_key,
+            operation=OPERATION,
+            params={
+                "amount": amount,
+                "currency": currency,
+                "description": description,
+                "metadata": metadata,
+            },
+        )
+        record = idempotency.find(keyed.key)
+        if record is not None:
+            return _replay(record, keyed)
+
+    charge_id = new_charge_id()
+    with transaction.atomic(durable=True):
+        if keyed is not None:
+            holder = idempotency.claim(keyed, charge_id=charge_id)
+            if holder is not None:
+                return _replay(holder, keyed)
+        charge = Charge.objects.create(
+            id=charge_id,
+            amount=amount,
+            currency=currency,
+            status=Charge.Status.PENDING,
+            description=description,
+            metadata=metadata,
+            provider_idempotency_key=f"charge:{charge_id}",
+        )
+    try:
+        charge = dispatch_charge(charge.id)
+    except DatabaseError:
+        log.exception("charge %s created; capture interrupted, reconcile retries it", charge.id)
+    charge.replayed = False
+    return charge
+
+
+def _replay(record, keyed: idempotency.IdempotentRequest) -> Charge:
+    idempotency.ensure_same_request(record, keyed)
+    charge = record.charge
+    charge.replayed = True
+    return charge
 
 
 def record_charge(
@@ -26,7 +100,8 @@ def record_charge(
     created_at: datetime | None = None,
     actor: str = "",
 ) -> Charge:
-    """Write a charge and, when it succeeded, its `charge_succeeded` ledger entry.
+    """Write a charge that already exists at the provider (demo data, imports), and its
+    `charge_succeeded` ledger entry when it succeeded. Nothing is sent to the provider.
 
     Amount and currency are validated like every amount in the ledger: an int of minor
     units and a known ISO 4217 code, stored lower-case.

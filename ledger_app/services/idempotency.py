@@ -59,14 +59,16 @@ def ensure_same_request(record: IdempotencyRecord, request: IdempotentRequest) -
         raise IdempotencyKeyReused()
 
 
-def claim(request: IdempotentRequest, *, refund_id: str) -> IdempotencyRecord | None:
-    """Bind the key to the refund about to be created, inside the caller's transaction.
+def claim(
+    request: IdempotentRequest, *, refund_id: str | None = None, charge_id: str | None = None
+) -> IdempotencyRecord | None:
+    """Bind the key to the refund (or charge) about to be created, in the caller's transaction.
 
     Returns None when this request now owns the key, or the record that already held it.
     The unique constraint decides between concurrent requests: PostgreSQL makes the
     second insert wait for the first transaction; if that one commits, the insert fails
     and we read the winner's record; if it rolls back (a refusal), ours goes through.
-    The refund row does not exist yet: the foreign key is checked at commit (Django
+    That row does not exist yet: the foreign key is checked at commit (Django
     creates foreign keys DEFERRABLE INITIALLY DEFERRED), and a refusal rolls the
     record back with everything else, so a refused request binds nothing.
     """
@@ -78,6 +80,7 @@ def claim(request: IdempotentRequest, *, refund_id: str) -> IdempotencyRecord | 
                 fingerprint=request.fingerprint,
                 request_params=request.params,
                 refund_id=refund_id,
+                charge_id=charge_id,
             )
     except IntegrityError:
         record = find(request.key)

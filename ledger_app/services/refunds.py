@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import DatabaseError, transaction
 
 from ledger_app import errors
 from ledger_app.models import Charge, LedgerEntry, Refund, new_refund_id
 from ledger_app.money import validate_amount
 from ledger_app.services import idempotency
+from ledger_app.services.dispatch import dispatch_refund, lease_expiry
 from ledger_app.services.ledger import append_entry
 from ledger_app.services.locks import charges_for_update
-from ledger_app.services.text import has_unstorable_characters
+from ledger_app.services.validation import validate_metadata, validate_text
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
 
+log = logging.getLogger("ledger_app.refunds")
+
 OPERATION = "refund.create"
-MAX_NOTE_LENGTH = 1000
-MAX_METADATA_KEYS = 50
-MAX_METADATA_KEY_LENGTH = 40
-MAX_METADATA_VALUE_LENGTH = 500
 MAX_CHARGE_ID_LENGTH = 64
 
 
@@ -67,7 +68,10 @@ def create_refund(
     - Every check comes before the first write, and all writes share one transaction:
       a refused request leaves no refund, no ledger entry and no bound key.
     The refund is created `pending`, counted in amount_refunded at once, and carries a
-    provider idempotency key minted here that never changes.
+    provider idempotency key minted here that never changes. With REFUND_DISPATCH=inline
+    (the default) it is then sent to the provider once, after the commit and with no lock
+    held, and comes back succeeded, failed (amount released) or unknown (still reserved);
+    with `worker` it stays pending for `process_refunds`.
     """
     request = _build_request(
         charge_id=charge_id,
@@ -108,8 +112,8 @@ def _build_request(
     if not isinstance(charge_id, str) or not 0 < len(charge_id) <= MAX_CHARGE_ID_LENGTH:
         raise errors.ResourceMissing("No such charge.")
     reason = _validate_reason(reason)
-    metadata = _validate_metadata(metadata)
-    note = _validate_note(note)
+    metadata = validate_metadata(metadata)
+    note = validate_text(note, errors.InvalidNote)
     created_by, actor_label = _describe_actor(actor)
     keyed = None
     if idempotency_key is not None:
@@ -140,6 +144,7 @@ def _build_request(
 
 def _reserve(request: RefundRequest) -> Refund:
     refund_id = new_refund_id()
+    inline = settings.REFUND_DISPATCH == "inline"
     with transaction.atomic(durable=True):
         if request.keyed is not None:
             holder = idempotency.claim(request.keyed, refund_id=refund_id)
@@ -178,6 +183,9 @@ def _reserve(request: RefundRequest) -> Refund:
             created_by=request.created_by,
             actor=request.actor_label,
             provider_idempotency_key=f"refund:{refund_id}",
+            # Inline dispatch holds it from the start, so no worker sends it meanwhile.
+            leased_until=lease_expiry() if inline else None,
+            dispatch_attempts=1 if inline else 0,
         )
         charge.amount_refunded += amount
         charge.save(update_fields=["amount_refunded", "updated_at"])
@@ -200,9 +208,18 @@ def _replay(record, keyed: idempotency.IdempotentRequest) -> Refund:
 
 
 def _after_reserve(refund: Refund) -> Refund:
-    """Where a committed, pending refund goes next. The provider dispatch plugs in here;
-    until it exists a new refund stays pending, its amount reserved on the charge."""
-    return refund
+    """Inline mode: one attempt at the provider now. The reservation has committed, so
+    if this fails the refund stays pending, leased, and the worker or the reconciler
+    sends it again with the same provider key once the lease runs out."""
+    if settings.REFUND_DISPATCH != "inline":
+        return refund
+    try:
+        dispatched = dispatch_refund(refund.id)
+    except DatabaseError:
+        log.exception("refund %s reserved; dispatch interrupted, it will be retried", refund.id)
+        return refund
+    dispatched.replayed = False
+    return dispatched
 
 
 def _validate_reason(reason: object) -> str:
@@ -211,31 +228,6 @@ def _validate_reason(reason: object) -> str:
     if not isinstance(reason, str) or reason not in Refund.Reason.values:
         raise errors.InvalidReason()
     return reason
-
-
-def _validate_metadata(metadata: object) -> dict[str, str]:
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, dict) or len(metadata) > MAX_METADATA_KEYS:
-        raise errors.InvalidMetadata()
-    for key, value in metadata.items():
-        if not isinstance(key, str) or not 0 < len(key) <= MAX_METADATA_KEY_LENGTH:
-            raise errors.InvalidMetadata()
-        if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_LENGTH:
-            raise errors.InvalidMetadata()
-        if has_unstorable_characters(key) or has_unstorable_characters(value):
-            raise errors.InvalidMetadata("Metadata must not contain NUL or lone surrogates.")
-    return dict(metadata)
-
-
-def _validate_note(note: object) -> str:
-    if note is None:
-        return ""
-    if not isinstance(note, str) or len(note) > MAX_NOTE_LENGTH:
-        raise errors.InvalidNote()
-    if has_unstorable_characters(note):
-        raise errors.InvalidNote("Note must not contain NUL or lone surrogates.")
-    return note
 
 
 def _describe_actor(actor: object) -> tuple[Any, str]:

@@ -14,18 +14,46 @@ from ledger_app.services.refunds import create_refund
 
 ADMIN_USERNAME = "admin"
 
-# (charge id, amount in minor units, currency, status, description, refunds to issue)
+# (charge id, amount in minor units, currency, status, description, refunds to issue,
+#  metadata). The simulated provider misbehaves on charges whose metadata asks it to.
 DEMO_CHARGES = [
-    ("ch_demoUsdUnrefunded000001", 1234, "usd", "succeeded", "Coffee subscription", []),
-    ("ch_demoUsdPartial000000002", 5000, "usd", "succeeded", "Headphones", [1500]),
-    ("ch_demoUsdFull000000000003", 2599, "usd", "succeeded", "Concert ticket", [None]),
-    ("ch_demoEurPartial000000004", 4200, "eur", "succeeded", "Train pass", [1000]),
-    ("ch_demoEurUnrefunded000005", 999, "eur", "succeeded", "E-book", []),
-    ("ch_demoJpyFull000000000006", 1500, "jpy", "succeeded", "Bento box", [None]),
-    ("ch_demoJpyPartial000000007", 30000, "jpy", "succeeded", "Hotel night", [5000, 2500]),
-    ("ch_demoKwdUnrefunded000008", 12345, "kwd", "succeeded", "Desert tour", []),
-    ("ch_demoUsdPending000000009", 700, "usd", "pending", "Awaiting capture", []),
-    ("ch_demoUsdFailed0000000010", 800, "usd", "failed", "Card declined", []),
+    ("ch_demoUsdUnrefunded000001", 1234, "usd", "succeeded", "Coffee subscription", [], {}),
+    ("ch_demoUsdPartial000000002", 5000, "usd", "succeeded", "Headphones", [1500], {}),
+    ("ch_demoUsdFull000000000003", 2599, "usd", "succeeded", "Concert ticket", [None], {}),
+    ("ch_demoEurPartial000000004", 4200, "eur", "succeeded", "Train pass", [1000], {}),
+    ("ch_demoEurUnrefunded000005", 999, "eur", "succeeded", "E-book", [], {}),
+    ("ch_demoJpyFull000000000006", 1500, "jpy", "succeeded", "Bento box", [None], {}),
+    ("ch_demoJpyPartial000000007", 30000, "jpy", "succeeded", "Hotel night", [5000, 2500], {}),
+    ("ch_demoKwdUnrefunded000008", 12345, "kwd", "succeeded", "Desert tour", [], {}),
+    ("ch_demoUsdPending000000009", 700, "usd", "pending", "Awaiting capture", [], {}),
+    ("ch_demoUsdFailed0000000010", 800, "usd", "failed", "Card declined", [], {}),
+    (
+        "ch_demoUsdDeclines00000011",
+        4500,
+        "usd",
+        "succeeded",
+        "Provider declines refunds",
+        [],
+        {"simulate_refund": "decline"},
+    ),
+    (
+        "ch_demoUsdTimesOut00000012",
+        3900,
+        "usd",
+        "succeeded",
+        "Provider times out",
+        [],
+        {"simulate_refund": "timeout"},
+    ),
+    (
+        "ch_demoEurLostReply0000013",
+        6100,
+        "eur",
+        "succeeded",
+        "Provider applies, reply lost",
+        [],
+        {"simulate_refund": "apply_then_timeout"},
+    ),
 ]
 
 
@@ -34,7 +62,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         created = 0
-        for charge_id, amount, currency, status, description, refunds in DEMO_CHARGES:
+        for charge_id, amount, currency, status, description, refunds, extra in DEMO_CHARGES:
             if not Charge.objects.filter(pk=charge_id).exists():
                 record_charge(
                     charge_id=charge_id,
@@ -43,7 +71,7 @@ class Command(BaseCommand):
                     status=status,
                     description=description,
                     customer=f"cus_demo_{charge_id[-2:]}",
-                    metadata={"demo": "true"},
+                    metadata={"demo": "true", **extra},
                     actor="seed_demo",
                 )
                 created += 1

@@ -1,0 +1,24 @@
+"""Choosing the payment provider adapter (LEDGER_GATEWAY)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from django.conf import settings
+
+from ledger_app.gateways.base import Gateway
+
+
+def get_gateway() -> Gateway:
+    return _build(settings.LEDGER_GATEWAY, settings.STRIPE_API_KEY, settings.STRIPE_API_BASE)
+
+
+@cache
+def _build(name: str, stripe_api_key: str, stripe_api_base: str) -> Gateway:
+    if name == "stripe":
+        from ledger_app.gateways.stripe import StripeGateway
+
+        return StripeGateway(api_key=stripe_api_key, api_base=stripe_api_base or None)
+    from ledger_app.gateways.simulated import SimulatedGateway
+
+    return SimulatedGateway()

@@ -1,0 +1,79 @@
+"""The payment provider port. Gateways are the only code that talks to the provider.
+
+An answer is either the provider's own word (succeeded, or declined with a reason) or an
+`OutcomeUnknown` exception: a timeout, a dropped connection, a 5xx, anything after which
+the provider may or may not have done the work. Callers must never read it as a decline.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Literal
+
+Verdict = Literal["succeeded", "declined"]
+
+
+class OutcomeUnknown(Exception):
+    """The provider may or may not have applied the request."""
+
+
+class GatewayTimeout(OutcomeUnknown):
+    pass
+
+
+class GatewayUnavailable(OutcomeUnknown):
+    pass
+
+
+@dataclass(frozen=True)
+class RefundAnswer:
+    verdict: Verdict
+    provider_id: str = ""
+    decline_reason: str = ""
+
+
+@dataclass(frozen=True)
+class ChargeAnswer:
+    verdict: Verdict
+    provider_id: str = ""
+    decline_reason: str = ""
+
+
+class Gateway(abc.ABC):
+    @abc.abstractmethod
+    def refund(
+        self,
+        *,
+        provider_key: str,
+        charge_reference: str,
+        amount: int,
+        currency: str,
+        metadata: dict[str, str],
+        timeout: float,
+    ) -> RefundAnswer:
+        """Refund once per `provider_key`: the same key again returns the first answer."""
+
+    @abc.abstractmethod
+    def lookup_refund(
+        self, *, provider_key: str, charge_reference: str, ledger_refund_id: str
+    ) -> RefundAnswer | None:
+        """The provider's record of that refund; None when it has none (never applied).
+        Raises OutcomeUnknown when it cannot say right now."""
+
+    @abc.abstractmethod
+    def charge(
+        self,
+        *,
+        provider_key: str,
+        amount: int,
+        currency: str,
+        description: str,
+        metadata: dict[str, str],
+        timeout: float,
+    ) -> ChargeAnswer:
+        """Capture once per `provider_key`: the same key again returns the first answer."""
+
+    @abc.abstractmethod
+    def lookup_charge(self, *, provider_key: str, ledger_charge_id: str) -> ChargeAnswer | None:
+        """Like lookup_refund, for charges."""

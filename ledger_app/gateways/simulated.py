@@ -1,0 +1,155 @@
+"""A payment provider simulated in this database, with deterministic misbehaviour.
+
+It behaves like a real provider: one object per idempotency key, the same key with the
+same parameters returns the first answer, the same key with other parameters is an error.
+Behaviours come from metadata, for demos and tests:
+- the charge's `simulate_refund`: succeed (default), decline, timeout (nothing applied,
+  the caller times out), apply_then_timeout (applied, the answer is lost), slow (answers
+  after SIMULATED_GATEWAY_LATENCY_MS; past the caller's timeout it applies and times out);
+- the charge request's `simulate_charge`: the same values, for captures;
+- the charge's `simulate_lookup`: answer (default) or unavailable (lookups cannot say).
+A real provider knows its own charges; this one reads the charge's metadata from the ledger.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from ledger_app.gateways.base import (
+    ChargeAnswer,
+    Gateway,
+    GatewayTimeout,
+    GatewayUnavailable,
+    OutcomeUnknown,
+    RefundAnswer,
+)
+from ledger_app.models import Charge, new_id
+from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
+
+BEHAVIOURS = {"succeed", "decline", "timeout", "apply_then_timeout", "slow"}
+
+
+class IdempotencyKeyConflict(OutcomeUnknown):
+    """Same key, other parameters: the first request may have been applied, so not a 'no'."""
+
+
+class SimulatedGateway(Gateway):
+    def refund(self, *, provider_key, charge_reference, amount, currency, metadata, timeout):
+        behaviour = _charge_metadata(charge_reference).get("simulate_refund", "succeed")
+        record = self._apply(
+            ProviderRefund,
+            "refund",
+            provider_key,
+            behaviour,
+            timeout,
+            params={
+                "charge": charge_reference,
+                "amount": amount,
+                "currency": currency,
+                "metadata": metadata,
+            },
+            charge_reference=charge_reference,
+        )
+        return RefundAnswer(record.status, record.provider_id, record.decline_reason)
+
+    def lookup_refund(self, *, provider_key, charge_reference, ledger_refund_id):
+        _lookup_allowed(_charge_metadata(charge_reference), provider_key, "refund_lookup")
+        record = ProviderRefund.objects.filter(idempotency_key=provider_key).first()
+        _log("refund_lookup", provider_key, "answer", "found" if record else "not_found")
+        if record is None:
+            return None
+        return RefundAnswer(record.status, record.provider_id, record.decline_reason)
+
+    def charge(self, *, provider_key, amount, currency, description, metadata, timeout):
+        behaviour = metadata.get("simulate_charge", "succeed")
+        record = self._apply(
+            ProviderCharge,
+            "charge",
+            provider_key,
+            behaviour,
+            timeout,
+            params={
+                "amount": amount,
+                "currency": currency,
+                "description": description,
+                "metadata": metadata,
+            },
+            description=description,
+        )
+        return ChargeAnswer(record.status, record.provider_id, record.decline_reason)
+
+    def lookup_charge(self, *, provider_key, ledger_charge_id):
+        _lookup_allowed(_charge_metadata(ledger_charge_id), provider_key, "charge_lookup")
+        record = ProviderCharge.objects.filter(idempotency_key=provider_key).first()
+        _log("charge_lookup", provider_key, "answer", "found" if record else "not_found")
+        if record is None:
+            return None
+        return ChargeAnswer(record.status, record.provider_id, record.decline_reason)
+
+    def _apply(self, model, operation, key, behaviour, timeout, *, params, **fields):
+        if behaviour not in BEHAVIOURS:
+            _log(operation, key, behaviour, "unavailable")
+            raise GatewayUnavailable(f"simulated provider: unknown behaviour {behaviour!r}")
+        if behaviour == "timeout":
+            _log(operation, key, behaviour, "timed_out")
+            raise GatewayTimeout("simulated provider: no answer, nothing applied")
+        late = False
+        if behaviour == "slow":
+            latency = settings.SIMULATED_GATEWAY_LATENCY_MS / 1000
+            time.sleep(min(latency, timeout))
+            late = latency > timeout
+        canonical = json.dumps(params, sort_keys=True, separators=(",", ":"))
+        fingerprint = hashlib.sha256(canonical.encode()).hexdigest()
+        declined = behaviour == "decline"
+        try:
+            with transaction.atomic():
+                record = model.objects.create(
+                    provider_id=new_id("sim_re_" if model is ProviderRefund else "sim_ch_"),
+                    idempotency_key=key,
+                    fingerprint=fingerprint,
+                    amount=params["amount"],
+                    currency=params["currency"],
+                    status="declined" if declined else "succeeded",
+                    decline_reason="simulated_decline" if declined else "",
+                    metadata=params["metadata"],
+                    **fields,
+                )
+        except IntegrityError:
+            record = model.objects.get(idempotency_key=key)
+        if record.fingerprint != fingerprint:
+            _log(operation, key, behaviour, "key_conflict")
+            raise IdempotencyKeyConflict(
+                f"simulated provider: key {key} was first used with other parameters"
+            )
+        if behaviour == "apply_then_timeout" or late:
+            _log(operation, key, behaviour, "applied_then_timed_out")
+            raise GatewayTimeout("simulated provider: applied, but the answer was lost")
+        _log(operation, key, behaviour, record.status)
+        return record
+
+
+def _charge_metadata(reference: str) -> dict:
+    metadata = (
+        Charge.objects.filter(Q(pk=reference) | Q(provider_charge_id=reference))
+        .values_list("metadata", flat=True)
+        .first()
+    )
+    return metadata or {}
+
+
+def _lookup_allowed(metadata: dict, key: str, operation: str) -> None:
+    if metadata.get("simulate_lookup") == "unavailable":
+        _log(operation, key, "unavailable", "unavailable")
+        raise GatewayUnavailable("simulated provider: lookups are unavailable")
+
+
+def _log(operation: str, key: str, behaviour: str, outcome: str) -> None:
+    ProviderRequest.objects.create(
+        operation=operation, idempotency_key=key, behaviour=behaviour, outcome=outcome
+    )

@@ -1,0 +1,38 @@
+"""Ask the provider about refunds and charges whose outcome the ledger does not know."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ledger_app.services.dispatch import reconcile_charges, reconcile_refunds
+
+
+class Command(BaseCommand):
+    help = (
+        "Settle every unknown refund and charge, and every pending one whose dispatch is "
+        "stale, by asking the provider. What the provider has no record of is sent again "
+        "with its same key; what it cannot answer stays as it is."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--lease-seconds",
+            type=int,
+            default=None,
+            help="Pending longer than this is stale (default REFUND_DISPATCH_LEASE_SECONDS).",
+        )
+
+    def handle(self, *args, **options):
+        lease = options["lease_seconds"]
+        refunds = reconcile_refunds(lease_seconds=lease, on_refund=self._line("refund"))
+        charges = reconcile_charges(lease_seconds=lease, on_charge=self._line("charge"))
+        self.stdout.write(f"reconcile: refunds: {refunds.summary()}; charges: {charges.summary()}")
+        if refunds.errors or charges.errors:
+            raise CommandError("some were interrupted by database errors", returncode=1)
+
+    def _line(self, kind: str):
+        def write(obj) -> None:
+            detail = f" ({obj.status_detail})" if obj.status_detail else ""
+            self.stdout.write(f"{kind} {obj.id} {obj.status}{detail}")
+
+        return write

@@ -1,0 +1,38 @@
+"""Request checks shared by the services, done before any read or write."""
+
+from __future__ import annotations
+
+from ledger_app import errors
+from ledger_app.services.text import has_unstorable_characters
+
+MAX_NOTE_LENGTH = 1000
+MAX_METADATA_KEYS = 50
+MAX_METADATA_KEY_LENGTH = 40
+MAX_METADATA_VALUE_LENGTH = 500
+
+
+def validate_metadata(metadata: object) -> dict[str, str]:
+    """At most 50 string keys of up to 40 characters, string values of up to 500."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict) or len(metadata) > MAX_METADATA_KEYS:
+        raise errors.InvalidMetadata()
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not 0 < len(key) <= MAX_METADATA_KEY_LENGTH:
+            raise errors.InvalidMetadata()
+        if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_LENGTH:
+            raise errors.InvalidMetadata()
+        if has_unstorable_characters(key) or has_unstorable_characters(value):
+            raise errors.InvalidMetadata("Metadata must not contain NUL or lone surrogates.")
+    return dict(metadata)
+
+
+def validate_text(value: object, error: type[errors.LedgerError]) -> str:
+    """Free text (a note, a description): at most 1000 characters the database can store."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > MAX_NOTE_LENGTH:
+        raise error()
+    if has_unstorable_characters(value):
+        raise error(f"{error.param.capitalize()} must not contain NUL or lone surrogates.")
+    return value

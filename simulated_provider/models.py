@@ -1,0 +1,57 @@
+"""The simulated provider's own books: what it applied, and every request it received.
+
+These tables stand for the payment provider's side. The ledger never reads them; they
+exist so tests and people can compare what the provider did with what the ledger says.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class ProviderObject(models.Model):
+    class Status(models.TextChoices):
+        SUCCEEDED = "succeeded"
+        DECLINED = "declined"
+
+    provider_id = models.CharField(max_length=64, unique=True)
+    idempotency_key = models.CharField(max_length=255, unique=True)
+    fingerprint = models.CharField(max_length=64)
+    amount = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    status = models.CharField(max_length=16, choices=Status)
+    decline_reason = models.CharField(max_length=100, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        abstract = True
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.provider_id
+
+
+class ProviderCharge(ProviderObject):
+    description = models.TextField(blank=True)
+
+
+class ProviderRefund(ProviderObject):
+    charge_reference = models.CharField(max_length=255, db_index=True)
+
+
+class ProviderRequest(models.Model):
+    """One row per request that reached the provider, whatever happened to it."""
+
+    operation = models.CharField(max_length=32)
+    idempotency_key = models.CharField(max_length=255, db_index=True)
+    behaviour = models.CharField(max_length=32)
+    outcome = models.CharField(max_length=32)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.operation} {self.idempotency_key} -> {self.outcome}"
