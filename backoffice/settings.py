@@ -106,6 +106,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # Tests use a file, never :memory:, so threads really share one database.
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / ".test-db.sqlite3")}
+if os.environ.get("DATABASE_TEST_NAME"):  # lets parallel test runs share one server
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ["DATABASE_TEST_NAME"]
 # Services own their transactions; a refund never commits inside an outer one.
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 

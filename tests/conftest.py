@@ -6,6 +6,7 @@ from django.db import connection
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 
+# Read the same way as scripts/run-tests: 1, true or yes, in any case.
 IN_CI = os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 POSTGRES_REASON = (
     "NEEDS POSTGRESQL: this test proves row locking and concurrency and cannot run on "

@@ -16,11 +16,14 @@ def assert_ledger_invariants() -> None:
     over = Charge.objects.filter(amount_refunded__gt=F("amount"))
     assert not over.exists(), f"over-refunded charges: {list(over.values_list('pk', flat=True))}"
 
-    for record in IdempotencyRecord.objects.select_related("refund"):
+    for record in IdempotencyRecord.objects.select_related("refund", "charge"):
         params = record.request_params
-        assert record.refund.charge_id == params["charge"], record.key
-        if params["amount"] is not None:
-            assert record.refund.amount == params["amount"], record.key
+        if record.operation == "refund.create":
+            assert record.refund.charge_id == params["charge"], record.key
+            if params["amount"] is not None:
+                assert record.refund.amount == params["amount"], record.key
+        else:
+            assert record.charge.amount == params["amount"], record.key
 
     duplicates = (
         Refund.objects.values("provider_idempotency_key").annotate(n=Count("pk")).filter(n__gt=1)
@@ -28,3 +31,25 @@ def assert_ledger_invariants() -> None:
     assert not duplicates.exists(), f"provider keys shared: {list(duplicates)}"
     for refund_id, provider_key in Refund.objects.values_list("pk", "provider_idempotency_key"):
         assert provider_key == f"refund:{refund_id}", refund_id
+
+
+def assert_provider_agrees() -> None:
+    """One provider refund per ledger refund, and settled refunds say what the provider said.
+
+    For runs where every settlement came from the simulated provider.
+    """
+    from simulated_provider.models import ProviderRefund
+
+    ledger = {r.provider_idempotency_key: r for r in Refund.objects.all()}
+    provider = list(ProviderRefund.objects.all())
+    assert len({p.idempotency_key for p in provider}) == len(provider)
+    strays = [p.idempotency_key for p in provider if p.idempotency_key not in ledger]
+    assert strays == [], f"provider refunds with no ledger refund: {strays}"
+    by_key = {p.idempotency_key: p for p in provider}
+    for key, refund in ledger.items():
+        answer = by_key.get(key)
+        if refund.status == "succeeded":
+            assert answer is not None and answer.status == "succeeded", key
+            assert (answer.amount, answer.currency) == (refund.amount, refund.currency), key
+        elif refund.status == "failed":
+            assert answer is None or answer.status == "declined", key

@@ -26,6 +26,10 @@ class GatewayUnavailable(OutcomeUnknown):
     pass
 
 
+class IdempotencyKeyConflict(OutcomeUnknown):
+    """Same key, other parameters: the first request may have been applied, so not a 'no'."""
+
+
 @dataclass(frozen=True)
 class RefundAnswer:
     verdict: Verdict

@@ -26,17 +26,13 @@ from ledger_app.gateways.base import (
     Gateway,
     GatewayTimeout,
     GatewayUnavailable,
-    OutcomeUnknown,
+    IdempotencyKeyConflict,
     RefundAnswer,
 )
 from ledger_app.models import Charge, new_id
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 
 BEHAVIOURS = {"succeed", "decline", "timeout", "apply_then_timeout", "slow"}
-
-
-class IdempotencyKeyConflict(OutcomeUnknown):
-    """Same key, other parameters: the first request may have been applied, so not a 'no'."""
 
 
 class SimulatedGateway(Gateway):

@@ -16,6 +16,7 @@ from ledger_app.services import idempotency
 from ledger_app.services.dispatch import dispatch_refund, lease_expiry
 from ledger_app.services.ledger import append_entry
 from ledger_app.services.locks import charges_for_update
+from ledger_app.services.text import has_unstorable_characters
 from ledger_app.services.validation import validate_metadata, validate_text
 
 if TYPE_CHECKING:
@@ -109,7 +110,11 @@ def _build_request(
         raise ValueError(f"unknown refund source {source!r}")
     if amount is not None:
         validate_amount(amount)
-    if not isinstance(charge_id, str) or not 0 < len(charge_id) <= MAX_CHARGE_ID_LENGTH:
+    if (
+        not isinstance(charge_id, str)
+        or not 0 < len(charge_id) <= MAX_CHARGE_ID_LENGTH
+        or has_unstorable_characters(charge_id)
+    ):
         raise errors.ResourceMissing("No such charge.")
     reason = _validate_reason(reason)
     metadata = validate_metadata(metadata)
@@ -231,9 +236,13 @@ def _validate_reason(reason: object) -> str:
 
 
 def _describe_actor(actor: object) -> tuple[Any, str]:
+    """A saved user, or a short label such as `cli:ops` or `api_key:sk_live_ab12`."""
     if actor is None:
         return None, ""
     if isinstance(actor, str):
+        if has_unstorable_characters(actor):
+            raise TypeError("actor label must not contain NUL or lone surrogates")
         return None, actor[:200]
-    username = actor.get_username()  # type: ignore[attr-defined]
-    return actor, f"user:{username}"
+    if getattr(actor, "pk", None) is None or not hasattr(actor, "get_username"):
+        raise TypeError(f"actor must be a saved user or a label, not {actor!r}")
+    return actor, f"user:{actor.get_username()}"

@@ -169,7 +169,7 @@ class TestRefusalsWriteNothing:
         assert LedgerEntry.objects.count() == 0
         assert IdempotencyRecord.objects.count() == 0
 
-    @pytest.mark.parametrize("charge_id", ["", None, 42, "x" * 65])
+    @pytest.mark.parametrize("charge_id", ["", None, 42, "x" * 65, "ch_\x00", "ch_\ud800"])
     def test_malformed_charge_id_is_refused_as_missing(self, db, charge_id):
         with pytest.raises(errors.ResourceMissing):
             create_refund(charge_id=charge_id, amount=100)
@@ -395,11 +395,21 @@ class TestCreatedRefund:
         assert succeeded_charge.refunded is False
 
     def test_refund_ids_are_random_and_not_sequential(self, succeeded_charge):
-        ids = [create_refund(charge_id=succeeded_charge.id, amount=1).id for _ in range(5)]
+        ids = [create_refund(charge_id=succeeded_charge.id, amount=1).id for _ in range(40)]
 
         assert all(i.startswith("re_") and len(i) == 27 and i[3:].isalnum() for i in ids)
-        assert len(set(ids)) == 5
-        assert ids != sorted(ids) or ids != sorted(ids, reverse=True)
+        # Sequential or time-based ids share leading characters; random ones almost never
+        # share six (odds about 1 in 70 million for 40 ids).
+        assert len({i[3:9] for i in ids}) == 40
+
+    @pytest.mark.parametrize("actor", [5, object(), "nul\x00"], ids=repr)
+    def test_an_actor_that_is_neither_a_user_nor_a_label_is_a_programming_error(
+        self, succeeded_charge, actor
+    ):
+        with pytest.raises(TypeError):
+            create_refund(charge_id=succeeded_charge.id, amount=1, actor=actor)
+
+        assert Refund.objects.count() == 0
 
     def test_provider_key_is_minted_once_from_the_refund_id(self, succeeded_charge):
         refund = create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key="k-p")

@@ -5,6 +5,7 @@ import threading
 import time
 
 import pytest
+from django.db import transaction
 
 from ledger_app import errors
 from ledger_app.models import Charge, IdempotencyRecord, Refund
@@ -25,6 +26,14 @@ def split(results):
     refunds = [r for r in results if isinstance(r, Refund)]
     refused = [r for r in results if isinstance(r, Exception)]
     return refunds, refused
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refund_never_commits_inside_someone_elses_transaction(succeeded_charge):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        create_refund(charge_id=succeeded_charge.id, amount=100)
+
+    assert Refund.objects.count() == 0
 
 
 @pytest.mark.django_db(transaction=True)
@@ -90,6 +99,22 @@ class TestConcurrentRefunds:
         assert charge.amount_refunded == 2_500
         assert Refund.objects.count() == 1
         assert IdempotencyRecord.objects.get(key="k-same").refund_id == results[0].id
+        assert_ledger_invariants()
+
+    @pytest.mark.postgres
+    @pytest.mark.parametrize("amount", [None, 4_000], ids=["omitted", "whole charge"])
+    def test_sixteen_requests_with_one_key_for_the_whole_charge_replay_not_refuse(self, amount):
+        """The waiting requests must read the key, not the now-empty balance."""
+        charge = ChargeFactory(amount=4_000)
+
+        results = run_at_once(
+            [refund_call(charge_id=charge.id, amount=amount, idempotency_key="k-all")] * THREADS
+        )
+
+        assert all(isinstance(r, Refund) for r in results), results
+        assert len({r.id for r in results}) == 1
+        charge.refresh_from_db()
+        assert charge.amount_refunded == 4_000
         assert_ledger_invariants()
 
     @pytest.mark.postgres

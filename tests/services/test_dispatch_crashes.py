@@ -1,0 +1,216 @@
+"""Killed workers, dropped connections and rival workers on PostgreSQL: whatever happens,
+one ledger refund is one provider refund and nothing is over-refunded."""
+
+import signal
+import time
+
+import psycopg
+import pytest
+from django.db import connection
+
+from ledger_app.gateways.simulated import SimulatedGateway
+from ledger_app.models import Charge, Refund
+from ledger_app.services.dispatch import process_pending_refunds
+from ledger_app.services.refunds import create_refund
+from simulated_provider.models import ProviderRefund, ProviderRequest
+from tests.factories import ChargeFactory
+from tests.invariants import assert_ledger_invariants, assert_provider_agrees
+from tests.processes import run_command, start_command
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("worker_dispatch"),
+]
+
+
+def refund_requests(refund: Refund) -> list[tuple[str, str]]:
+    return list(
+        ProviderRequest.objects.filter(
+            idempotency_key=refund.provider_idempotency_key, operation="refund"
+        )
+        .order_by("id")
+        .values_list("idempotency_key", "outcome")
+    )
+
+
+def kill_at(point: str, *args: str) -> str:
+    """Start process_refunds, SIGKILL it when it reaches `point`; return what it printed."""
+    worker = start_command("process_refunds", "--once", *args, LEDGER_FAULT_HANG_AT=point)
+    try:
+        line = worker.stderr.readline()  # blocks until the fault point or the process ends
+        assert f"fault point reached: {point}" in line, line + worker.stderr.read()
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == -signal.SIGKILL
+    return line
+
+
+@pytest.mark.parametrize(
+    ("point", "provider_requests_before_restart"),
+    [
+        ("refund.before_provider_call", 0),
+        ("refund.after_provider_call", 1),  # applied at the provider, not yet in the ledger
+        ("refund.settle_locked", 1),  # inside the settle transaction, row locked
+    ],
+)
+def test_worker_killed_at_any_step_then_restarted_makes_one_provider_refund(
+    point, provider_requests_before_restart
+):
+    charge = ChargeFactory(amount=5_000)
+    refund = create_refund(charge_id=charge.id, amount=1_200)
+
+    kill_at(point, "--lease-seconds", "1")
+
+    refund.refresh_from_db()
+    assert refund.status == "pending"  # the ledger does not know yet; the amount stays reserved
+    assert len(refund_requests(refund)) == provider_requests_before_restart
+    time.sleep(1.1)  # the dead worker's lease runs out
+    rerun = run_command("process_refunds", "--once")
+    assert rerun.returncode == 0, rerun.stderr
+
+    refund.refresh_from_db()
+    charge.refresh_from_db()
+    assert refund.status == "succeeded"
+    assert ProviderRefund.objects.filter(charge_reference=charge.id).count() == 1
+    keys = {key for key, _ in refund_requests(refund)}
+    assert keys == {f"refund:{refund.id}"}  # the same key on every attempt
+    assert len(refund_requests(refund)) == provider_requests_before_restart + 1
+    assert charge.amount_refunded == 1_200
+    assert_ledger_invariants()
+    assert_provider_agrees()
+
+
+def test_killed_inline_dispatch_is_finished_by_the_reconciler(settings):
+    charge = ChargeFactory(amount=5_000)
+    script = start_command(
+        "shell",
+        "-c",
+        "from ledger_app.services.refunds import create_refund; "
+        f"create_refund(charge_id='{charge.id}', amount=900, idempotency_key='inline-crash')",
+        LEDGER_FAULT_HANG_AT="refund.after_provider_call",
+        REFUND_DISPATCH="inline",
+        REFUND_DISPATCH_LEASE_SECONDS="1",
+    )
+    try:
+        line = script.stderr.readline()
+        assert "fault point reached" in line, line + script.stderr.read()
+    finally:
+        script.kill()
+        script.wait(10)
+    refund = Refund.objects.get(charge=charge)
+    assert refund.status == "pending"
+
+    time.sleep(1.1)
+    result = run_command("reconcile")
+
+    refund.refresh_from_db()
+    assert result.returncode == 0, result.stderr
+    assert refund.status == "succeeded"
+    assert ProviderRefund.objects.count() == 1
+    assert [o for _, o in refund_requests(refund)] == ["succeeded"]  # found, not sent again
+    assert_ledger_invariants()
+    assert_provider_agrees()
+
+
+class ConnectionKillingGateway(SimulatedGateway):
+    """The incident: the provider applies the refund, then the worker's database
+    connection dies before the ledger records it. The first `failures` attempts of each
+    refund end that way."""
+
+    def __init__(self, failures: int):
+        self.failures = failures
+        self.attempts: dict[str, int] = {}
+
+    def refund(self, **kwargs):
+        answer = super().refund(**kwargs)
+        key = kwargs["provider_key"]
+        self.attempts[key] = self.attempts.get(key, 0) + 1
+        if self.attempts[key] <= self.failures:
+            pid = connection.connection.info.backend_pid
+            db = connection.settings_dict
+            with psycopg.connect(
+                host=db["HOST"],
+                port=db["PORT"],
+                user=db["USER"],
+                dbname=db["NAME"],
+                autocommit=True,
+            ) as killer:
+                killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+        return answer
+
+
+def test_incident_replayed_provider_applies_then_the_database_connection_dies():
+    charges = [ChargeFactory(amount=1_000) for _ in range(10)]
+    refunds = [
+        create_refund(charge_id=c.id, amount=amount) for c in charges for amount in (400, 600)
+    ]
+    gateway = ConnectionKillingGateway(failures=2)
+
+    interruptions = 0
+    for _ in range(50):  # the worker loop, as in the incident
+        tally = process_pending_refunds(batch_size=5, lease_seconds=0, gateway=gateway)
+        interruptions += tally.errors
+
+    assert interruptions == 2 * len(refunds)
+    assert set(Refund.objects.values_list("status", flat=True)) == {"succeeded"}
+    assert ProviderRefund.objects.count() == len(refunds) == 20
+    for refund in refunds:
+        attempts = refund_requests(refund)
+        assert len(attempts) == 3  # two lost to the dead connection, one recorded
+        assert {key for key, _ in attempts} == {refund.provider_idempotency_key}
+    for charge in Charge.objects.all():
+        assert charge.amount_refunded == charge.amount == 1_000
+    assert_ledger_invariants()
+    assert_provider_agrees()
+
+
+def test_two_workers_over_200_pending_refunds_send_each_refund_once():
+    charges = [
+        ChargeFactory(amount=10_000, metadata={"simulate_refund": "slow"}) for _ in range(20)
+    ]
+    for charge in charges:
+        for _ in range(10):
+            create_refund(charge_id=charge.id, amount=100)
+    env = {"SIMULATED_GATEWAY_LATENCY_MS": "10"}
+
+    workers = [
+        start_command("process_refunds", "--once", "--batch-size", "10", **env) for _ in range(2)
+    ]
+    outputs = [w.communicate(timeout=120) for w in workers]
+
+    assert [w.returncode for w in workers] == [0, 0], outputs
+    sent = [sum(" succeeded " in line for line in out.splitlines()) for out, _ in outputs]
+    assert sum(sent) == 200
+    assert all(n > 0 for n in sent), f"one worker did all the work: {sent}"
+    assert Refund.objects.filter(status="succeeded").count() == 200
+    per_key = ProviderRequest.objects.filter(operation="refund").values_list(
+        "idempotency_key", flat=True
+    )
+    assert len(per_key) == len(set(per_key)) == 200  # every refund sent exactly once
+    assert ProviderRefund.objects.count() == 200
+    assert_ledger_invariants()
+    assert_provider_agrees()
+
+
+def test_process_refunds_loop_stops_cleanly_on_sigterm():
+    charge = ChargeFactory(amount=1_000)
+    refund = create_refund(charge_id=charge.id, amount=100)
+    worker = start_command("process_refunds", "--loop", "--poll-seconds", "0.2")
+    try:
+        deadline = time.monotonic() + 30
+        while Refund.objects.get(pk=refund.pk).status != "succeeded":
+            assert time.monotonic() < deadline, "the worker never sent the refund"
+            time.sleep(0.1)
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=15)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+
+    assert worker.returncode == 0, err
+    assert "SIGTERM" in err
+    assert "process_refunds: 1 succeeded" in out
