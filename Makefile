@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint format clean
+.PHONY: run test worker reconcile lint format clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,12 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	scripts/run-tests
+
+worker: $(VENV)/.installed
+	$(BIN)/python manage.py process_refunds --loop
+
+reconcile: $(VENV)/.installed
+	$(BIN)/python manage.py reconcile
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

@@ -60,3 +60,15 @@ def test_refund_page_is_read_only_and_cannot_be_deleted(admin_client, books):
     assert deleted.status_code == 403
     assert LedgerEntry.objects.filter(refund=refund).exists()
     assert IdempotencyRecord.objects.filter(key="k-admin").exists()
+
+
+def test_the_simulated_providers_records_are_visible_read_only(admin_client, books):
+    _, refund = books
+    url = reverse("admin:simulated_provider_providerrefund_changelist")
+
+    response = admin_client.get(url)
+    add = admin_client.get(reverse("admin:simulated_provider_providerrefund_add"))
+
+    assert response.status_code == 200
+    assert refund.provider_idempotency_key.encode() in response.content
+    assert add.status_code == 403
