@@ -50,11 +50,14 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "ledger_app",
     "simulated_provider",
 ]
 
 MIDDLEWARE = [
+    "backoffice.request_id.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -108,6 +111,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / ".test-db.sqlite3")}
 if os.environ.get("DATABASE_TEST_NAME"):  # lets parallel test runs share one server
     DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ["DATABASE_TEST_NAME"]
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A request never queues forever behind a row lock: past this it is refused with
+    # 409 (lock_timeout / idempotency_key_in_use) and the client retries with its key.
+    DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
+        f"-c lock_timeout={int(os.environ.get('DATABASE_LOCK_TIMEOUT_MS', '5000'))}"
+    )
 # Services own their transactions; a refund never commits inside an outer one.
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 
@@ -157,6 +166,49 @@ X_FRAME_OPTIONS = "DENY"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"request_id": {"()": "backoffice.request_id.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"}
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["request_id"],
+            "formatter": "plain",
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+
+# The REST API (/v1/): Stripe's wire format, API keys, Stripe's error envelope.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["ledger_app.api.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["ledger_app.api.authentication.ApiKeyPermission"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.JSONParser",
+    ],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_THROTTLE_CLASSES": ["ledger_app.api.authentication.ApiKeyThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"api_key": os.environ.get("API_RATE_LIMIT", "100/second")},
+    "EXCEPTION_HANDLER": "ledger_app.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Refund back office API",
+    "DESCRIPTION": (
+        "Charges and refunds in Stripe's wire format: form-encoded bodies with bracket "
+        "notation (or JSON), API keys as Bearer tokens, Stripe's error envelope."
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "AUTHENTICATION_WHITELIST": [],
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+}
+# Bodies are small; anything larger is refused before it is parsed.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 200

@@ -102,3 +102,18 @@ class InvalidDescription(LedgerError):
     code = "invalid_description"
     param = "description"
     default_message = "Description must be text of at most 1000 characters."
+
+
+class IdempotencyKeyInUse(LedgerError):
+    code = "idempotency_key_in_use"
+    param = "idempotency_key"
+    default_message = (
+        "A request with this idempotency key is still being processed. "
+        "Retry with the same key shortly; it will replay that request's result."
+    )
+
+
+class LockTimeout(LedgerError):
+    code = "lock_timeout"
+    param = "charge"
+    default_message = "The charge is busy with other refunds. Retry with the same key shortly."

@@ -287,3 +287,27 @@ class LedgerEntry(models.Model):
 
     def delete(self, *args, **kwargs):
         raise TypeError("Ledger entries are append-only; they are never deleted.")
+
+
+class ApiKey(models.Model):
+    """An API client's key. Only a SHA-256 hash of the secret is stored; the prefix
+    identifies the key in lists and logs. Secrets are 190 random bits, so a fast hash is
+    enough: there is nothing to guess."""
+
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    read_only = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}...)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from django.db.models import BigIntegerField, Count, F, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
+from ledger_app.errors import ResourceMissing
 from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
 
 
@@ -85,3 +86,36 @@ def find_ledger_drift() -> Iterator[Drift]:
     )
     for refund_id, keys in doubly_keyed.iterator(chunk_size=2000):
         yield Drift(refund_id, "refund_bound_by_several_keys", f"{keys} idempotency keys")
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list
+    has_more: bool
+
+
+def page_newest_first(
+    queryset, *, limit: int, starting_after: str | None = None, ending_before: str | None = None
+) -> Page:
+    """One page of a list, newest first, by cursor: the id of an object on the previous page.
+
+    Cursors compare (created_at, id), so a page does not shift when new objects are
+    inserted while a client walks the list.
+    """
+    model = queryset.model
+    cursor_id = starting_after or ending_before
+    if cursor_id is None:
+        rows = list(queryset.order_by("-created_at", "-id")[: limit + 1])
+        return Page(rows[:limit], len(rows) > limit)
+    cursor = model.objects.filter(pk=cursor_id).values("created_at", "id").first()
+    if cursor is None:
+        param = "starting_after" if starting_after else "ending_before"
+        raise ResourceMissing(f"No such {model._meta.model_name}: '{cursor_id}'", param=param)
+    at, pk = cursor["created_at"], cursor["id"]
+    if starting_after:
+        older = queryset.filter(Q(created_at__lt=at) | Q(created_at=at, id__lt=pk))
+        rows = list(older.order_by("-created_at", "-id")[: limit + 1])
+        return Page(rows[:limit], len(rows) > limit)
+    newer = queryset.filter(Q(created_at__gt=at) | Q(created_at=at, id__gt=pk))
+    rows = list(newer.order_by("created_at", "id")[: limit + 1])
+    return Page(list(reversed(rows[:limit])), len(rows) > limit)

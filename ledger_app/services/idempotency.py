@@ -7,10 +7,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 
-from ledger_app.errors import IdempotencyKeyReused, InvalidIdempotencyKey
+from ledger_app.errors import IdempotencyKeyInUse, IdempotencyKeyReused, InvalidIdempotencyKey
 from ledger_app.models import IdempotencyRecord
+from ledger_app.services.locks import is_lock_timeout
 from ledger_app.services.text import has_control_characters
 
 MAX_KEY_LENGTH = 255
@@ -68,6 +69,7 @@ def claim(
     The unique constraint decides between concurrent requests: PostgreSQL makes the
     second insert wait for the first transaction; if that one commits, the insert fails
     and we read the winner's record; if it rolls back (a refusal), ours goes through.
+    If the first is still running after the lock timeout: `idempotency_key_in_use`.
     That row does not exist yet: the foreign key is checked at commit (Django
     creates foreign keys DEFERRABLE INITIALLY DEFERRED), and a refusal rolls the
     record back with everything else, so a refused request binds nothing.
@@ -82,6 +84,10 @@ def claim(
                 refund_id=refund_id,
                 charge_id=charge_id,
             )
+    except OperationalError as exc:
+        if is_lock_timeout(exc):  # the first request with this key is still running
+            raise IdempotencyKeyInUse() from exc
+        raise
     except IntegrityError:
         record = find(request.key)
         if record is None:  # pragma: no cover - the unique violation implies a committed row

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, OperationalError, transaction
 
 from ledger_app import errors
 from ledger_app.models import Charge, LedgerEntry, Refund, new_refund_id
@@ -15,7 +15,7 @@ from ledger_app.money import validate_amount
 from ledger_app.services import idempotency
 from ledger_app.services.dispatch import dispatch_refund, lease_expiry
 from ledger_app.services.ledger import append_entry
-from ledger_app.services.locks import charges_for_update
+from ledger_app.services.locks import charges_for_update, is_lock_timeout
 from ledger_app.services.text import has_unstorable_characters
 from ledger_app.services.validation import validate_metadata, validate_text
 
@@ -160,6 +160,10 @@ def _reserve(request: RefundRequest) -> Refund:
             charge = charges_for_update().get(pk=request.charge_id)
         except Charge.DoesNotExist:
             raise errors.ResourceMissing(f"No such charge: '{request.charge_id}'.") from None
+        except OperationalError as exc:
+            if is_lock_timeout(exc):
+                raise errors.LockTimeout() from exc
+            raise
         if charge.status != Charge.Status.SUCCEEDED:
             raise errors.ChargeNotRefundable(
                 f"Charge {charge.id} is {charge.status}; only a succeeded charge can be refunded."

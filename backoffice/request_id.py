@@ -1,0 +1,53 @@
+"""A Request-Id on every response and on every log line written while serving it."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import secrets
+
+from django.http import JsonResponse
+from django.views.defaults import server_error as html_server_error
+
+current_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(8)
+
+
+class RequestIdMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        request.request_id = new_request_id()
+        token = current_request_id.set(request.request_id)
+        try:
+            response = self.get_response(request)
+        finally:
+            current_request_id.reset(token)
+        response["Request-Id"] = request.request_id
+        return response
+
+
+class RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = current_request_id.get()
+        return True
+
+
+def server_error(request, *args, **kwargs):
+    """A 500 never shows a traceback; API clients get Stripe's envelope."""
+    if request.path.startswith("/v1/"):
+        return JsonResponse(
+            {
+                "error": {
+                    "type": "api_error",
+                    "code": "internal_error",
+                    "message": "An unexpected error occurred.",
+                }
+            },
+            status=500,
+        )
+    return html_server_error(request, *args, **kwargs)

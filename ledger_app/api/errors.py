@@ -1,0 +1,182 @@
+"""Every API error in Stripe's envelope: {"error": {"type", "code", "message", "param"}}."""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+
+from ledger_app import errors
+
+log = logging.getLogger("ledger_app.api")
+
+INVALID_REQUEST = "invalid_request_error"
+
+# Domain codes whose API code differs (Stripe's names for the same thing).
+API_CODES = {"invalid_amount": "parameter_invalid_integer"}
+STATUS_FOR = {"idempotency_key_in_use": 409, "lock_timeout": 409}
+TYPE_FOR = {
+    "idempotency_key_reused": "idempotency_error",
+    "idempotency_key_in_use": "idempotency_error",
+}
+
+
+class ApiError(Exception):
+    """A refusal decided by the API layer itself (parsing, parameters, routing)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        param: str | None = None,
+        status: int = 400,
+        type: str = INVALID_REQUEST,  # noqa: A002 - Stripe's field name
+    ) -> None:
+        super().__init__(message)
+        self.message, self.code, self.param, self.status, self.type = (
+            message,
+            code,
+            param,
+            status,
+            type,
+        )
+
+
+def body(*, type: str, code: str | None, message: str, param: str | None = None) -> dict:  # noqa: A002
+    error = {"type": type, "code": code, "message": message}
+    if param:
+        error["param"] = param
+    return {"error": error}
+
+
+def ledger_error_response(exc: errors.LedgerError, *, path_param: str | None = None) -> Response:
+    """A domain refusal. An unknown id named in the path is a 404; in the body, a 400."""
+    status = STATUS_FOR.get(exc.code, 400)
+    param = exc.param
+    if isinstance(exc, errors.ResourceMissing) and path_param is not None:
+        status, param = 404, None
+    response = Response(
+        body(
+            type=TYPE_FOR.get(exc.code, INVALID_REQUEST),
+            code=API_CODES.get(exc.code, exc.code),
+            message=exc.message,
+            param=param,
+        ),
+        status=status,
+    )
+    if status == 409:
+        response["Stripe-Should-Retry"] = "true"
+    return response
+
+
+def _drf_error(exc: drf.APIException) -> tuple[int, str, str, str]:
+    """(status, type, code, message) for DRF's own exceptions."""
+    if isinstance(exc, drf.NotAuthenticated):
+        return (
+            401,
+            INVALID_REQUEST,
+            "api_key_missing",
+            (
+                "You did not provide an API key. Send it as 'Authorization: Bearer sk_...' "
+                "or as the user name of HTTP Basic authentication."
+            ),
+        )
+    if isinstance(exc, drf.AuthenticationFailed):
+        return 401, INVALID_REQUEST, "api_key_invalid", "Invalid or revoked API key provided."
+    if isinstance(exc, drf.PermissionDenied):
+        return (
+            403,
+            INVALID_REQUEST,
+            "api_key_read_only",
+            ("This API key is read-only; it cannot create charges or refunds."),
+        )
+    if isinstance(exc, drf.Throttled):
+        return (
+            429,
+            "rate_limit_error",
+            "rate_limit",
+            ("Too many requests hit the API too quickly. Retry after a short pause."),
+        )
+    if isinstance(exc, drf.MethodNotAllowed):
+        return 405, INVALID_REQUEST, "method_not_allowed", str(exc.detail)
+    if isinstance(exc, drf.UnsupportedMediaType):
+        return (
+            415,
+            INVALID_REQUEST,
+            "content_type_unsupported",
+            ("Send application/x-www-form-urlencoded or application/json."),
+        )
+    if isinstance(exc, drf.ParseError):
+        return (
+            400,
+            INVALID_REQUEST,
+            "body_invalid",
+            f"The request body could not be parsed: {exc.detail}",
+        )
+    if isinstance(exc, drf.NotFound):
+        return 404, INVALID_REQUEST, "resource_missing", "Unrecognized request URL."
+    return exc.status_code, INVALID_REQUEST, "invalid_request", str(exc.detail)
+
+
+def exception_handler(exc: Exception, context: dict) -> Response:
+    """DRF's exception handler for the whole API: nothing leaves without the envelope."""
+    if isinstance(exc, ApiError):
+        return Response(
+            body(type=exc.type, code=exc.code, message=exc.message, param=exc.param),
+            status=exc.status,
+        )
+    if isinstance(exc, errors.LedgerError):
+        view = context.get("view")
+        return ledger_error_response(exc, path_param=getattr(view, "path_param", None))
+    if isinstance(exc, Http404):
+        exc = drf.NotFound()
+    if isinstance(exc, RequestDataTooBig):
+        return Response(
+            body(
+                type=INVALID_REQUEST,
+                code="body_too_large",
+                message="The request body is too large.",
+            ),
+            status=413,
+        )
+    if isinstance(exc, TooManyFieldsSent):
+        return Response(
+            body(type=INVALID_REQUEST, code="too_many_parameters", message="Too many parameters."),
+            status=400,
+        )
+    if isinstance(exc, SuspiciousOperation):
+        return Response(
+            body(type=INVALID_REQUEST, code="request_invalid", message="The request was refused."),
+            status=400,
+        )
+    if isinstance(exc, drf.APIException):
+        status, type_, code, message = _drf_error(exc)
+        response = Response(body(type=type_, code=code, message=message), status=status)
+        if status == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="refund-backoffice"'
+        if status == 429:
+            wait = getattr(exc, "wait", None)
+            if wait:
+                response["Retry-After"] = str(max(1, int(wait)))
+        return response
+    log.exception("unexpected error in the API")
+    return Response(
+        body(type="api_error", code="internal_error", message="An unexpected error occurred."),
+        status=500,
+    )
+
+
+def not_found(request, *args, **kwargs) -> JsonResponse:
+    """Any /v1/ URL that matches no endpoint."""
+    return JsonResponse(
+        body(
+            type=INVALID_REQUEST,
+            code="resource_missing",
+            message=f"Unrecognized request URL ({request.method}: {request.path}).",
+        ),
+        status=404,
+    )

@@ -1,0 +1,156 @@
+"""Turning Stripe-style requests into plain values, and refusing what does not fit.
+
+Form bodies and query strings arrive as flat keys: `metadata[order]=A-17`,
+`expand[0]=refunds`, `expand[]=refunds`. They are folded into `{"metadata": {...}}` and
+`{"expand": [...]}`; anything else with brackets is refused. JSON bodies are taken as
+they are. Integers in forms and queries are strings of ASCII digits: "500" is 500;
+"5.5", "1e3", " 5", "+5" and "" are not integers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from django.http import QueryDict
+
+from ledger_app import errors
+from ledger_app.api.errors import ApiError
+from ledger_app.services.text import has_unstorable_characters
+
+BRACKETED = re.compile(r"^([A-Za-z_]+)\[([^\[\]]*)\]$")
+INTEGER = re.compile(r"^-?[0-9]{1,30}$")
+LIST_PARAMS = {"expand"}
+DICT_PARAMS = {"metadata"}
+
+
+def fold(data: QueryDict | Mapping) -> dict[str, Any]:
+    if not isinstance(data, QueryDict):
+        if not isinstance(data, Mapping):
+            raise ApiError("The request body must be an object.", code="body_invalid")
+        return dict(data)
+    folded: dict[str, Any] = {}
+    for raw_key, values in data.lists():
+        match = BRACKETED.match(raw_key)
+        if match is None:
+            if "[" in raw_key or "]" in raw_key:
+                raise ApiError(
+                    f"Invalid parameter name: {raw_key}", code="parameter_invalid", param=raw_key
+                )
+            if len(values) != 1:
+                raise ApiError(
+                    f"{raw_key} was sent more than once.", code="parameter_invalid", param=raw_key
+                )
+            if raw_key in DICT_PARAMS and values[0] == "":
+                folded[raw_key] = {}  # Stripe's way to send an empty hash
+                continue
+            _put(folded, raw_key, values[0])
+            continue
+        name, inner = match.groups()
+        if name in LIST_PARAMS and (inner == "" or inner.isdigit()):
+            existing = folded.setdefault(name, [])
+            if not isinstance(existing, list):
+                raise ApiError(f"{name} must be a list.", code="parameter_invalid", param=name)
+            existing.extend(values)
+        elif name in DICT_PARAMS and inner != "":
+            existing = folded.setdefault(name, {})
+            if not isinstance(existing, dict) or inner in existing or len(values) != 1:
+                raise ApiError(
+                    f"Invalid {name}[{inner}].", code="parameter_invalid", param=f"{name}[{inner}]"
+                )
+            existing[inner] = values[0]
+        else:
+            raise ApiError(
+                f"Invalid parameter name: {raw_key}", code="parameter_invalid", param=raw_key
+            )
+    return folded
+
+
+def _put(folded: dict, key: str, value: Any) -> None:
+    if key in folded:
+        raise ApiError(f"{key} was sent more than once.", code="parameter_invalid", param=key)
+    folded[key] = value
+
+
+def only(params: dict[str, Any], allowed: set[str]) -> None:
+    for name in params:
+        if name not in allowed:
+            raise ApiError(
+                f"Received unknown parameter: {name}", code="parameter_unknown", param=name
+            )
+
+
+def required(params: dict[str, Any], name: str) -> Any:
+    if name not in params or params[name] is None:
+        raise ApiError(f"Missing required param: {name}.", code="parameter_missing", param=name)
+    return params[name]
+
+
+def integer(value: Any, name: str) -> int:
+    """An int from a form string or a JSON number. Floats and bools are not integers."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str) and INTEGER.match(value):
+        return int(value)
+    raise ApiError(
+        f"Invalid integer: {str(value)[:50]}", code="parameter_invalid_integer", param=name
+    )
+
+
+def string(value: Any, name: str, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise ApiError(
+            f"Invalid string: {name} must be a string.", code="parameter_invalid_string", param=name
+        )
+    return value
+
+
+def metadata(value: Any) -> dict | None:
+    """The service checks sizes and contents; here only the shape."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ApiError(
+            "Invalid metadata: send metadata[key]=value pairs.",
+            code="invalid_metadata",
+            param="metadata",
+        )
+    return value
+
+
+def expand(params: dict[str, Any], allowed: set[str]) -> set[str]:
+    value = params.get("expand", [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ApiError(
+            "expand must be a list of strings.", code="parameter_invalid", param="expand"
+        )
+    for item in value:
+        if item not in allowed:
+            raise ApiError(
+                f"This property cannot be expanded ({item}).",
+                code="parameter_invalid",
+                param="expand",
+            )
+    return set(value)
+
+
+def limit(params: dict[str, Any]) -> int:
+    if "limit" not in params:
+        return 10
+    value = integer(params["limit"], "limit")
+    if not 1 <= value <= 100:
+        raise ApiError(
+            "limit must be between 1 and 100.", code="parameter_invalid_integer", param="limit"
+        )
+    return value
+
+
+def object_id(value: Any, name: str) -> str:
+    """An id to look up; one that no object could have is simply missing."""
+    value = string(value, name)
+    if not 0 < len(value) <= 64 or has_unstorable_characters(value):
+        raise errors.ResourceMissing(f"No such object: '{value[:64]}'", param=name)
+    return value

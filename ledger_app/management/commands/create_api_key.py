@@ -1,0 +1,24 @@
+"""Mint an API key and print its secret once."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ledger_app.services.api_keys import create_api_key
+
+
+class Command(BaseCommand):
+    help = "Create an API key for a client system. The secret is printed once and never stored."
+
+    def add_arguments(self, parser):
+        parser.add_argument("name", help="Who the key is for, e.g. 'order-service'.")
+        parser.add_argument(
+            "--read-only", action="store_true", help="The key may read but not create."
+        )
+
+    def handle(self, *args, name, read_only, **options):
+        try:
+            key, secret = create_api_key(name=name, read_only=read_only)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        access = "read-only" if key.read_only else "read-write"
+        self.stderr.write(f"API key {key.prefix}... for {key.name!r} ({access}). Shown once:")
+        self.stdout.write(secret)
