@@ -22,11 +22,10 @@ class RequestIdMiddleware:
 
     def __call__(self, request):
         request.request_id = new_request_id()
-        token = current_request_id.set(request.request_id)
-        try:
-            response = self.get_response(request)
-        finally:
-            current_request_id.reset(token)
+        # Left set after the response: Django logs the request's outcome after the
+        # middleware chain has returned, and that line should carry the id too.
+        current_request_id.set(request.request_id)
+        response = self.get_response(request)
         response["Request-Id"] = request.request_id
         return response
 

@@ -25,6 +25,8 @@ def test_seed_demo_loads_once_and_prints_the_password_once(capsys):
     assert (Charge.objects.count(), Refund.objects.count(), LedgerEntry.objects.count()) == counts
     assert "Admin login: admin / " in first
     assert "Admin login: admin (" in second and "admin / " not in second
+    assert "Demo API key: sk_" in first and "(shown this once)" in first
+    assert "Demo API key: sk_" in second and "(shown this once)" not in second
     assert get_user_model().objects.get(username="admin").is_superuser
     assert_ledger_invariants()
 

@@ -7,6 +7,7 @@ import base64
 import binascii
 from dataclasses import dataclass
 
+from django.conf import settings
 from rest_framework import authentication, exceptions, permissions, throttling
 
 from ledger_app.models import ApiKey
@@ -65,6 +66,9 @@ class ApiKeyThrottle(throttling.SimpleRateThrottle):
     """Requests per API key (API_RATE_LIMIT); counted per process in the local cache."""
 
     scope = "api_key"
+
+    def get_rate(self):
+        return settings.API_RATE_LIMIT
 
     def get_cache_key(self, request, view):
         client = request.user

@@ -7,12 +7,14 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from ledger_app.models import Charge, Refund
+from ledger_app.models import ApiKey, Charge, Refund
 from ledger_app.money import format_money
+from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.charges import record_charge
 from ledger_app.services.refunds import create_refund
 
 ADMIN_USERNAME = "admin"
+DEMO_KEY_NAME = "demo"
 
 # (charge id, amount in minor units, currency, status, description, refunds to issue,
 #  metadata). The simulated provider misbehaves on charges whose metadata asks it to.
@@ -93,6 +95,7 @@ class Command(BaseCommand):
                 f"{format_money(charge.amount_refunded, charge.currency):>12} refunded"
             )
         self._ensure_admin()
+        self._ensure_api_key()
 
     def _ensure_admin(self) -> None:
         users = get_user_model()
@@ -107,3 +110,14 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"Admin login: {ADMIN_USERNAME} / {password}  (shown this once)")
         )
+
+    def _ensure_api_key(self) -> None:
+        existing = ApiKey.objects.filter(name=DEMO_KEY_NAME, revoked_at__isnull=True).first()
+        if existing is not None:
+            self.stdout.write(
+                f"Demo API key: {existing.prefix}... (its secret was printed when it was "
+                "created; `python manage.py create_api_key NAME` makes another)."
+            )
+            return
+        _, secret = create_api_key(name=DEMO_KEY_NAME)
+        self.stdout.write(self.style.SUCCESS(f"Demo API key: {secret}  (shown this once)"))
