@@ -60,7 +60,13 @@ class Charge(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["status", "updated_at"], name="charge_status_updated")]
+        indexes = [
+            models.Index(fields=["status", "updated_at"], name="charge_status_updated"),
+            # admin filters, each with the list's ordering
+            models.Index(fields=["status", "-created_at"], name="charge_status_created"),
+            models.Index(fields=["currency", "-created_at"], name="charge_currency_created"),
+            models.Index(fields=["customer"], name="charge_customer"),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(amount__gt=0), name="charge_amount_positive"),
             models.CheckConstraint(
@@ -158,6 +164,9 @@ class Refund(models.Model):
         indexes = [
             models.Index(fields=["charge", "status"], name="refund_charge_status"),
             models.Index(fields=["status", "leased_until"], name="refund_status_lease"),
+            models.Index(fields=["charge", "-created_at"], name="refund_charge_created"),
+            models.Index(fields=["status", "-created_at"], name="refund_status_created"),
+            models.Index(fields=["created_by", "-created_at"], name="refund_by_created"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(amount__gt=0), name="refund_amount_positive"),
@@ -173,6 +182,15 @@ class Refund(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class RefundAttention(Refund):
+    """Refunds support should look at: unknown, failed, or pending with no dispatcher."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "refund needing attention"
+        verbose_name_plural = "refunds needing attention"
 
 
 class IdempotencyRecord(models.Model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 from babel.numbers import format_currency, get_currency_precision, is_currency
@@ -51,3 +52,24 @@ def to_major(amount: int, currency: str) -> Decimal:
 def format_money(amount: int, currency: str, locale: str = "en_US") -> str:
     """Human form for display only: $12.34, ¥1,234, KWD 12.345."""
     return format_currency(to_major(amount, currency), currency.upper(), locale=locale)
+
+
+# What a person may type: digits, optionally grouped by commas, optionally a decimal part.
+MAJOR_AMOUNT = re.compile(r"^(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$")
+
+
+def parse_major(text: str, currency: str) -> int:
+    """Exact minor units from what a person typed: "12.34" usd -> 1234, "1,234" jpy -> 1234.
+
+    Refuses anything that is not exactly a whole number of minor units ("12.345" usd,
+    "1.5" jpy): money is never rounded on the way in. No signs, no exponents.
+    """
+    cleaned = text.strip()
+    if len(cleaned) > 40 or not MAJOR_AMOUNT.match(cleaned):
+        raise InvalidAmount(f"{cleaned[:40]!r} is not an amount; type it like 12.34.")
+    exponent = currency_exponent(currency)
+    minor = Decimal(cleaned.replace(",", "")).scaleb(exponent)
+    if minor != minor.to_integral_value():
+        places = "no decimal places" if exponent == 0 else f"at most {exponent} decimal places"
+        raise InvalidAmount(f"{currency.upper()} amounts have {places}; {cleaned!r} has more.")
+    return validate_amount(int(minor))

@@ -242,43 +242,53 @@ def _take_stale_lease(refund_id: str, now: datetime, lease_seconds: int | None) 
     return taken == 1
 
 
+def reconcile_refund(
+    refund_id: str, *, gateway: Gateway | None = None, lease_seconds: int | None = None
+) -> Refund:
+    """Ask the provider about one unknown refund, or one pending refund whose lease ran out.
+
+    The provider's record settles it (through settle_refund). No record: it never applied
+    the refund, so it is sent again with its same key. No answer: it stays as it is. A
+    pending refund that a dispatcher still holds, or a settled one, is left alone.
+    """
+    gateway = gateway or get_gateway()
+    now = timezone.now()
+    refund = Refund.objects.select_related("charge").get(pk=refund_id)
+    if refund.status == PENDING:
+        if not _take_stale_lease(refund_id, now, lease_seconds):
+            return refund  # a dispatcher holds it
+    elif refund.status != UNKNOWN:
+        return refund
+    try:
+        answer = gateway.lookup_refund(
+            provider_key=refund.provider_idempotency_key,
+            charge_reference=refund.charge.provider_reference,
+            ledger_refund_id=refund.id,
+        )
+    except OutcomeUnknown as exc:
+        log.info("refund %s: provider cannot say (%s); left %s", refund.id, exc, refund.status)
+        return refund
+    if answer is None:
+        return dispatch_refund(refund.id, gateway=gateway)
+    return settle_refund(refund_id=refund.id, outcome=Outcome.from_answer(answer))
+
+
 def reconcile_refunds(
     *,
     gateway: Gateway | None = None,
     lease_seconds: int | None = None,
     on_refund: Callable[[Refund], None] = lambda refund: None,
 ) -> Tally:
-    """Ask the provider about every unknown refund and every pending one whose lease ran out.
-
-    The provider's record settles it (through settle_refund). No record: it never
-    applied the refund, so it is sent again with its same key. No answer: it stays.
-    """
+    """reconcile_refund for every unknown refund and every pending one whose lease ran out."""
     gateway = gateway or get_gateway()
     now = timezone.now()
     tally = Tally()
     candidates = Refund.objects.filter(
         Q(status=UNKNOWN) | Q(status=PENDING, leased_until__lte=now)
     ).order_by("created_at", "id")
-    for refund_id, status in list(candidates.values_list("id", "status")):
+    for refund_id in list(candidates.values_list("id", flat=True)):
         try:
-            if status == PENDING and not _take_stale_lease(refund_id, now, lease_seconds):
-                continue  # a worker took it meanwhile
-            refund = Refund.objects.select_related("charge").get(pk=refund_id)
-            try:
-                answer = gateway.lookup_refund(
-                    provider_key=refund.provider_idempotency_key,
-                    charge_reference=refund.charge.provider_reference,
-                    ledger_refund_id=refund.id,
-                )
-            except OutcomeUnknown as exc:
-                log.info("refund %s: provider cannot say (%s); left %s", refund.id, exc, status)
-                tally.add(status)
-                on_refund(refund)
-                continue
-            if answer is None:
-                refund = dispatch_refund(refund.id, gateway=gateway)
-            else:
-                refund = settle_refund(refund_id=refund.id, outcome=Outcome.from_answer(answer))
+            refund = reconcile_refund(refund_id, gateway=gateway, lease_seconds=lease_seconds)
         except DatabaseError:
             _survive_database_error(f"refund {refund_id}", tally)
             continue

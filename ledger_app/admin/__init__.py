@@ -1,0 +1,9 @@
+"""Django admin: where support staff look things up and issue refunds.
+
+Every refund made here goes through ledger_app.services.refunds.create_refund.
+"""
+
+from ledger_app.admin import charges, refunds  # noqa: F401 - registers the admins
+from ledger_app.admin.base import ReadOnlyAdmin
+
+__all__ = ["ReadOnlyAdmin"]

@@ -1,0 +1,61 @@
+"""Shared admin pieces: read-only by default, money display, paging that scales."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.core.paginator import Paginator
+from django.db import connection
+from django.utils.functional import cached_property
+
+from ledger_app.money import format_money
+
+REFUND_PERMISSION = "ledger_app.refund_charge"
+
+
+class LargeTablePaginator(Paginator):
+    """Never counts a whole large table.
+
+    Unfiltered on PostgreSQL, the total is the planner's estimate (pg_class.reltuples);
+    otherwise counting stops at COUNT_CAP rows, so a page costs the same at a thousand
+    rows as at a million.
+    """
+
+    COUNT_CAP = 10_000
+
+    @cached_property
+    def count(self) -> int:
+        queryset = self.object_list
+        if connection.vendor == "postgresql" and not queryset.query.where:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                    [queryset.model._meta.db_table],
+                )
+                row = cursor.fetchone()
+            if row and row[0] > self.COUNT_CAP:
+                return int(row[0])
+        return queryset[: self.COUNT_CAP + 1].count()
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Nothing here is added, changed or deleted by hand."""
+
+    paginator = LargeTablePaginator
+    show_full_result_count = False
+    list_per_page = 50
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_refund_permission(self, request, obj=None) -> bool:
+        return request.user.has_perm(REFUND_PERMISSION)
+
+
+def money(amount: int, currency: str) -> str:
+    return format_money(amount, currency)

@@ -1,0 +1,93 @@
+"""Forms that turn what staff type into exactly what the service expects."""
+
+from __future__ import annotations
+
+import uuid
+
+from django import forms
+
+from ledger_app.errors import LedgerError
+from ledger_app.models import Charge, Refund
+from ledger_app.money import format_money, parse_major
+
+OTHER = "other"
+REASONS = [
+    (Refund.Reason.REQUESTED_BY_CUSTOMER, "Requested by customer"),
+    (Refund.Reason.DUPLICATE, "Duplicate charge"),
+    (Refund.Reason.FRAUDULENT, "Fraudulent"),
+    (OTHER, "Other (explain in the note)"),
+]
+
+
+def new_form_key(prefix: str = "admin") -> str:
+    """Minted when a form is rendered: every submission of that rendering shares it."""
+    return f"{prefix}:{uuid.uuid4().hex}"
+
+
+class ReasonAndNote(forms.Form):
+    reason = forms.ChoiceField(choices=[("", "---------"), *REASONS])
+    note = forms.CharField(
+        required=False,
+        max_length=1000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="Required when the reason is Other, and for a full refund of a charge.",
+    )
+
+    def service_reason(self) -> str:
+        reason = self.cleaned_data["reason"]
+        return "" if reason == OTHER else reason
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("reason") == OTHER and not cleaned.get("note", "").strip():
+            self.add_error("note", "Explain the refund when the reason is Other.")
+        return cleaned
+
+
+class RefundForm(ReasonAndNote):
+    amount = forms.CharField(
+        required=False,
+        max_length=40,
+        help_text="In major units, e.g. 12.34. Leave blank to refund everything that is left.",
+    )
+    idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=255)
+
+    field_order = ["amount", "reason", "note", "idempotency_key"]
+
+    def __init__(self, *args, charge: Charge, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.charge = charge
+        self.fields["amount"].widget.attrs.update(
+            placeholder=f"{format_money(charge.amount_refundable, charge.currency)} (the rest)",
+            autocomplete="off",
+            inputmode="decimal",
+        )
+
+    def clean_amount(self) -> int | None:
+        text = self.cleaned_data["amount"].strip()
+        if not text:
+            return None
+        try:
+            return parse_major(text, self.charge.currency)
+        except LedgerError as exc:
+            raise forms.ValidationError(f"{exc.message} ({exc.code})", code=exc.code) from exc
+
+    def clean(self):
+        cleaned = super().clean()
+        amount = cleaned.get("amount")
+        whole_charge = self.charge.amount_refunded == 0 and amount in (None, self.charge.amount)
+        if "amount" in cleaned and whole_charge and not cleaned.get("note", "").strip():
+            self.add_error("note", "A full refund of the charge needs a note.")
+        return cleaned
+
+
+class BulkRefundForm(ReasonAndNote):
+    """Refunds every selected charge in full, so, like a full refund, it needs a note."""
+
+    batch_key = forms.CharField(widget=forms.HiddenInput, max_length=200)
+
+    def clean(self):
+        cleaned = super().clean()
+        if not cleaned.get("note", "").strip() and "note" not in self.errors:
+            self.add_error("note", "Say why these charges are refunded in full.")
+        return cleaned
