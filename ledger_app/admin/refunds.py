@@ -152,6 +152,7 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
         "actor",
     ]
     list_filter = ["kind", ("created_at", admin.DateFieldListFilter)]
+    list_select_related = ["charge", "refund"]
     search_fields = ["charge__id"]
     search_help_text = "A charge id or a refund id, exactly."
     ordering = ["-id"]
@@ -168,6 +169,7 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
 @admin.register(IdempotencyRecord)
 class IdempotencyRecordAdmin(ReadOnlyAdmin):
     list_display = ["key", "operation", "refund", "charge", "created_at"]
+    list_select_related = ["refund", "charge"]
     search_fields = ["key"]
     search_help_text = "A key, a refund id or a charge id, exactly."
     ordering = ["-created_at", "-id"]
