@@ -188,7 +188,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["ledger_app.api.authentication.ApiKeyPermission"],
     "DEFAULT_PARSER_CLASSES": [
         "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.JSONParser",
+        "ledger_app.api.parsing.JSONParser",
     ],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_THROTTLE_CLASSES": ["ledger_app.api.authentication.ApiKeyThrottle"],
@@ -206,9 +206,12 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "AUTHENTICATION_WHITELIST": [],
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "ledger_app.api.schema.optional_expansions",
+    ],
 }
 # Bodies are small; anything larger is refused before it is parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024

@@ -73,3 +73,12 @@ def fully_refunded_charge(db):
     charge.refresh_from_db()
     assert charge.amount_refunded == charge.amount
     return charge
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """Connections close at the end of each request in tests, so server threads (the live
+    server's) leave none open that would keep the test database from being dropped."""
+    from django.conf import settings
+
+    settings.DATABASES["default"]["CONN_MAX_AGE"] = 0

@@ -74,3 +74,6 @@ class ApiKeyThrottle(throttling.SimpleRateThrottle):
         client = request.user
         ident = client.key.prefix if isinstance(client, ApiClient) else self.get_ident(request)
         return self.cache_format % {"scope": self.scope, "ident": ident}
+
+
+from ledger_app.api import schema  # noqa: E402,F401 - registers the scheme with drf-spectacular

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.http import QueryDict
+from rest_framework import exceptions as drf_exceptions
+from rest_framework import parsers
 
 from ledger_app import errors
 from ledger_app.api.errors import ApiError
@@ -25,12 +27,24 @@ LIST_PARAMS = {"expand"}
 DICT_PARAMS = {"metadata"}
 
 
-def fold(data: QueryDict | Mapping) -> dict[str, Any]:
+class Params(dict):
+    """Parameters after folding; remembers whether they came as JSON (typed values)."""
+
+    from_json = False
+
+
+def fold(data: QueryDict | Mapping) -> Params:
     if not isinstance(data, QueryDict):
         if not isinstance(data, Mapping):
             raise ApiError("The request body must be an object.", code="body_invalid")
-        return dict(data)
-    folded: dict[str, Any] = {}
+        if not _storable(data):
+            raise ApiError(
+                "The request body holds text that is not valid Unicode.", code="body_invalid"
+            )
+        params = Params(data)
+        params.from_json = True
+        return params
+    folded = Params()
     for raw_key, values in data.lists():
         match = BRACKETED.match(raw_key)
         if match is None:
@@ -67,6 +81,17 @@ def fold(data: QueryDict | Mapping) -> dict[str, Any]:
     return folded
 
 
+def _storable(value: Any) -> bool:
+    """No lone surrogates anywhere: JSON allows them, nothing downstream can store them."""
+    if isinstance(value, str):
+        return not any(0xD800 <= ord(ch) <= 0xDFFF for ch in value)
+    if isinstance(value, Mapping):
+        return all(_storable(k) and _storable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_storable(v) for v in value)
+    return True
+
+
 def _put(folded: dict, key: str, value: Any) -> None:
     if key in folded:
         raise ApiError(f"{key} was sent more than once.", code="parameter_invalid", param=key)
@@ -87,11 +112,13 @@ def required(params: dict[str, Any], name: str) -> Any:
     return params[name]
 
 
-def integer(value: Any, name: str) -> int:
-    """An int from a form string or a JSON number. Floats and bools are not integers."""
+def integer(value: Any, name: str, params: Params | None = None) -> int:
+    """An int: a string of digits in a form or query, a JSON integer in a JSON body.
+    Floats and bools are never integers."""
     if type(value) is int:
         return value
-    if isinstance(value, str) and INTEGER.match(value):
+    from_json = params is not None and params.from_json
+    if not from_json and isinstance(value, str) and INTEGER.match(value):
         return int(value)
     raise ApiError(
         f"Invalid integer: {str(value)[:50]}", code="parameter_invalid_integer", param=name
@@ -154,3 +181,15 @@ def object_id(value: Any, name: str) -> str:
     if not 0 < len(value) <= 64 or has_unstorable_characters(value):
         raise errors.ResourceMissing(f"No such object: '{value[:64]}'", param=name)
     return value
+
+
+class JSONParser(parsers.JSONParser):
+    """DRF's JSON parser, refusing what would crash it (deep nesting) with a plain message."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise drf_exceptions.ParseError("nested too deeply") from None
+        except drf_exceptions.ParseError:
+            raise drf_exceptions.ParseError("not valid JSON") from None

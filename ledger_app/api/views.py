@@ -24,10 +24,10 @@ from ledger_app.selectors import page_newest_first
 from ledger_app.services.charges import create_charge
 from ledger_app.services.refunds import create_refund
 
-ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409, 429)}
+ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409, 413, 415, 429)}
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
-    OpenApiTypes.STR,
+    {"type": "string", "minLength": 1, "maxLength": 255},
     OpenApiParameter.HEADER,
     description="1 to 255 characters. The same key and request again replays the first "
     "result (header Idempotent-Replayed: true); the same key with another request is a 400 "
@@ -35,7 +35,11 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 )
 EXPAND = OpenApiParameter("expand[]", OpenApiTypes.STR, many=True, required=False)
 LIST_PARAMS = [
-    OpenApiParameter("limit", OpenApiTypes.INT, description="1 to 100, default 10."),
+    OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": 100},
+        description="1 to 100, default 10.",
+    ),
     OpenApiParameter("starting_after", OpenApiTypes.STR, description="An id: the page after it."),
     OpenApiParameter("ending_before", OpenApiTypes.STR, description="An id: the page before it."),
 ]
@@ -48,16 +52,18 @@ def created(obj, serializer_class, *, expand=()) -> Response:
     return response
 
 
+def cursor(params: dict, name: str) -> str | None:
+    return parsing.object_id(params[name], name) if params.get(name) else None
+
+
 def listing(queryset, params: dict, serializer_class, url: str) -> Response:
     if params.get("starting_after") and params.get("ending_before"):
         raise ApiError("Send starting_after or ending_before, not both.", code="parameter_invalid")
     page = page_newest_first(
         queryset,
         limit=parsing.limit(params),
-        starting_after=parsing.string(
-            params.get("starting_after"), "starting_after", optional=True
-        ),
-        ending_before=parsing.string(params.get("ending_before"), "ending_before", optional=True),
+        starting_after=cursor(params, "starting_after"),
+        ending_before=cursor(params, "ending_before"),
     )
     return Response(
         {
@@ -67,10 +73,6 @@ def listing(queryset, params: dict, serializer_class, url: str) -> Response:
             "url": url,
         }
     )
-
-
-def cursor(params: dict, name: str) -> str | None:
-    return parsing.object_id(params[name], name) if params.get(name) else None
 
 
 def idempotency_key(request) -> str | None:
@@ -104,7 +106,7 @@ class ChargesView(APIView):
         parsing.only(params, {"amount", "currency", "description", "metadata", "source", "expand"})
         parsing.expand(params, set())
         charge = create_charge(
-            amount=parsing.integer(parsing.required(params, "amount"), "amount"),
+            amount=parsing.integer(parsing.required(params, "amount"), "amount", params),
             currency=parsing.string(parsing.required(params, "currency"), "currency"),
             description=parsing.string(params.get("description", ""), "description"),
             metadata=parsing.metadata(params.get("metadata")),
@@ -167,7 +169,7 @@ class RefundsView(APIView):
         amount = params.get("amount")
         refund = create_refund(
             charge_id=parsing.string(parsing.required(params, "charge"), "charge"),
-            amount=None if amount is None else parsing.integer(amount, "amount"),
+            amount=None if amount is None else parsing.integer(amount, "amount", params),
             reason=parsing.string(params.get("reason"), "reason", optional=True),
             metadata=parsing.metadata(params.get("metadata")),
             idempotency_key=idempotency_key(request),

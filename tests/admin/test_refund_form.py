@@ -307,3 +307,15 @@ class TestPermissions:
         response = client.get(refund_url(charge))
 
         assert response.status_code == 302 and "/admin/login/" in response.url
+
+
+def test_create_support_agent_makes_a_staff_user_who_may_refund(capsys, client):
+    from django.core.management import call_command
+
+    call_command("create_support_agent", "sam")
+
+    line = capsys.readouterr().out.strip()
+    password = line.split(" / ")[1].split()[0]
+    assert client.login(username="sam", password=password)
+    charge = ChargeFactory(amount=1_000)
+    assert client.get(refund_url(charge)).status_code == 200

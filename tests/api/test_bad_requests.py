@@ -1,0 +1,492 @@
+"""One table of bad requests against the real /v1/ endpoints.
+
+Every row is sent with Django's test client and must come back as a 4xx in Stripe's
+envelope ({"error": {"type", "code", "message"}}), with a Request-Id header, with the
+expected status, code (and param where it matters), and without writing anything:
+no charge, refund, ledger entry, idempotency record or provider request, and no change
+to any charge's amount_refunded.
+
+Rows whose `xfail` is set are bugs in the application, pinned here until they are fixed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
+from ledger_app.services.api_keys import create_api_key, revoke_api_key
+from ledger_app.services.refunds import create_refund
+from simulated_provider.models import ProviderRequest
+from tests.api.conftest import basic_auth
+from tests.factories import ChargeFactory
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("inline_dispatch")]
+
+FORM = "application/x-www-form-urlencoded"
+JSON = "application/json"
+UNCHECKED = object()  # the row does not care about error.param
+ON_POSTGRESQL = connection.vendor == "postgresql"
+
+
+@dataclass(frozen=True)
+class Bad:
+    """A bad request and the refusal it must get.
+
+    `body`: a str (form-encoded unless `content_type` says otherwise), bytes (sent as
+    they are with `content_type`), or any other value (sent as JSON). Placeholders such
+    as {charge} are replaced by the ids of the charges the test creates.
+    `param`: the expected error.param; None means the envelope has no param.
+    `auth`: which Authorization header to send (see `authorization`).
+    """
+
+    id: str
+    method: str
+    path: str
+    status: int
+    code: str
+    body: Any = None
+    content_type: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    param: Any = UNCHECKED
+    auth: str = "key"
+    message_contains: str | None = None
+    xfail: str | None = None
+    xfail_if: bool = True
+
+
+def refund(body: str, status: int = 400, **kw: Any) -> dict:
+    return {"method": "post", "path": "/v1/refunds", "body": body, "status": status, **kw}
+
+
+def charge_create(body: Any, status: int = 400, **kw: Any) -> dict:
+    return {"method": "post", "path": "/v1/charges", "body": body, "status": status, **kw}
+
+
+def get(path: str, status: int = 400, **kw: Any) -> dict:
+    return {"method": "get", "path": path, "status": status, **kw}
+
+
+def bad_amount(row_id: str, value: str) -> Bad:
+    return Bad(
+        row_id,
+        **refund(f"charge={{charge}}&amount={value}"),
+        code="parameter_invalid_integer",
+        param="amount",
+    )
+
+
+def json_refund(row_id: str, payload: Any, status: int = 400, **kw: Any) -> Bad:
+    return Bad(row_id, **refund(payload, status=status, content_type=JSON), **kw)
+
+
+def idempotency_key(row_id: str, key: str, path: str = "/v1/refunds") -> Bad:
+    body = "charge={charge}&amount=100" if path == "/v1/refunds" else "amount=100&currency=usd"
+    return Bad(
+        row_id,
+        "post",
+        path,
+        400,
+        "invalid_idempotency_key",
+        body=body,
+        headers={"HTTP_IDEMPOTENCY_KEY": key},
+        param="idempotency_key",
+    )
+
+
+# fmt: off
+ROWS = [
+    # --- amount: form integers are strings of ASCII digits, and amounts are 1..2**63-1 ---
+    bad_amount("form-amount-decimal", "5.5"),
+    bad_amount("form-amount-exponent", "1e3"),
+    bad_amount("form-amount-leading-space", "%205"),
+    bad_amount("form-amount-plus-sign", "%2B5"),
+    bad_amount("form-amount-plus-as-space", "+5"),
+    bad_amount("form-amount-empty", ""),
+    bad_amount("form-amount-negative", "-1"),
+    bad_amount("form-amount-zero", "0"),
+    bad_amount("form-amount-2-pow-63", "9223372036854775808"),
+    bad_amount("form-amount-5000-digits", "9" * 5000),
+    bad_amount("form-amount-arabic-indic-digit", "%D9%A5"),
+    bad_amount("form-amount-hex", "0x10"),
+    json_refund("json-amount-float", {"charge": "{charge}", "amount": 5.0},
+                code="parameter_invalid_integer", param="amount"),
+    json_refund("json-amount-true", {"charge": "{charge}", "amount": True},
+                code="parameter_invalid_integer", param="amount"),
+    json_refund("json-amount-list", {"charge": "{charge}", "amount": [5]},
+                code="parameter_invalid_integer", param="amount"),
+    json_refund("json-amount-2-pow-63", {"charge": "{charge}", "amount": 2**63},
+                code="parameter_invalid_integer", param="amount"),
+    json_refund("json-amount-overflowing-float", '{"charge": "{charge}", "amount": 1e400}',
+                code="parameter_invalid_integer", param="amount"),
+    json_refund("json-amount-NaN", '{"charge": "{charge}", "amount": NaN}', code="body_invalid"),
+    json_refund("json-amount-5000-digit-number",
+                '{"charge": "{charge}", "amount": %s}' % ("9" * 5000), code="body_invalid"),
+    json_refund("json-amount-digit-string", {"charge": "{charge}", "amount": "500"},
+                code="parameter_invalid_integer", param="amount"),
+    # --- missing and unknown parameters ---
+    Bad("refund-without-charge", **refund("amount=100"), code="parameter_missing", param="charge"),
+    json_refund("json-refund-charge-null", {"charge": None}, code="parameter_missing",
+                param="charge"),
+    Bad("charge-without-amount", **charge_create("currency=usd"), code="parameter_missing",
+        param="amount"),
+    Bad("charge-without-currency", **charge_create("amount=100"), code="parameter_missing",
+        param="currency"),
+    Bad("refund-unknown-param", **refund("charge={charge}&amount=100&customer=cus_1"),
+        code="parameter_unknown", param="customer"),
+    Bad("charge-unknown-param", **charge_create("amount=100&currency=usd&capture=false"),
+        code="parameter_unknown", param="capture"),
+    Bad("charges-list-unknown-param", **get("/v1/charges?created=1"), code="parameter_unknown",
+        param="created"),
+    Bad("refund-retrieve-expand-unknown", **get("/v1/refunds/re_x?expand[]=charge"),
+        code="parameter_unknown", param="expand"),
+    # --- bracket notation abuse ---
+    Bad("amount-as-list", **refund("charge={charge}&amount[]=5"), code="parameter_invalid",
+        param="amount[]"),
+    Bad("metadata-nested", **refund("charge={charge}&metadata[a][b]=1"),
+        code="parameter_invalid", param="metadata[a][b]"),
+    Bad("metadata-unclosed-bracket", **refund("charge={charge}&metadata[a=1"),
+        code="parameter_invalid", param="metadata[a"),
+    Bad("metadata-empty-key", **refund("charge={charge}&metadata[]=1"),
+        code="parameter_invalid", param="metadata[]"),
+    Bad("metadata-plain-string", **refund("charge={charge}&metadata=x"),
+        code="invalid_metadata", param="metadata"),
+    Bad("metadata-key-twice", **refund("charge={charge}&metadata[a]=1&metadata[a]=2"),
+        code="parameter_invalid", param="metadata[a]"),
+    Bad("charge-as-list", **refund("charge[0]=ch_x"), code="parameter_invalid", param="charge[0]"),
+    Bad("amount-twice", **refund("charge={charge}&amount=1&amount=2"), code="parameter_invalid",
+        param="amount"),
+    Bad("expand-on-refund-create", **refund("charge={charge}&amount=100&expand[0]=charge"),
+        code="parameter_invalid", param="expand"),
+    Bad("expand-without-brackets", **get("/v1/charges/{charge}?expand=refunds"),
+        code="parameter_invalid", param="expand"),
+    Bad("expand-unknown-property", **get("/v1/charges/{charge}?expand[]=customer"),
+        code="parameter_invalid", param="expand"),
+    # --- metadata limits (50 keys, keys up to 40 characters, values up to 500, no NUL) ---
+    Bad("metadata-51-keys",
+        **refund("charge={charge}&" + "&".join(f"metadata[k{i}]=v" for i in range(51))),
+        code="invalid_metadata", param="metadata"),
+    Bad("metadata-41-char-key", **refund("charge={charge}&metadata[" + "k" * 41 + "]=v"),
+        code="invalid_metadata", param="metadata"),
+    Bad("metadata-501-char-value", **refund("charge={charge}&metadata[k]=" + "v" * 501),
+        code="invalid_metadata", param="metadata"),
+    Bad("metadata-NUL-value", **refund("charge={charge}&metadata[k]=a%00b"),
+        code="invalid_metadata", param="metadata"),
+    json_refund("json-metadata-number-value", {"charge": "{charge}", "metadata": {"k": 1}},
+                code="invalid_metadata", param="metadata"),
+    json_refund("json-metadata-nested", {"charge": "{charge}", "metadata": {"k": {"a": "b"}}},
+                code="invalid_metadata", param="metadata"),
+    json_refund("json-metadata-lone-surrogate", {"charge": "{charge}", "metadata": {"k": "\ud800"}},
+                code="body_invalid"),
+    # --- Idempotency-Key: 1 to 255 characters, no control characters ---
+    idempotency_key("idempotency-key-BEL", "order-\x07"),
+    idempotency_key("idempotency-key-tab", "order\t17"),
+    idempotency_key("idempotency-key-DEL", "order\x7f"),
+    idempotency_key("idempotency-key-lone-surrogate", "order-\ud800"),
+    idempotency_key("idempotency-key-256-chars", "k" * 256),
+    idempotency_key("idempotency-key-empty", ""),
+    idempotency_key("charge-idempotency-key-256-chars", "k" * 256, path="/v1/charges"),
+    # --- unknown ids: 400 with param in the body, 404 in the path ---
+    Bad("refund-unknown-charge", **refund("charge=ch_doesnotexist&amount=100"),
+        code="resource_missing", param="charge"),
+    Bad("refund-empty-charge", **refund("charge=&amount=100"), code="resource_missing",
+        param="charge"),
+    Bad("refund-charge-200-chars", **refund("charge=" + "c" * 200), code="resource_missing",
+        param="charge"),
+    Bad("refund-charge-NUL", **refund("charge=ch_%00"), code="resource_missing", param="charge"),
+    Bad("refund-charge-sql", **refund("charge=ch_x%27%20OR%20%271%27%3D%271"),
+        code="resource_missing", param="charge"),
+    Bad("charge-retrieve-unknown", **get("/v1/charges/ch_doesnotexist", status=404),
+        code="resource_missing", param=None),
+    Bad("charge-retrieve-NUL", **get("/v1/charges/ch_%00x", status=404), code="resource_missing",
+        param=None),
+    Bad("charge-retrieve-200-chars", **get("/v1/charges/" + "c" * 200, status=404),
+        code="resource_missing", param=None),
+    Bad("refund-retrieve-unknown", **get("/v1/refunds/re_doesnotexist", status=404),
+        code="resource_missing", param=None),
+    Bad("refund-retrieve-200-chars", **get("/v1/refunds/" + "r" * 200, status=404),
+        code="resource_missing", param=None),
+    # --- lists ---
+    Bad("limit-0", **get("/v1/refunds?limit=0"), code="parameter_invalid_integer", param="limit"),
+    Bad("limit-101", **get("/v1/charges?limit=101"), code="parameter_invalid_integer",
+        param="limit"),
+    Bad("limit-abc", **get("/v1/refunds?limit=abc"), code="parameter_invalid_integer",
+        param="limit"),
+    Bad("limit-twice", **get("/v1/charges?limit=1&limit=2"), code="parameter_invalid",
+        param="limit"),
+    Bad("starting-after-unknown", **get("/v1/refunds?starting_after=re_doesnotexist"),
+        code="resource_missing", param="starting_after"),
+    Bad("ending-before-unknown", **get("/v1/charges?ending_before=ch_doesnotexist"),
+        code="resource_missing", param="ending_before"),
+    Bad("starting-after-and-ending-before", **get("/v1/refunds?starting_after=a&ending_before=b"),
+        code="parameter_invalid"),
+    Bad("refunds-filter-charge-NUL", **get("/v1/refunds?charge=%00"), code="resource_missing",
+        param="charge"),
+    Bad("starting-after-NUL", **get("/v1/refunds?starting_after=re_%00"),
+        code="resource_missing", param="starting_after"),
+    Bad("ending-before-NUL", **get("/v1/charges?ending_before=ch_%00"),
+        code="resource_missing", param="ending_before"),
+    # --- malformed bodies and content types ---
+    json_refund("json-malformed", '{"charge": ', code="body_invalid"),
+    json_refund("json-array", '[{"charge": "{charge}"}]', code="body_invalid"),
+    json_refund("json-string", '"charge"', code="body_invalid"),
+    json_refund("json-null", "null", code="body_invalid"),
+    Bad("json-invalid-utf8", **refund(b'{"charge": "\xff"}', content_type=JSON),
+        code="body_invalid"),
+    json_refund("json-nested-5000-deep", "[" * 5000 + "]" * 5000, code="body_invalid"),
+    json_refund("json-lone-surrogate-amount", '{"charge": "{charge}", "amount": "\\ud800"}',
+                code="body_invalid"),
+    json_refund("json-lone-surrogate-param-name", '{"charge": "{charge}", "\\ud800": 1}',
+                code="body_invalid"),
+    json_refund("json-lone-surrogate-expand", '{"charge": "{charge}", "expand": ["\\ud800"]}',
+                code="body_invalid"),
+    Bad("text-plain-body", **refund("charge={charge}&amount=100", status=415,
+                                    content_type="text/plain"), code="content_type_unsupported"),
+    Bad("xml-body", **refund(b"<refund><charge>{charge}</charge></refund>", status=415,
+                             content_type="application/xml"), code="content_type_unsupported"),
+    Bad("multipart-body",
+        **refund(b'--XX\r\nContent-Disposition: form-data; name="charge"\r\n\r\n'
+                 b"{charge}\r\n--XX--\r\n",
+                 status=415, content_type="multipart/form-data; boundary=XX"),
+        code="content_type_unsupported"),
+    Bad("form-body-over-64-KiB", **refund("charge={charge}&amount=100&metadata[k]=" + "v" * 66_000,
+                                          status=413), code="body_too_large"),
+    json_refund("json-body-over-64-KiB", '{"charge": "{charge}", "amount": 100}' + " " * 66_000,
+                status=413, code="body_too_large"),
+    Bad("form-201-fields",
+        **refund("charge={charge}&" + "&".join(f"metadata[k{i}]=v" for i in range(200))),
+        code="too_many_parameters"),
+    # --- text fields: SQL and HTML are just invalid values ---
+    Bad("reason-sql",
+        **refund("charge={charge}&amount=100&reason=%27%3B%20DROP%20TABLE%20ledger_app_refund%3B--"),
+        code="invalid_reason", param="reason"),
+    Bad("reason-html",
+        **refund("charge={charge}&amount=100&reason=%3Cscript%3Ealert(1)%3C%2Fscript%3E"),
+        code="invalid_reason", param="reason"),
+    json_refund("json-reason-number", {"charge": "{charge}", "reason": 5},
+                code="parameter_invalid_string", param="reason"),
+    Bad("description-html-1001-chars", **charge_create("amount=100&currency=usd&description="
+                                                       + "%3Cb%3E" * 334),
+        code="invalid_description", param="description"),
+    Bad("description-sql-with-NUL",
+        **charge_create("amount=100&currency=usd&description=x%27%20OR%201%3D1%00"),
+        code="invalid_description", param="description"),
+    Bad("charge-currency-unknown", **charge_create("amount=100&currency=zzz"),
+        code="invalid_currency", param="currency"),
+    Bad("charge-currency-two-letters", **charge_create("amount=100&currency=us"),
+        code="invalid_currency", param="currency"),
+    Bad("charge-amount-decimal", **charge_create("amount=1.00&currency=usd"),
+        code="parameter_invalid_integer", param="amount"),
+    Bad("charge-amount-zero", **charge_create({"amount": 0, "currency": "usd"}, content_type=JSON),
+        code="parameter_invalid_integer", param="amount"),
+    # --- API keys ---
+    Bad("no-api-key", **refund("charge={charge}&amount=100", status=401), auth="none",
+        code="api_key_missing"),
+    Bad("wrong-api-key", **refund("charge={charge}&amount=100", status=401), auth="wrong",
+        code="api_key_invalid"),
+    Bad("revoked-api-key", **refund("charge={charge}&amount=100", status=401), auth="revoked",
+        code="api_key_invalid"),
+    Bad("basic-auth-not-base64", **get("/v1/charges", status=401), auth="basic-garbage",
+        code="api_key_invalid"),
+    Bad("basic-auth-wrong-key", **get("/v1/refunds", status=401), auth="basic-wrong",
+        code="api_key_invalid"),
+    Bad("unknown-auth-scheme", **get("/v1/charges/{charge}", status=401), auth="token",
+        code="api_key_invalid"),
+    Bad("read-only-key-refund", **refund("charge={charge}&amount=100", status=403),
+        auth="read-only", code="api_key_read_only"),
+    Bad("read-only-key-charge", **charge_create("amount=100&currency=usd", status=403),
+        auth="read-only", code="api_key_read_only"),
+    # --- refunds the ledger refuses ---
+    Bad("refund-pending-charge", **refund("charge={pending}"), code="charge_not_refundable",
+        param="charge"),
+    Bad("refund-failed-charge", **refund("charge={failed}&amount=1"),
+        code="charge_not_refundable", param="charge"),
+    Bad("refund-fully-refunded-charge", **refund("charge={refunded}"),
+        code="charge_already_refunded", param="charge"),
+    Bad("refund-more-than-left", **refund("charge={partial}&amount=7501"),
+        code="amount_too_large", param="amount", message_contains="7500"),
+    Bad("refund-more-than-left-with-key", **refund("charge={partial}&amount=9000"),
+        headers={"HTTP_IDEMPOTENCY_KEY": "order-17-refund"}, code="amount_too_large",
+        param="amount", message_contains="7500"),
+    # --- methods the endpoints do not have ---
+    Bad("put-refunds", **refund("charge={charge}&amount=100", status=405) | {"method": "put"},
+        code="method_not_allowed"),
+    Bad("delete-refunds", "delete", "/v1/refunds", 405, "method_not_allowed"),
+    Bad("patch-refund", "patch", "/v1/refunds/re_x", 405, "method_not_allowed",
+        body="amount=1", content_type=FORM),
+    Bad("delete-charge", "delete", "/v1/charges/{charge}", 405, "method_not_allowed"),
+    Bad("post-to-a-charge", "post", "/v1/charges/{charge}", 405, "method_not_allowed",
+        body="amount=1", content_type=FORM),
+]
+# fmt: on
+
+
+def as_param(row: Bad):
+    marks = []
+    if row.xfail and row.xfail_if:
+        marks.append(pytest.mark.xfail(strict=True, reason=row.xfail))
+    return pytest.param(row, id=row.id, marks=marks)
+
+
+@pytest.fixture
+def charges(succeeded_charge, settings) -> dict[str, str]:
+    """Every charge a row can name, by placeholder."""
+    settings.SIMULATED_GATEWAY_LATENCY_MS = 0
+    partial = ChargeFactory(amount=10_000, currency="usd")
+    create_refund(charge_id=partial.id, amount=2_500)
+    refunded = ChargeFactory(amount=2_500, currency="usd")
+    create_refund(charge_id=refunded.id)
+    return {
+        "charge": succeeded_charge.id,
+        "partial": partial.id,
+        "refunded": refunded.id,
+        "pending": ChargeFactory(status=Charge.Status.PENDING).id,
+        "failed": ChargeFactory(status=Charge.Status.FAILED).id,
+    }
+
+
+def authorization(kind: str, api_key: str) -> str | None:
+    if kind == "key":
+        return f"Bearer {api_key}"
+    if kind == "none":
+        return None
+    if kind == "wrong":
+        return "Bearer sk_" + "x" * 40
+    if kind == "revoked":
+        key, secret = create_api_key(name="leaked")
+        revoke_api_key(prefix=key.prefix)
+        return f"Bearer {secret}"
+    if kind == "read-only":
+        return f"Bearer {create_api_key(name='reporting', read_only=True)[1]}"
+    if kind == "basic-garbage":
+        return "Basic !!not-base64!!"
+    if kind == "basic-wrong":
+        return basic_auth("sk_" + "y" * 40)
+    if kind == "token":
+        return f"Token {api_key}"
+    raise AssertionError(f"unknown auth kind {kind}")
+
+
+def fill(template: str | bytes, ids: dict[str, str]) -> Any:
+    for name, value in ids.items():
+        if isinstance(template, bytes):
+            template = template.replace(f"{{{name}}}".encode(), value.encode())
+        else:
+            template = template.replace(f"{{{name}}}", value)
+    return template
+
+
+def encode(row: Bad, ids: dict[str, str]) -> tuple[Any, str | None]:
+    if row.body is None:
+        return None, row.content_type
+    if isinstance(row.body, bytes):
+        return fill(row.body, ids), row.content_type
+    if isinstance(row.body, str):
+        return fill(row.body, ids), row.content_type or FORM
+    return fill(json.dumps(row.body), ids), row.content_type or JSON
+
+
+def everything_written(charge_ids) -> tuple:
+    return (
+        Charge.objects.count(),
+        Refund.objects.count(),
+        LedgerEntry.objects.count(),
+        IdempotencyRecord.objects.count(),
+        ProviderRequest.objects.count(),
+        dict(Charge.objects.filter(pk__in=charge_ids).values_list("pk", "amount_refunded")),
+    )
+
+
+def send(client, row: Bad, ids: dict[str, str], api_key: str):
+    extra = dict(row.headers)
+    header = authorization(row.auth, api_key)
+    if header is not None:
+        extra["HTTP_AUTHORIZATION"] = header
+    data, content_type = encode(row, ids)
+    kwargs: dict[str, Any] = {}
+    if data is not None:
+        kwargs["data"] = data
+    if content_type is not None:
+        kwargs["content_type"] = content_type
+    # generic() sends the body as it is: no re-encoding, no multipart for dicts.
+    if isinstance(kwargs.get("data"), str):
+        kwargs["data"] = kwargs["data"].encode("utf-8", "surrogatepass")
+    return client.generic(row.method.upper(), fill(row.path, ids), **kwargs, **extra)
+
+
+@pytest.mark.parametrize("row", [as_param(row) for row in ROWS])
+def test_bad_request_is_refused_in_the_envelope_and_writes_nothing(client, api_key, charges, row):
+    client.raise_request_exception = False  # a 500 must show up as a response here
+    before = everything_written(charges.values())
+
+    response = send(client, row, charges, api_key)
+
+    assert response.status_code < 500, response.content[:500]
+    assert response.status_code == row.status, response.content[:500]
+    assert response["Content-Type"].startswith("application/json")
+    assert response.has_header("Request-Id")
+    assert response["Request-Id"].startswith("req_")
+    envelope = response.json()
+    assert set(envelope) == {"error"}
+    error = envelope["error"]
+    assert {"type", "code", "message"} <= set(error)
+    assert set(error) <= {"type", "code", "message", "param"}
+    assert error["type"] == "invalid_request_error"
+    assert error["code"] == row.code, error
+    assert isinstance(error["message"], str) and error["message"]
+    if row.param is not UNCHECKED:
+        assert error.get("param") == row.param, error
+    if row.message_contains is not None:
+        assert row.message_contains in error["message"]
+    assert everything_written(charges.values()) == before
+
+
+def test_table_is_big_enough_and_ids_are_unique():
+    ids = [row.id for row in ROWS]
+    assert len(ids) == len(set(ids))
+    assert len(ROWS) >= 45
+
+
+@pytest.mark.parametrize(
+    "refused_body, refused_code",
+    [
+        ("charge={charge}&amount=10001", "amount_too_large"),
+        ("charge={charge}&amount=5.5", "parameter_invalid_integer"),
+        ("charge={charge}&amount=100&reason=because", "invalid_reason"),
+    ],
+    ids=["amount-too-large", "not-an-integer", "bad-reason"],
+)
+def test_a_refused_request_binds_no_key(
+    api, succeeded_charge, settings, refused_body, refused_code
+):
+    settings.SIMULATED_GATEWAY_LATENCY_MS = 0
+    ids = {"charge": succeeded_charge.id}
+    key = "order-17-refund-1"
+
+    refused = api.post(
+        "/v1/refunds", fill(refused_body, ids), content_type=FORM, HTTP_IDEMPOTENCY_KEY=key
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == refused_code
+    assert IdempotencyRecord.objects.count() == 0
+
+    corrected = api.post(
+        "/v1/refunds",
+        f"charge={succeeded_charge.id}&amount=10000",
+        content_type=FORM,
+        HTTP_IDEMPOTENCY_KEY=key,
+    )
+
+    assert corrected.status_code == 200, corrected.content
+    assert not corrected.has_header("Idempotent-Replayed")
+    body = corrected.json()
+    assert body["object"] == "refund" and body["amount"] == 10_000
+    record = IdempotencyRecord.objects.get(key=key)
+    assert record.refund_id == body["id"]
+    succeeded_charge.refresh_from_db()
+    assert succeeded_charge.amount_refunded == 10_000
+    assert Refund.objects.count() == 1

@@ -1,0 +1,221 @@
+"""schemathesis against /v1/openapi.json, served in-process by the WSGI application.
+
+Generated requests (positive and negative, schemathesis' coverage and fuzzing phases)
+must never get a 5xx, only documented status codes, JSON, a Request-Id header and,
+for errors, Stripe's envelope. Response bodies must match the schema; where the schema
+is wrong the check is pinned with a strict xfail that says what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import schemathesis
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from hypothesis import HealthCheck, settings
+from schemathesis import checks as generic_checks
+from schemathesis.specs.openapi import checks as openapi_checks
+
+from backoffice.wsgi import application
+from ledger_app.models import Refund
+from ledger_app.services.api_keys import create_api_key
+from ledger_app.services.refunds import create_refund
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("wsgi_in_test_transaction")]
+
+schema = schemathesis.openapi.from_wsgi("/v1/openapi.json", application)
+
+FORM = "application/x-www-form-urlencoded"
+JSON = "application/json"
+
+
+# Bounded so the file runs in well under a minute on SQLite; derandomized so a run is
+# reproducible (the same requests every time) and no example database is kept.
+FUZZ = settings(
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+def request_id_and_error_envelope(ctx, response, case):
+    """Every response has a Request-Id; every error is {"error": {type, code, message}}."""
+    request_id = response.headers.get("request-id") or []
+    assert request_id and request_id[0].startswith("req_"), "no Request-Id header"
+    if response.status_code >= 400:
+        body = json.loads(response.content)
+        assert set(body) == {"error"}, body
+        error = body["error"]
+        for name in ("type", "code", "message"):
+            assert isinstance(error.get(name), str) and error[name], error
+
+
+NO_SERVER_ERROR_AND_DOCUMENTED = [
+    generic_checks.not_a_server_error,
+    openapi_checks.status_code_conformance,
+    openapi_checks.content_type_conformance,
+    request_id_and_error_envelope,
+]
+ALL_CHECKS = [*NO_SERVER_ERROR_AND_DOCUMENTED, openapi_checks.response_schema_conformance]
+
+
+@pytest.fixture
+def wsgi_in_test_transaction(db, settings):
+    """Let the real WSGI handler run inside the test's transaction.
+
+    A WSGI request fires request_started/request_finished, whose close_old_connections
+    would close the connection holding the test transaction (Django's test client
+    disconnects it the same way). No provider latency, and no throttling to hit.
+    """
+    settings.SIMULATED_GATEWAY_LATENCY_MS = 0
+    settings.REFUND_DISPATCH = "inline"
+    settings.API_RATE_LIMIT = "100000/second"
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def auth(api_key) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"}
+
+
+@schema.include(path_regex="^/v1/refunds").parametrize()
+@FUZZ
+def test_fuzzed_refund_requests_conform(case, auth, succeeded_charge):
+    case.call_and_validate(headers=auth, checks=ALL_CHECKS)
+
+
+@schema.include(path_regex="^/v1/charges").parametrize()
+@FUZZ
+def test_fuzzed_charge_requests_conform(case, auth, succeeded_charge):
+    case.call_and_validate(headers=auth, checks=ALL_CHECKS)
+
+
+@dataclass(frozen=True)
+class Known:
+    """A request whose answer is known; values such as "{charge}" are filled in."""
+
+    id: str
+    method: str
+    path: str
+    status: int
+    path_parameters: dict = field(default_factory=dict)
+    query: dict = field(default_factory=dict)
+    body: Any = None
+    media_type: str | None = None
+    auth: str = "key"  # key, read-only or none
+    xfail: str | None = None
+
+
+CHARGE = {"charge_id": "{charge}"}
+# fmt: off
+KNOWN = [
+    Known("charges-list", "GET", "/v1/charges", 200),
+    Known("charges-retrieve", "GET", "/v1/charges/{charge_id}", 200, CHARGE),
+    Known("charges-retrieve-expanded", "GET", "/v1/charges/{charge_id}", 200, CHARGE,
+          query={"expand[]": ["refunds"]}),
+    Known("charges-create", "POST", "/v1/charges", 200,
+          body={"amount": 1500, "currency": "usd"}, media_type=FORM),
+    Known("charges-retrieve-unknown", "GET", "/v1/charges/{charge_id}", 404,
+          {"charge_id": "ch_nope"}),
+    Known("charges-list-no-key", "GET", "/v1/charges", 401, auth="none"),
+    Known("charges-create-read-only", "POST", "/v1/charges", 403,
+          body={"amount": 1500, "currency": "usd"}, media_type=FORM, auth="read-only"),
+    Known("refunds-create-form", "POST", "/v1/refunds", 200,
+          body={"charge": "{charge}", "amount": 700, "reason": "duplicate"}, media_type=FORM),
+    Known("refunds-create-json", "POST", "/v1/refunds", 200,
+          body={"charge": "{charge}", "amount": 300, "metadata": {"order": "A-17"}},
+          media_type=JSON),
+    Known("refunds-create-the-rest", "POST", "/v1/refunds", 200, body={"charge": "{charge}"},
+          media_type=FORM),
+    Known("refunds-create-too-large", "POST", "/v1/refunds", 400,
+          body={"charge": "{charge}", "amount": 10_001}, media_type=FORM),
+    Known("refunds-retrieve", "GET", "/v1/refunds/{refund_id}", 200, {"refund_id": "{refund}"}),
+    Known("refunds-retrieve-unknown", "GET", "/v1/refunds/{refund_id}", 404,
+          {"refund_id": "re_nope"}),
+    Known("refunds-list", "GET", "/v1/refunds", 200, query={"charge": "{charge}", "limit": 1}),
+    Known("refunds-list-after", "GET", "/v1/refunds", 200, query={"starting_after": "{refund}"}),
+]
+# fmt: on
+
+
+def _fill(value, ids):
+    if isinstance(value, str):
+        return ids.get(value.strip("{}"), value) if value.startswith("{") else value
+    if isinstance(value, dict):
+        return {key: _fill(item, ids) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_fill(item, ids) for item in value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "known",
+    [
+        pytest.param(
+            known,
+            id=known.id,
+            marks=[pytest.mark.xfail(strict=True, reason=known.xfail)] if known.xfail else [],
+        )
+        for known in KNOWN
+    ],
+)
+def test_known_requests_match_the_schema(known, api_key, succeeded_charge):
+    create_refund(charge_id=succeeded_charge.id, amount=1_000)  # so a refund exists
+    ids = {
+        "charge": succeeded_charge.id,
+        "refund": Refund.objects.order_by("-created_at").first().id,
+    }
+    headers = {}
+    if known.auth == "key":
+        headers["Authorization"] = f"Bearer {api_key}"
+    elif known.auth == "read-only":
+        headers["Authorization"] = f"Bearer {create_api_key(name='ro', read_only=True)[1]}"
+    body = {}
+    if known.body is not None:
+        body = {"body": _fill(known.body, ids), "media_type": known.media_type}
+    case = schema[known.path][known.method].Case(
+        path_parameters=_fill(known.path_parameters, ids), query=_fill(known.query, ids), **body
+    )
+
+    response = case.call(headers=headers)
+
+    assert response.status_code == known.status, response.content[:500]
+    case.validate_response(response, checks=ALL_CHECKS, headers=headers)
+
+
+@pytest.mark.parametrize(
+    "media_type, body, status",
+    [
+        ("text/plain", "charge=ch_x", 415),
+        (FORM, "charge=ch_x&metadata[k]=" + "v" * 70_000, 413),
+    ],
+    ids=["415-unsupported-media-type", "413-body-too-large"],
+)
+def test_refusals_of_the_body_itself_are_documented(auth, media_type, body, status):
+    case = schema["/v1/refunds"]["POST"].Case()
+
+    response = case.call(headers={**auth, "Content-Type": media_type}, data=body.encode())
+
+    assert response.status_code == status
+    case.validate_response(response, checks=[openapi_checks.status_code_conformance])
+
+
+def test_the_schema_documents_api_key_auth():
+    raw = schema.raw_schema
+    schemes = raw.get("components", {}).get("securitySchemes", {})
+    assert any(s.get("scheme", "").lower() == "bearer" for s in schemes.values())
+    for path_item in raw["paths"].values():
+        for operation in path_item.values():
+            assert operation.get("security") or raw.get("security")

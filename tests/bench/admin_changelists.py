@@ -1,0 +1,117 @@
+"""Admin changelist timings on PostgreSQL at a given table size (default 1,000,000).
+
+    python tests/bench/admin_changelists.py [--rows N] [--url postgres://root@127.0.0.1:5432/postgres]
+
+Creates its own database (bench_admin), loads N charges and N refunds with SQL (a third
+of the refunds failed, so a third of the charges are not refunded), then times
+each changelist page through Django's test client as a logged-in superuser (median of 5).
+Ledger entries are not loaded: this measures the admin's lists, not the books.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dj_database_url
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[2]
+DB = "bench_admin"
+
+LOAD = """
+INSERT INTO ledger_app_charge (id, amount, amount_refunded, currency, status, description,
+    customer, metadata, provider_idempotency_key, provider_charge_id, status_detail,
+    created_at, updated_at)
+SELECT 'ch_' || substr(md5(i::text), 1, 24),
+       1000 + (i %% 5000),
+       CASE WHEN i %% 3 = 0 THEN 0 ELSE 500 END,
+       (ARRAY['usd','eur','jpy','gbp'])[1 + i %% 4],
+       CASE WHEN i %% 50 = 0 THEN 'failed' ELSE 'succeeded' END,
+       'Order ' || i, 'cus_' || (i %% 100000), '{}'::jsonb, NULL, '', '',
+       now() - make_interval(secs => i), now()
+FROM generate_series(1, %(rows)s) AS i;
+
+INSERT INTO ledger_app_refund (id, charge_id, amount, currency, status, reason, metadata,
+    note, source, actor, provider_idempotency_key, provider_refund_id, status_detail,
+    dispatch_attempts, leased_until, created_at, updated_at)
+SELECT 're_' || substr(md5('r' || i::text), 1, 24),
+       'ch_' || substr(md5(i::text), 1, 24),
+       500, (ARRAY['usd','eur','jpy','gbp'])[1 + i %% 4],
+       CASE WHEN i %% 3 = 0 THEN 'failed' WHEN i %% 1000 = 1 THEN 'unknown'
+            ELSE 'succeeded' END,
+       'requested_by_customer', '{}'::jsonb, '', 'api', 'api_key:bench',
+       'refund:re_' || substr(md5('r' || i::text), 1, 24), '', '', 1, NULL,
+       now() - make_interval(secs => i) + interval '1 second', now()
+FROM generate_series(1, %(rows)s) AS i;
+ANALYZE;
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--url", default="postgres://root@127.0.0.1:5432/postgres")
+    args = parser.parse_args()
+    server = dj_database_url.parse(args.url)
+    connect = {"host": server["HOST"], "port": server["PORT"], "user": server["USER"]}
+    with psycopg.connect(dbname=server["NAME"], autocommit=True, **connect) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {DB}")
+    url = f"postgres://{server['USER']}@{server['HOST']}:{server['PORT']}/{DB}"
+    env = {**os.environ, "DATABASE_URL": url}
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    started = time.perf_counter()
+    with psycopg.connect(dbname=DB, autocommit=True, **connect) as db:
+        for statement in LOAD.split(";"):
+            if statement.strip():
+                db.execute(statement, {"rows": args.rows} if "%(rows)s" in statement else None)
+    print(f"loaded {args.rows:,} charges and {args.rows:,} refunds "
+          f"in {time.perf_counter() - started:.1f} s")
+
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "backoffice.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from django.test.utils import setup_test_environment
+
+    setup_test_environment()
+    user = get_user_model().objects.create_superuser("bench", "bench@example.com", "x")
+    client = Client()
+    client.force_login(user)
+    a_charge = "ch_" + __import__("hashlib").md5(str(args.rows // 2).encode()).hexdigest()[:24]
+    pages = [
+        ("charges, unfiltered", "/admin/ledger_app/charge/", {}),
+        ("charges, status + partly refunded", "/admin/ledger_app/charge/",
+         {"status__exact": "succeeded", "refunded": "partial"}),
+        ("charges, currency", "/admin/ledger_app/charge/", {"currency": "jpy"}),
+        ("charges, search by id", "/admin/ledger_app/charge/", {"q": a_charge}),
+        ("charges, search by amount", "/admin/ledger_app/charge/", {"q": "12.34"}),
+        ("charge page", f"/admin/ledger_app/charge/{a_charge}/change/", {}),
+        ("refunds, unfiltered", "/admin/ledger_app/refund/", {}),
+        ("refunds, status unknown", "/admin/ledger_app/refund/", {"status__exact": "unknown"}),
+        ("refunds, search by charge id", "/admin/ledger_app/refund/", {"q": a_charge}),
+        ("needs attention", "/admin/ledger_app/refundattention/", {}),
+    ]
+    print(f"{'page':<36} {'median ms':>10} {'max ms':>8}")
+    for label, path, params in pages:
+        timings = []
+        for _ in range(5):
+            began = time.perf_counter()
+            response = client.get(path, params)
+            timings.append((time.perf_counter() - began) * 1000)
+            assert response.status_code == 200, (label, response.status_code)
+        print(f"{label:<36} {statistics.median(timings):>10.1f} {max(timings):>8.1f}")
+
+
+if __name__ == "__main__":
+    main()
