@@ -9,7 +9,7 @@ from functools import cache
 from babel.numbers import get_currency_precision, list_currencies
 from django.contrib import admin, messages
 from django.contrib.admin.models import LogEntry
-from django.contrib.admin.utils import unquote
+from django.contrib.admin.utils import quote, unquote
 from django.core.cache import cache as django_cache
 from django.core.exceptions import PermissionDenied
 from django.db.models import F, Q
@@ -177,8 +177,9 @@ class ChargeAdmin(ReadOnlyAdmin):
             + urlencode({"charge__id__exact": obj.pk})
         )
         return format_html(
-            "<table><tr><th>When</th><th>Kind</th><th>Refund</th><th>Amount</th><th>By</th>"
-            '</tr>{}</table><a href="{}">All ledger entries of this charge</a>',
+            '<div class="history-table"><table><tr><th>When</th><th>Kind</th><th>Refund</th>'
+            "<th>Amount</th><th>By</th></tr>{}</table></div>"
+            '<a href="{}">All ledger entries of this charge</a>',
             rows,
             url,
         )
@@ -266,7 +267,7 @@ class ChargeAdmin(ReadOnlyAdmin):
                 )
             else:
                 self._report(request, charge, refund)
-                return redirect("admin:ledger_app_charge_change", charge.pk)
+                return redirect("admin:ledger_app_charge_change", quote(charge.pk))
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -300,10 +301,9 @@ class ChargeAdmin(ReadOnlyAdmin):
                 messages.WARNING,
             )
             return "replayed"
+        note = f": {refund.note}" if refund.note else ""
         self.log_change(
-            request,
-            charge,
-            f"Refunded {amount} as {refund.id} ({refund.reason or 'other'}): {refund.note}".strip(),
+            request, charge, f"Refunded {amount} as {refund.id} ({refund.reason or 'other'}){note}"
         )
         level = {
             Refund.Status.SUCCEEDED: messages.SUCCESS,
@@ -407,7 +407,7 @@ def refunds_table(charge: Charge):
         "<td>{}</td><td>{}</td></tr>",
         (
             (
-                reverse("admin:ledger_app_refund_change", args=[r.pk]),
+                reverse("admin:ledger_app_refund_change", args=[quote(r.pk)]),
                 r.pk,
                 r.created_at.strftime("%Y-%m-%d %H:%M"),
                 money(r.amount, r.currency),
@@ -425,8 +425,9 @@ def refunds_table(charge: Charge):
         + urlencode({"charge__id__exact": charge.pk})
     )
     return format_html(
-        "<table><tr><th>Refund</th><th>When</th><th>Amount</th><th>Status</th><th>Reason</th>"
-        '<th>By</th><th>Note</th></tr>{}</table><a href="{}">All refunds of this charge</a>',
+        '<div class="history-table"><table><tr><th>Refund</th><th>When</th><th>Amount</th>'
+        "<th>Status</th><th>Reason</th><th>By</th><th>Note</th></tr>{}</table></div>"
+        '<a href="{}">All refunds of this charge</a>',
         rows,
         url,
     )

@@ -71,8 +71,10 @@ def main() -> None:
         for statement in LOAD.split(";"):
             if statement.strip():
                 db.execute(statement, {"rows": args.rows} if "%(rows)s" in statement else None)
-    print(f"loaded {args.rows:,} charges and {args.rows:,} refunds "
-          f"in {time.perf_counter() - started:.1f} s")
+    print(
+        f"loaded {args.rows:,} charges and {args.rows:,} refunds "
+        f"in {time.perf_counter() - started:.1f} s"
+    )
 
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "backoffice.settings")
@@ -91,8 +93,11 @@ def main() -> None:
     a_charge = "ch_" + __import__("hashlib").md5(str(args.rows // 2).encode()).hexdigest()[:24]
     pages = [
         ("charges, unfiltered", "/admin/ledger_app/charge/", {}),
-        ("charges, status + partly refunded", "/admin/ledger_app/charge/",
-         {"status__exact": "succeeded", "refunded": "partial"}),
+        (
+            "charges, status + partly refunded",
+            "/admin/ledger_app/charge/",
+            {"status__exact": "succeeded", "refunded": "partial"},
+        ),
         ("charges, currency", "/admin/ledger_app/charge/", {"currency": "jpy"}),
         ("charges, search by id", "/admin/ledger_app/charge/", {"q": a_charge}),
         ("charges, search by amount", "/admin/ledger_app/charge/", {"q": "12.34"}),

@@ -1,0 +1,238 @@
+"""A real browser for the admin: Playwright's Python API driving Debian's chromium.
+
+Without chromium (or without the `playwright` package) these tests skip loudly, and
+under CI=true they fail instead. Playwright never downloads a browser here: it launches
+the one apt installed, by its path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Group, Permission
+
+from tests.conftest import IN_CI
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",  # the tests may run as root (CI containers do)
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = PROJECT_ROOT / "test-artifacts" / "screenshots"
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+TIMEOUT_MS = 10_000
+AGENT = ("agent", "agent-pass-123")
+VIEWER = ("viewer", "viewer-pass-1")
+
+_skipped: list[str] = []
+
+
+def _why_no_browser() -> str | None:
+    if not Path(CHROMIUM).is_file() or not os.access(CHROMIUM, os.X_OK):
+        return f"no chromium at {CHROMIUM}"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError as exc:
+        return f"the playwright package cannot be imported ({exc})"
+    return None
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    """One chromium for the whole run; each test gets its own context (cookies, viewport)."""
+    why = _why_no_browser()
+    if why is not None:
+        reason = (
+            f"NEEDS CHROMIUM: {why}. These tests drive the admin in a real browser and "
+            "prove nothing until they run. Install it with `apt-get install chromium` "
+            "(and `pip install playwright`; never `playwright install`), or set CHROMIUM_PATH."
+        )
+        if IN_CI:
+            pytest.fail(f"CI=true and the browser tests cannot run. {reason}")
+        pytest.skip(reason)
+
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an asyncio loop running on this thread, so Django would
+    # refuse ORM calls from the test body and fixtures. They are plain synchronous calls
+    # here; allow them only while the browser is up.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+            )
+            try:
+                yield chromium
+            finally:
+                chromium.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+class BrowserProblems:
+    """What went wrong in the page that a screenshot would not show: JS errors, console
+    errors, and requests that failed or answered 4xx/5xx (a missing stylesheet, say)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.expected_statuses: set[int] = set()
+
+    def watch(self, page) -> None:
+        page.on("pageerror", lambda exc: self.errors.append(f"page error: {exc}"))
+        page.on("console", self._console)
+        page.on("requestfailed", self._request_failed)
+        page.on("response", self._response)
+
+    def _console(self, message) -> None:
+        url = message.location.get("url", "")
+        # Failed loads are judged by _response, which knows the statuses a test expects.
+        if message.text.startswith("Failed to load resource"):
+            return
+        if message.type == "error" and not self._ignored(url):
+            self.errors.append(f"console: {message.text} ({url})")
+
+    def _request_failed(self, request) -> None:
+        # A navigation the browser itself abandoned (a double click does that) is no error.
+        if request.failure == "net::ERR_ABORTED" and request.is_navigation_request():
+            return
+        self.errors.append(f"failed: {request.method} {request.url} {request.failure}")
+
+    def _response(self, response) -> None:
+        if self._ignored(response.url):
+            return
+        if response.status >= 400 and response.status not in self.expected_statuses:
+            self.errors.append(f"HTTP {response.status}: {response.request.method} {response.url}")
+
+    def _ignored(self, url: str) -> bool:
+        # Chromium asks for /favicon.ico on its own; the admin does not ship one.
+        return url.endswith("/favicon.ico")
+
+    def expect_status(self, status: int) -> None:
+        self.expected_statuses.add(status)
+
+
+@pytest.fixture
+def browser_problems() -> BrowserProblems:
+    return BrowserProblems()
+
+
+@pytest.fixture
+def page(browser, live_server, browser_problems) -> Iterator[object]:
+    """A fresh desktop-sized tab on the live server; fails the test on any page error."""
+    context = browser.new_context(base_url=live_server.url, viewport=DESKTOP)
+    context.set_default_timeout(TIMEOUT_MS)
+    tab = context.new_page()
+    browser_problems.watch(tab)
+    yield tab
+    context.close()
+    assert not browser_problems.errors, "\n".join(browser_problems.errors)
+
+
+@pytest.fixture
+def screenshot() -> Callable[..., Path]:
+    """screenshot(page, "name") saves test-artifacts/screenshots/name.png (whole page)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    def take(page, name: str) -> Path:
+        path = SCREENSHOTS / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return take
+
+
+def log_in(page, username: str, password: str) -> None:
+    """Through the real login form, as a person would."""
+    page.goto("/admin/login/?next=/admin/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/")
+    assert page.locator("#user-tools").is_visible(), page.content()
+
+
+def support_agents_group() -> Group:
+    """The group the data migration makes, made again from the migration's own list when
+    an earlier transactional test has flushed it away (flushing keeps no migration data;
+    serialized_rollback cannot bring it back once a plain flush has renumbered the
+    content types)."""
+    migration = importlib.import_module("ledger_app.migrations.0006_support_agents_group")
+    group, created = Group.objects.get_or_create(name=migration.GROUP)
+    if created:
+        group.permissions.set(
+            [
+                Permission.objects.get(content_type__app_label=app_label, codename=codename)
+                for app_label, codename in migration.PERMISSIONS
+            ]
+        )
+    return group
+
+
+@pytest.fixture
+def support_agent(django_user_model):
+    """A staff member in the Support agents group."""
+    user = django_user_model.objects.create_user(AGENT[0], password=AGENT[1], is_staff=True)
+    user.groups.add(support_agents_group())
+    return user
+
+
+@pytest.fixture
+def viewer(django_user_model):
+    """Staff who may look at charges and refunds but not refund."""
+    user = django_user_model.objects.create_user(VIEWER[0], password=VIEWER[1], is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="ledger_app",
+            codename__in=["view_charge", "view_refund", "view_refundattention"],
+        )
+    )
+    return user
+
+
+@pytest.fixture
+def agent_page(page, support_agent):
+    log_in(page, *AGENT)
+    return page
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """For work the live server may still be finishing after the browser has its answer."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the server to settle")
+        time.sleep(0.05)
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and "NEEDS CHROMIUM" in str(report.longrepr):
+        _skipped.append(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _skipped:
+        terminalreporter.section("NOT PROVEN: browser tests skipped", sep="!", red=True)
+        terminalreporter.write_line(
+            f"{len(_skipped)} browser tests were skipped for want of chromium; "
+            "`apt-get install chromium` and run them again.",
+            red=True,
+        )
