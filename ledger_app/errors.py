@@ -117,3 +117,15 @@ class LockTimeout(LedgerError):
     code = "lock_timeout"
     param = "charge"
     default_message = "The charge is busy with other refunds. Retry with the same key shortly."
+
+
+class ImportConflict(LedgerError):
+    code = "import_conflict"
+    param = "id"
+    default_message = "A charge with this id exists with another amount or currency."
+
+
+class InvalidCreated(LedgerError):
+    code = "invalid_created"
+    param = "created"
+    default_message = "created must be unix seconds or an ISO 8601 date and time."

@@ -5,8 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.db.models import BigIntegerField, Count, F, OuterRef, Q, Subquery, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import (
+    BigIntegerField,
+    Count,
+    Exists,
+    F,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    Value,
+)
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce, Concat
 
 from ledger_app.errors import ResourceMissing
 from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
@@ -44,7 +55,9 @@ def find_ledger_drift() -> Iterator[Drift]:
 
     Checks: each charge's amount_refunded equals the sum of its live refunds and the sum
     of its ledger deltas and lies within [0, amount]; each refund has the charge's
-    currency; each refund is bound by at most one idempotency key.
+    currency and its own provider key (refund:<id>); each succeeded refund has its
+    settlement entry; each key's refund is the one its request asked for; each refund is
+    bound by at most one idempotency key.
     Streams with iterators, so memory does not grow with the table.
     """
     live = Refund.objects.filter(status__in=Refund.LIVE_STATUSES)
@@ -76,6 +89,41 @@ def find_ledger_drift() -> Iterator[Drift]:
     )
     for pk, currency, charge_currency in mismatched.iterator(chunk_size=2000):
         yield Drift(pk, "currency_mismatch", f"refund {currency} on a {charge_currency} charge")
+
+    wrong_key = (
+        Refund.objects.exclude(provider_idempotency_key=Concat(Value("refund:"), F("id")))
+        .order_by("pk")
+        .values_list("pk", "provider_idempotency_key")
+    )
+    for pk, key in wrong_key.iterator(chunk_size=2000):
+        yield Drift(pk, "provider_key_changed", f"provider key is {key!r}")
+
+    unsettled = (
+        Refund.objects.filter(status=Refund.Status.SUCCEEDED)
+        .exclude(
+            Exists(
+                LedgerEntry.objects.filter(
+                    refund=OuterRef("pk"), kind=LedgerEntry.Kind.REFUND_SUCCEEDED
+                )
+            )
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    for pk in unsettled.iterator(chunk_size=2000):
+        yield Drift(pk, "settlement_not_in_ledger", "succeeded with no refund_succeeded entry")
+
+    keyed = IdempotencyRecord.objects.filter(operation="refund.create").annotate(
+        sent_charge=KT("request_params__charge"), sent_amount=KT("request_params__amount")
+    )
+    mismatched_keys = (
+        keyed.exclude(sent_charge=F("refund__charge_id"))
+        | keyed.exclude(request_params__amount=None).exclude(  # None: JSON null, omitted
+            refund__amount=Cast("sent_amount", BigIntegerField())
+        )
+    ).order_by("pk")
+    for key, refund_id in mismatched_keys.values_list("key", "refund_id").iterator(chunk_size=2000):
+        yield Drift(refund_id, "key_does_not_match_refund", f"key {key!r} asked for another refund")
 
     doubly_keyed = (
         IdempotencyRecord.objects.order_by()

@@ -1,3 +1,4 @@
+import io
 import os
 
 import pytest
@@ -24,6 +25,18 @@ def _require_postgres(request):
         pytest.fail(f"CI=true and PostgreSQL is not configured. {POSTGRES_REASON}")
     _skipped_for_postgres.append(request.node.nodeid)
     pytest.skip(POSTGRES_REASON)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """After every test that touched the database, verify_ledger must find the books clean
+    (tests that plant drift on purpose are marked `allows_drift`)."""
+    result = yield
+    if "_django_db_helper" in item.fixturenames and not item.get_closest_marker("allows_drift"):
+        from django.core.management import call_command
+
+        call_command("verify_ledger", stdout=io.StringIO())
+    return result
 
 
 def pytest_report_header(config):

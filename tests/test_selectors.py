@@ -7,7 +7,7 @@ from ledger_app.selectors import find_ledger_drift
 from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.allows_drift]
 
 
 def problems():

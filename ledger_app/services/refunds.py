@@ -164,19 +164,7 @@ def _reserve(request: RefundRequest) -> Refund:
             if is_lock_timeout(exc):
                 raise errors.LockTimeout() from exc
             raise
-        if charge.status != Charge.Status.SUCCEEDED:
-            raise errors.ChargeNotRefundable(
-                f"Charge {charge.id} is {charge.status}; only a succeeded charge can be refunded."
-            )
-        remaining = charge.amount - charge.amount_refunded
-        if remaining == 0:
-            raise errors.ChargeAlreadyRefunded(f"Charge {charge.id} has already been refunded.")
-        amount = remaining if request.amount is None else request.amount
-        if amount > remaining:
-            raise errors.AmountTooLarge(
-                f"Refund amount ({amount}) is greater than the amount left to refund "
-                f"on charge {charge.id} ({remaining} {charge.currency})."
-            )
+        amount = amount_to_refund(charge, request.amount)
 
         # Last check passed: from here on, only writes.
         refund = Refund.objects.create(
@@ -207,6 +195,72 @@ def _reserve(request: RefundRequest) -> Refund:
         )
     refund.replayed = False
     return refund
+
+
+def amount_to_refund(charge: Charge, requested: int | None) -> int:
+    """What this request refunds from this charge, or the refusal: checked against what is
+    left (never the charge amount); exactly what is left is allowed; nothing left refuses
+    whatever was asked; omitted means all that is left."""
+    if charge.status != Charge.Status.SUCCEEDED:
+        raise errors.ChargeNotRefundable(
+            f"Charge {charge.id} is {charge.status}; only a succeeded charge can be refunded."
+        )
+    remaining = charge.amount - charge.amount_refunded
+    if remaining <= 0:
+        raise errors.ChargeAlreadyRefunded(f"Charge {charge.id} has already been refunded.")
+    amount = remaining if requested is None else requested
+    if amount > remaining:
+        raise errors.AmountTooLarge(
+            f"Refund amount ({amount}) is greater than the amount left to refund "
+            f"on charge {charge.id} ({remaining} {charge.currency})."
+        )
+    return amount
+
+
+@dataclass(frozen=True)
+class RefundPreview:
+    """What create_refund would do with the same arguments, decided by the same checks."""
+
+    charge: Charge
+    amount: int
+    replay_of: Refund | None = None
+
+
+def preview_refund(
+    *,
+    charge_id: str,
+    amount: int | None = None,
+    idempotency_key: str | None = None,
+    reason: str | None = None,
+    metadata: dict[str, str] | None = None,
+    note: str = "",
+    actor: AbstractBaseUser | str | None = None,
+    source: str = Refund.Source.SYSTEM,
+    also_reserved: int = 0,
+) -> RefundPreview:
+    """create_refund's checks without its writes (for dry runs). `also_reserved` is money
+    that earlier requests of the same dry run would already have taken from the charge.
+    Raises the same LedgerError create_refund would."""
+    request = _build_request(
+        charge_id=charge_id,
+        amount=amount,
+        idempotency_key=idempotency_key,
+        reason=reason,
+        metadata=metadata,
+        note=note,
+        actor=actor,
+        source=source,
+    )
+    if request.keyed is not None:
+        record = idempotency.find(request.keyed.key)
+        if record is not None:
+            replay = _replay(record, request.keyed)
+            return RefundPreview(replay.charge, replay.amount, replay_of=replay)
+    charge = Charge.objects.filter(pk=request.charge_id).first()
+    if charge is None:
+        raise errors.ResourceMissing(f"No such charge: '{request.charge_id}'.")
+    charge.amount_refunded += also_reserved
+    return RefundPreview(charge, amount_to_refund(charge, request.amount))
 
 
 def _replay(record, keyed: idempotency.IdempotentRequest) -> Refund:

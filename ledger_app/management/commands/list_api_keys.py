@@ -1,0 +1,19 @@
+"""List API keys: prefix, name, access, state. Secrets are not stored, so never shown."""
+
+from django.core.management.base import BaseCommand
+
+from ledger_app.models import ApiKey
+
+
+class Command(BaseCommand):
+    help = "List API keys by prefix; secrets are never stored and cannot be shown."
+
+    def handle(self, *args, **options):
+        keys = ApiKey.objects.order_by("created_at")
+        for key in keys.iterator():
+            access = "read-only" if key.read_only else "read-write"
+            state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "active"
+            self.stdout.write(
+                f"{key.prefix}...  {access:<10}  {state:<18}  {key.created_at:%Y-%m-%d}  {key.name}"
+            )
+        self.stdout.write(f"{keys.count()} keys")

@@ -1,0 +1,22 @@
+"""Revoke an API key by its prefix; it stops working at once."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ledger_app.models import ApiKey
+from ledger_app.services.api_keys import revoke_api_key
+
+
+class Command(BaseCommand):
+    help = "Revoke the API key with this prefix (as list_api_keys shows it, e.g. sk_AbC12345)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("prefix")
+
+    def handle(self, *args, prefix, **options):
+        try:
+            key = revoke_api_key(prefix=prefix.rstrip("."))
+        except ApiKey.DoesNotExist:
+            raise CommandError(f"no API key with prefix {prefix!r}", returncode=1) from None
+        self.stdout.write(
+            f"revoked {key.prefix}... ({key.name}) at {key.revoked_at:%Y-%m-%d %H:%M}"
+        )
