@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test worker reconcile lint format clean
+.PHONY: run test bench worker reconcile lint format clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	scripts/run-tests
+
+# Needs a reachable PostgreSQL (BENCH_DATABASE_URL, default the local server); creates
+# its own databases there. Prints a table and writes bench-results.json.
+bench: $(VENV)/.installed-dev
+	$(BIN)/python -W ignore tests/bench/run.py
 
 worker: $(VENV)/.installed
 	$(BIN)/python manage.py process_refunds --loop
