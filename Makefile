@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench worker reconcile lint format clean
+.PHONY: run test bench bench-quick worker reconcile lint format clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,10 @@ test: $(VENV)/.installed-dev
 # Needs a reachable PostgreSQL (BENCH_DATABASE_URL, default the local server); creates
 # its own databases there. Prints a table and writes bench-results.json.
 bench: $(VENV)/.installed-dev
-	$(BIN)/python -W ignore tests/bench/run.py
+	$(BIN)/python -W ignore tests/bench/run.py $(BENCH_ARGS)
+
+bench-quick: $(VENV)/.installed-dev
+	$(BIN)/python -W ignore tests/bench/run.py --quick
 
 worker: $(VENV)/.installed
 	$(BIN)/python manage.py process_refunds --loop
