@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db import connection
+from django.http import HttpResponseBadRequest
 from django.utils.functional import cached_property
 
 from ledger_app.money import format_money
@@ -52,6 +53,13 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def changelist_view(self, request, extra_context=None):
+        # A NUL in a filter or lookup value is nothing any row could match, and PostgreSQL
+        # refuses it outright: answer 400 rather than let it reach the database.
+        if any("\x00" in value for _, values in request.GET.lists() for value in values):
+            return HttpResponseBadRequest("Filter values must not contain NUL characters.")
+        return super().changelist_view(request, extra_context)
 
     def has_refund_permission(self, request, obj=None) -> bool:
         return request.user.has_perm(REFUND_PERMISSION)

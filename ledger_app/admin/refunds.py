@@ -28,7 +28,9 @@ class IssuedByFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         value = self.value()
-        return queryset.filter(created_by_id=value) if value and value.isdigit() else queryset
+        if value and value.isascii() and value.isdigit():
+            return queryset.filter(created_by_id=value)
+        return queryset
 
 
 def exact_id_search(queryset, term: str, *fields: str):

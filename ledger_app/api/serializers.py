@@ -155,4 +155,6 @@ class ChargeCreateSerializer(serializers.Serializer):
     currency = serializers.CharField(help_text="ISO 4217 code, e.g. usd.")
     description = serializers.CharField(required=False)
     metadata = serializers.DictField(child=serializers.CharField(), required=False)
-    source = serializers.CharField(required=False, help_text="Accepted and ignored.")
+    source = serializers.CharField(
+        required=False, help_text="A payment source for the provider (kept in metadata.source)."
+    )

@@ -105,11 +105,20 @@ class ChargesView(APIView):
         params = parsing.fold(request.data)
         parsing.only(params, {"amount", "currency", "description", "metadata", "source", "expand"})
         parsing.expand(params, set())
+        metadata = parsing.metadata(params.get("metadata")) or {}
+        if "source" in params:  # the payment source travels to the provider in metadata
+            if "source" in metadata:
+                raise ApiError(
+                    "Send the source once: as source, not also in metadata.",
+                    code="parameter_invalid",
+                    param="source",
+                )
+            metadata = {**metadata, "source": parsing.string(params["source"], "source")}
         charge = create_charge(
             amount=parsing.integer(parsing.required(params, "amount"), "amount", params),
             currency=parsing.string(parsing.required(params, "currency"), "currency"),
             description=parsing.string(params.get("description", ""), "description"),
-            metadata=parsing.metadata(params.get("metadata")),
+            metadata=metadata,
             idempotency_key=idempotency_key(request),
             actor=request.user.label,
         )

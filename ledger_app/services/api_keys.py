@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import string
 
@@ -14,6 +15,7 @@ from ledger_app.models import ApiKey
 ALPHABET = string.ascii_letters + string.digits
 PREFIX_LENGTH = 11  # "sk_" and 8 characters: enough to tell keys apart, useless to an attacker
 SECRET_LENGTH = 40  # after "sk_": about 238 random bits
+KEY_FORMAT = re.compile(rf"^sk_[A-Za-z0-9]{{{SECRET_LENGTH}}}$")
 
 
 def _digest(secret: str) -> str:
@@ -36,7 +38,7 @@ def create_api_key(*, name: str, read_only: bool = False) -> tuple[ApiKey, str]:
 
 def authenticate_api_key(secret: str) -> ApiKey | None:
     """The active key with this secret, or None. Compares digests in constant time."""
-    if not isinstance(secret, str) or len(secret) != 3 + SECRET_LENGTH:
+    if not isinstance(secret, str) or not KEY_FORMAT.match(secret):
         return None
     key = ApiKey.objects.filter(prefix=secret[:PREFIX_LENGTH], revoked_at__isnull=True).first()
     if key is None or not hmac.compare_digest(key.secret_hash, _digest(secret)):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger_app.errors import LedgerError
+from ledger_app.errors import IdempotencyKeyReused, LedgerError
 from ledger_app.models import Refund
 from ledger_app.services.refunds import create_refund, preview_refund
 from ledger_app.services.text import has_control_characters
@@ -145,6 +145,7 @@ def run_bulk_refund(
     on_start(check_file(path))
     summary = BulkSummary()
     reserved: dict[str, int] = defaultdict(int)  # dry run: what earlier rows would take
+    keys_seen: dict[str, tuple] = {}  # dry run: what each key was first used for
     for row in read_rows(path):
         key = row.idempotency_key or f"bulk:{batch_id}:{row.number}"
         request = {
@@ -158,6 +159,15 @@ def run_bulk_refund(
         }
         try:
             if dry_run:
+                sent = (row.charge, row.amount, row.reason, row.note)
+                if key in keys_seen:  # as the real run would: replay, or refuse a reuse
+                    if keys_seen[key] != sent:
+                        raise IdempotencyKeyReused()
+                    result = RowResult(row, key, "would_replay")
+                    summary.add(result)
+                    on_row(result)
+                    continue
+                keys_seen[key] = sent
                 preview = preview_refund(**request, also_reserved=reserved[row.charge])
                 if preview.replay_of is None:
                     reserved[row.charge] += preview.amount

@@ -73,13 +73,22 @@ def _may_move(current: str, new: str, what: str) -> bool:
 def dispatch_refund(refund_id: str, *, gateway: Gateway | None = None) -> Refund:
     """Make one attempt to send a pending or unknown refund, and settle the answer.
 
-    The provider key is the one stored on the refund when it was created, so however
-    many processes send it, however often, the provider makes one refund of it.
+    The provider key is the one stored on the refund when it was created. A refund that
+    may already have reached the provider (unknown, or an earlier attempt was made) is
+    looked up first and only sent again if the provider has no record of it: providers
+    forget idempotency keys (Stripe after 24 hours), and a resend after that would be a
+    second refund.
     """
     gateway = gateway or get_gateway()
     refund = Refund.objects.select_related("charge").get(pk=refund_id)
     if refund.status not in (PENDING, UNKNOWN):
         return refund
+    if refund.status == UNKNOWN or refund.dispatch_attempts > 1:
+        return _look_up_then_send(refund, gateway)
+    return _send(refund, gateway)
+
+
+def _send(refund: Refund, gateway: Gateway) -> Refund:
     faults.checkpoint("refund.before_provider_call")
     outcome = _ask(
         lambda: gateway.refund(
@@ -95,6 +104,22 @@ def dispatch_refund(refund_id: str, *, gateway: Gateway | None = None) -> Refund
     return settle_refund(refund_id=refund.id, outcome=outcome)
 
 
+def _look_up_then_send(refund: Refund, gateway: Gateway) -> Refund:
+    """The provider's record settles the refund; no record: send it; no answer: leave it."""
+    try:
+        answer = gateway.lookup_refund(
+            provider_key=refund.provider_idempotency_key,
+            charge_reference=refund.charge.provider_reference,
+            ledger_refund_id=refund.id,
+        )
+    except OutcomeUnknown as exc:
+        log.info("refund %s: provider cannot say (%s); left %s", refund.id, exc, refund.status)
+        return refund
+    if answer is None:
+        return _send(refund, gateway)
+    return settle_refund(refund_id=refund.id, outcome=Outcome.from_answer(answer))
+
+
 def settle_refund(*, refund_id: str, outcome: Outcome) -> Refund:
     """Move a refund to what the provider said, with its ledger entry, in one transaction.
 
@@ -102,16 +127,11 @@ def settle_refund(*, refund_id: str, outcome: Outcome) -> Refund:
     back to the charge's refundable balance with a `refund_released` entry. unknown: the
     amount stays reserved. States only move forward; anything else changes nothing.
     """
+    charge_id = Refund.objects.values_list("charge_id", flat=True).get(pk=refund_id)
     with transaction.atomic(durable=True):
-        charge = None
-        if outcome.status == FAILED:  # lock order: the charge, then the refund
-            charge_id = Refund.objects.values_list("charge_id", flat=True).get(pk=refund_id)
-            charge = charges_for_update().get(pk=charge_id)
-        refund = (
-            Refund.objects.select_for_update(of=("self",))
-            .select_related("charge")
-            .get(pk=refund_id)
-        )
+        # Lock order everywhere: the charge, then its refund.
+        charge = charges_for_update().get(pk=charge_id)
+        refund = Refund.objects.select_for_update().get(pk=refund_id)
         faults.checkpoint("refund.settle_locked")
         if not _may_move(refund.status, outcome.status, f"refund {refund.id}"):
             return refund
@@ -128,9 +148,10 @@ def settle_refund(*, refund_id: str, outcome: Outcome) -> Refund:
                 "updated_at",
             ]
         )
+        refund.charge = charge
         if outcome.status == SUCCEEDED:
             append_entry(
-                charge=refund.charge,
+                charge=charge,
                 refund=refund,
                 kind=LedgerEntry.Kind.REFUND_SUCCEEDED,
                 amount=refund.amount,
@@ -138,7 +159,6 @@ def settle_refund(*, refund_id: str, outcome: Outcome) -> Refund:
         elif outcome.status == FAILED:
             charge.amount_refunded -= refund.amount
             charge.save(update_fields=["amount_refunded", "updated_at"])
-            refund.charge = charge
             append_entry(
                 charge=charge,
                 refund=refund,
@@ -259,18 +279,7 @@ def reconcile_refund(
             return refund  # a dispatcher holds it
     elif refund.status != UNKNOWN:
         return refund
-    try:
-        answer = gateway.lookup_refund(
-            provider_key=refund.provider_idempotency_key,
-            charge_reference=refund.charge.provider_reference,
-            ledger_refund_id=refund.id,
-        )
-    except OutcomeUnknown as exc:
-        log.info("refund %s: provider cannot say (%s); left %s", refund.id, exc, refund.status)
-        return refund
-    if answer is None:
-        return dispatch_refund(refund.id, gateway=gateway)
-    return settle_refund(refund_id=refund.id, outcome=Outcome.from_answer(answer))
+    return _look_up_then_send(refund, gateway)
 
 
 def reconcile_refunds(

@@ -20,6 +20,8 @@ from ledger_app.services.validation import validate_text
 
 COLUMNS = ["id", "amount", "currency", "status", "description", "created"]
 REQUIRED = {"id", "amount", "currency", "status"}
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,10 @@ def _created(text: str) -> datetime | None:
         moment = datetime.fromisoformat(text)
     except (ValueError, OverflowError, OSError):
         raise errors.InvalidCreated() from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    if not EARLIEST <= moment <= LATEST:  # outside this, some databases cannot read it back
+        raise errors.InvalidCreated("created must be between 1970 and 2100.")
+    return moment
 
 
 def import_charge(values: dict[str, str]) -> str:

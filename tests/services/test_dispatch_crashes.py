@@ -49,16 +49,25 @@ def kill_at(point: str, *args: str) -> str:
     return line
 
 
+def provider_calls(refund: Refund) -> list[tuple[str, str, str]]:
+    """Every request the provider saw for this refund: (operation, key, outcome)."""
+    return list(
+        ProviderRequest.objects.filter(idempotency_key=refund.provider_idempotency_key)
+        .order_by("id")
+        .values_list("operation", "idempotency_key", "outcome")
+    )
+
+
 @pytest.mark.parametrize(
-    ("point", "provider_requests_before_restart"),
+    ("point", "applied_before_restart"),
     [
-        ("refund.before_provider_call", 0),
-        ("refund.after_provider_call", 1),  # applied at the provider, not yet in the ledger
-        ("refund.settle_locked", 1),  # inside the settle transaction, row locked
+        ("refund.before_provider_call", False),
+        ("refund.after_provider_call", True),  # applied at the provider, not yet in the ledger
+        ("refund.settle_locked", True),  # inside the settle transaction, row locked
     ],
 )
 def test_worker_killed_at_any_step_then_restarted_makes_one_provider_refund(
-    point, provider_requests_before_restart
+    point, applied_before_restart
 ):
     charge = ChargeFactory(amount=5_000)
     refund = create_refund(charge_id=charge.id, amount=1_200)
@@ -67,7 +76,7 @@ def test_worker_killed_at_any_step_then_restarted_makes_one_provider_refund(
 
     refund.refresh_from_db()
     assert refund.status == "pending"  # the ledger does not know yet; the amount stays reserved
-    assert len(refund_requests(refund)) == provider_requests_before_restart
+    assert len(refund_requests(refund)) == int(applied_before_restart)
     time.sleep(1.1)  # the dead worker's lease runs out
     rerun = run_command("process_refunds", "--once")
     assert rerun.returncode == 0, rerun.stderr
@@ -76,9 +85,11 @@ def test_worker_killed_at_any_step_then_restarted_makes_one_provider_refund(
     charge.refresh_from_db()
     assert refund.status == "succeeded"
     assert ProviderRefund.objects.filter(charge_reference=charge.id).count() == 1
-    keys = {key for key, _ in refund_requests(refund)}
-    assert keys == {f"refund:{refund.id}"}  # the same key on every attempt
-    assert len(refund_requests(refund)) == provider_requests_before_restart + 1
+    calls = provider_calls(refund)
+    assert {key for _, key, _ in calls} == {f"refund:{refund.id}"}  # one key, every attempt
+    # The second attempt asks first: it sends only what the provider has no record of.
+    assert calls[-2 if not applied_before_restart else -1][0] == "refund_lookup"
+    assert len(refund_requests(refund)) == 1
     assert charge.amount_refunded == 1_200
     assert_ledger_invariants()
     assert_provider_agrees()
@@ -117,19 +128,23 @@ def test_killed_inline_dispatch_is_finished_by_the_reconciler(settings):
 
 
 class ConnectionKillingGateway(SimulatedGateway):
-    """The incident: the provider applies the refund, then the worker's database
-    connection dies before the ledger records it. The first `failures` attempts of each
-    refund end that way."""
+    """The incident: the provider answers, then the worker's database connection dies
+    before the ledger records the answer. The first `failures` answers about each refund
+    (the refund itself, then the lookups of later attempts) end that way."""
 
     def __init__(self, failures: int):
         self.failures = failures
-        self.attempts: dict[str, int] = {}
+        self.answers: dict[str, int] = {}
 
     def refund(self, **kwargs):
-        answer = super().refund(**kwargs)
-        key = kwargs["provider_key"]
-        self.attempts[key] = self.attempts.get(key, 0) + 1
-        if self.attempts[key] <= self.failures:
+        return self._then_kill(kwargs["provider_key"], super().refund(**kwargs))
+
+    def lookup_refund(self, **kwargs):
+        return self._then_kill(kwargs["provider_key"], super().lookup_refund(**kwargs))
+
+    def _then_kill(self, key, answer):
+        self.answers[key] = self.answers.get(key, 0) + 1
+        if self.answers[key] <= self.failures:
             pid = connection.connection.info.backend_pid
             db = connection.settings_dict
             with psycopg.connect(
@@ -155,13 +170,13 @@ def test_incident_replayed_provider_applies_then_the_database_connection_dies():
         tally = process_pending_refunds(batch_size=5, lease_seconds=0, gateway=gateway)
         interruptions += tally.errors
 
-    assert interruptions == 2 * len(refunds)
+    assert interruptions == 2 * len(refunds)  # the refund's answer and one lookup's, lost
     assert set(Refund.objects.values_list("status", flat=True)) == {"succeeded"}
     assert ProviderRefund.objects.count() == len(refunds) == 20
     for refund in refunds:
-        attempts = refund_requests(refund)
-        assert len(attempts) == 3  # two lost to the dead connection, one recorded
-        assert {key for key, _ in attempts} == {refund.provider_idempotency_key}
+        calls = provider_calls(refund)
+        assert [op for op, _, _ in calls] == ["refund", "refund_lookup", "refund_lookup"]
+        assert {key for _, key, _ in calls} == {refund.provider_idempotency_key}
     for charge in Charge.objects.all():
         assert charge.amount_refunded == charge.amount == 1_000
     assert_ledger_invariants()

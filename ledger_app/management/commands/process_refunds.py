@@ -40,8 +40,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
-        if options["lease_seconds"] is not None and options["lease_seconds"] < 0:
-            raise CommandError("--lease-seconds must not be negative")
+        if options["lease_seconds"] is not None and not 0 <= options["lease_seconds"] <= 604_800:
+            raise CommandError("--lease-seconds must be 0 to 604800 (a week)", returncode=2)
         stopping = []
 
         def stop(signum, frame):

@@ -17,8 +17,8 @@ class Command(BaseCommand):
         parser.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
 
     def handle(self, *args, older_than, dry_run, **options):
-        if older_than < 1:
-            raise CommandError("--older-than must be at least 1 day", returncode=2)
+        if not 1 <= older_than <= 36_500:
+            raise CommandError("--older-than must be 1 to 36500 days", returncode=2)
         if dry_run:
             count = purgeable_keys(older_than_days=older_than).count()
             self.stdout.write(f"purge_idempotency_keys (dry run): {count} keys would be deleted")

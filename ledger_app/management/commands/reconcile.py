@@ -24,6 +24,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         lease = options["lease_seconds"]
+        if lease is not None and not 0 <= lease <= 604_800:
+            raise CommandError("--lease-seconds must be 0 to 604800 (a week)", returncode=2)
         refunds = reconcile_refunds(lease_seconds=lease, on_refund=self._line("refund"))
         charges = reconcile_charges(lease_seconds=lease, on_charge=self._line("charge"))
         self.stdout.write(f"reconcile: refunds: {refunds.summary()}; charges: {charges.summary()}")
