@@ -53,3 +53,16 @@ def assert_provider_agrees() -> None:
             assert (answer.amount, answer.currency) == (refund.amount, refund.currency), key
         elif refund.status == "failed":
             assert answer is None or answer.status == "declined", key
+
+
+def books(charge: Charge) -> tuple:
+    """Everything a refund could write, to compare before and after a refusal."""
+    from ledger_app.models import LedgerEntry
+
+    charge.refresh_from_db()
+    return (
+        charge.amount_refunded,
+        Refund.objects.count(),
+        LedgerEntry.objects.count(),
+        IdempotencyRecord.objects.count(),
+    )

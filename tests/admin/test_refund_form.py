@@ -6,9 +6,10 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
-from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
+from ledger_app.models import Charge, Refund
 from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
+from tests.invariants import books
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("ledger_invariants")]
 
@@ -26,16 +27,6 @@ def submit(client, charge, key=None, **fields):
         key = form_key(client.get(refund_url(charge)))
     data = {"amount": "", "reason": "requested_by_customer", "note": "", "idempotency_key": key}
     return client.post(refund_url(charge), {**data, **fields})
-
-
-def books(charge):
-    charge.refresh_from_db()
-    return (
-        charge.amount_refunded,
-        Refund.objects.count(),
-        LedgerEntry.objects.count(),
-        IdempotencyRecord.objects.count(),
-    )
 
 
 class TestRefundForm:

@@ -8,6 +8,7 @@ from ledger_app import errors
 from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
 from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
+from tests.invariants import books
 
 # These tests are about the reservation; the refunds stay pending (worker mode) so what
 # they assert is what create_refund's own transaction wrote. Dispatch has its own tests.
@@ -15,17 +16,6 @@ pytestmark = [
     pytest.mark.django_db,
     pytest.mark.usefixtures("ledger_invariants", "worker_dispatch"),
 ]
-
-
-def books(charge: Charge) -> tuple:
-    """Everything a refund could write, to compare before and after a refusal."""
-    charge.refresh_from_db()
-    return (
-        charge.amount_refunded,
-        Refund.objects.count(),
-        LedgerEntry.objects.count(),
-        IdempotencyRecord.objects.count(),
-    )
 
 
 class TestRemainingBalance:
