@@ -290,19 +290,27 @@ def reconcile_refunds(
 ) -> Tally:
     """reconcile_refund for every unknown refund and every pending one whose lease ran out."""
     gateway = gateway or get_gateway()
-    now = timezone.now()
-    tally = Tally()
     candidates = Refund.objects.filter(
-        Q(status=UNKNOWN) | Q(status=PENDING, leased_until__lte=now)
+        Q(status=UNKNOWN) | Q(status=PENDING, leased_until__lte=timezone.now())
     ).order_by("created_at", "id")
-    for refund_id in list(candidates.values_list("id", flat=True)):
+    return _each(
+        candidates,
+        lambda pk: reconcile_refund(pk, gateway=gateway, lease_seconds=lease_seconds),
+        on_refund,
+    )
+
+
+def _each(candidates, reconcile_one: Callable, on_item: Callable) -> Tally:
+    """Reconcile each candidate in turn; a database error costs only that one."""
+    tally = Tally()
+    for pk in list(candidates.values_list("pk", flat=True)):
         try:
-            refund = reconcile_refund(refund_id, gateway=gateway, lease_seconds=lease_seconds)
+            item = reconcile_one(pk)
         except DatabaseError:
-            _survive_database_error(f"refund {refund_id}", tally)
+            _survive_database_error(f"{candidates.model._meta.model_name} {pk}", tally)
             continue
-        tally.add(refund.status)
-        on_refund(refund)
+        tally.add(item.status)
+        on_item(item)
     return tally
 
 
@@ -347,6 +355,23 @@ def settle_charge(*, charge_id: str, outcome: Outcome) -> Charge:
     return charge
 
 
+def reconcile_charge(charge_id: str, *, gateway: Gateway | None = None) -> Charge:
+    """Like reconcile_refund, for a charge: its record settles it, no record: capture it
+    with its same key, no answer: it stays."""
+    gateway = gateway or get_gateway()
+    charge = Charge.objects.get(pk=charge_id)
+    try:
+        answer = gateway.lookup_charge(
+            provider_key=charge.provider_idempotency_key, ledger_charge_id=charge.id
+        )
+    except OutcomeUnknown as exc:
+        log.info("charge %s: provider cannot say (%s); left %s", charge.id, exc, charge.status)
+        return charge
+    if answer is None:
+        return dispatch_charge(charge.id, gateway=gateway)
+    return settle_charge(charge_id=charge.id, outcome=Outcome.from_answer(answer))
+
+
 def reconcile_charges(
     *,
     gateway: Gateway | None = None,
@@ -358,29 +383,9 @@ def reconcile_charges(
     if lease_seconds is None:
         lease_seconds = settings.REFUND_DISPATCH_LEASE_SECONDS
     stale_before = timezone.now() - timedelta(seconds=lease_seconds)
-    tally = Tally()
-    candidates = Charge.objects.filter(provider_idempotency_key__isnull=False).filter(
-        Q(status=UNKNOWN) | Q(status=PENDING, updated_at__lte=stale_before)
+    candidates = (
+        Charge.objects.filter(provider_idempotency_key__isnull=False)
+        .filter(Q(status=UNKNOWN) | Q(status=PENDING, updated_at__lte=stale_before))
+        .order_by("created_at", "id")
     )
-    for charge_id, status in list(candidates.order_by("created_at").values_list("id", "status")):
-        try:
-            charge = Charge.objects.get(pk=charge_id)
-            try:
-                answer = gateway.lookup_charge(
-                    provider_key=charge.provider_idempotency_key, ledger_charge_id=charge.id
-                )
-            except OutcomeUnknown as exc:
-                log.info("charge %s: provider cannot say (%s); left %s", charge.id, exc, status)
-                tally.add(status)
-                on_charge(charge)
-                continue
-            if answer is None:
-                charge = dispatch_charge(charge.id, gateway=gateway)
-            else:
-                charge = settle_charge(charge_id=charge.id, outcome=Outcome.from_answer(answer))
-        except DatabaseError:
-            _survive_database_error(f"charge {charge_id}", tally)
-            continue
-        tally.add(charge.status)
-        on_charge(charge)
-    return tally
+    return _each(candidates, lambda pk: reconcile_charge(pk, gateway=gateway), on_charge)
