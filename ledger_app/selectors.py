@@ -126,7 +126,9 @@ def find_ledger_drift() -> Iterator[Drift]:
         yield Drift(refund_id, "key_does_not_match_refund", f"key {key!r} asked for another refund")
 
     doubly_keyed = (
-        IdempotencyRecord.objects.order_by()
+        # Keys of charge.create requests have no refund: NULL is not one refund.
+        IdempotencyRecord.objects.filter(refund__isnull=False)
+        .order_by()
         .values("refund")
         .annotate(keys=Count("pk"))
         .filter(keys__gt=1)

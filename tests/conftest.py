@@ -4,6 +4,7 @@ import os
 import pytest
 from django.db import connection
 
+from tests import tally
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 
@@ -44,6 +45,12 @@ def pytest_report_header(config):
 
 
 def pytest_terminal_summary(terminalreporter):
+    lines = tally.summary_lines()
+    if lines:
+        tally.write_report(lines)
+        terminalreporter.section(f"reliability tally ({connection.vendor})")
+        for line in lines:
+            terminalreporter.write_line(line)
     if _skipped_for_postgres:
         terminalreporter.section("NOT PROVEN: PostgreSQL tests skipped", sep="!", red=True)
         terminalreporter.write_line(

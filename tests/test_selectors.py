@@ -4,6 +4,7 @@ import pytest
 
 from ledger_app.models import Charge, IdempotencyRecord, Refund
 from ledger_app.selectors import find_ledger_drift
+from ledger_app.services.charges import create_charge
 from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
 
@@ -17,6 +18,13 @@ def problems():
 def test_clean_books_have_no_drift(succeeded_charge):
     create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key="k")
     create_refund(charge_id=succeeded_charge.id)
+
+    assert problems() == []
+
+
+def test_several_keyed_charges_are_not_one_refund_bound_by_several_keys(db):
+    create_charge(amount=1_000, currency="usd", idempotency_key="charge-1")
+    create_charge(amount=2_000, currency="usd", idempotency_key="charge-2")
 
     assert problems() == []
 
