@@ -13,6 +13,26 @@ import time
 
 ENV = "LEDGER_FAULT_HANG_AT"
 
+# Every checkpoint in the code, in the order a request passes them. The fault matrix
+# kills a process at each; a test checks this list against the source.
+REFUND_POINTS = (
+    "refund.reserve_locked",  # charge locked, refund and ledger entry written, no commit
+    "refund.reserved",  # reservation committed, nothing sent
+    "refund.before_provider_call",
+    "refund.after_provider_call",  # the provider acted; the ledger does not know
+    "refund.settle_locked",  # settle transaction open, rows locked
+    "refund.settled",  # settled and committed; the client not yet told
+)
+CHARGE_POINTS = (
+    "charge.create_locked",
+    "charge.created",
+    "charge.before_provider_call",
+    "charge.after_provider_call",
+    "charge.settle_locked",
+    "charge.settled",
+)
+POINTS = REFUND_POINTS + CHARGE_POINTS
+
 
 def checkpoint(point: str) -> None:
     if os.environ.get(ENV) == point:

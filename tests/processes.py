@@ -1,6 +1,7 @@
 """Running manage.py commands as real processes against the test database."""
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +51,19 @@ def run_command(*args: str, timeout: float = 60, **env: str) -> subprocess.Compl
         timeout=timeout,
         check=False,
     )
+
+
+def kill_at(point: str, *args: str, **env: str) -> subprocess.Popen:
+    """Run a manage.py command until it reaches the fault point `point`, then SIGKILL it."""
+    process = start_command(*args, LEDGER_FAULT_HANG_AT=point, **env)
+    try:
+        line = process.stderr.readline()  # blocks until the fault point or the process ends
+        assert f"fault point reached: {point}" in line, line + process.stderr.read()
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert process.returncode == -signal.SIGKILL
+    return process

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
+from django.db import DatabaseError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
 from ledger_app import errors
+from ledger_app.services.dispatch import drop_broken_connection
 
 log = logging.getLogger("ledger_app.api")
 
@@ -162,6 +164,25 @@ def exception_handler(exc: Exception, context: dict) -> Response:
             wait = getattr(exc, "wait", None)
             if wait:
                 response["Retry-After"] = str(max(1, int(wait)))
+        return response
+    if isinstance(exc, DatabaseError):
+        # The connection dropped or the server went away mid-request. Whether a write
+        # committed is not known here; a retry with the same idempotency key finds out.
+        log.exception("database error in the API; the client is told to retry")
+        drop_broken_connection()
+        response = Response(
+            body(
+                type="api_error",
+                code="database_unavailable",
+                message=(
+                    "The ledger database did not answer. Nothing is lost: retry with the "
+                    "same Idempotency-Key to get the outcome."
+                ),
+            ),
+            status=503,
+        )
+        response["Stripe-Should-Retry"] = "true"
+        response["Retry-After"] = "1"
         return response
     log.exception("unexpected error in the API")
     return Response(

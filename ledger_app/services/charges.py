@@ -9,11 +9,11 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from ledger_app import errors
+from ledger_app import errors, faults
 from ledger_app.models import Charge, LedgerEntry, new_charge_id
 from ledger_app.money import normalize_currency, validate_amount
 from ledger_app.services import idempotency
-from ledger_app.services.dispatch import dispatch_charge
+from ledger_app.services.dispatch import dispatch_charge, drop_broken_connection
 from ledger_app.services.ledger import append_entry
 from ledger_app.services.validation import validate_metadata, validate_text
 
@@ -73,10 +73,14 @@ def create_charge(
             metadata=metadata,
             provider_idempotency_key=f"charge:{charge_id}",
         )
+        faults.checkpoint("charge.create_locked")  # written, not yet committed
+    faults.checkpoint("charge.created")  # committed, not yet sent
     try:
         charge = dispatch_charge(charge.id)
     except DatabaseError:
         log.exception("charge %s created; capture interrupted, reconcile retries it", charge.id)
+        drop_broken_connection()
+    faults.checkpoint("charge.settled")  # settled (or left to reconcile), client not told
     charge.replayed = False
     return charge
 

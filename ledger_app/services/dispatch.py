@@ -216,6 +216,14 @@ class Tally:
         return ", ".join(parts) or "nothing to do"
 
 
+def drop_broken_connection() -> None:
+    """After a DatabaseError outside any transaction: if the connection no longer works
+    (the server ended it, the network dropped), close it so the next query opens a new
+    one instead of failing on the dead one."""
+    if not connection.in_atomic_block and not connection.is_usable():
+        connection.close()
+
+
 def _survive_database_error(what: str, tally: Tally) -> None:
     """The database went away mid-refund. The refund stays claimed until its lease runs
     out and is then sent again with the same key; drop the broken connection and go on."""
@@ -342,6 +350,7 @@ def settle_charge(*, charge_id: str, outcome: Outcome) -> Charge:
     """Move a charge to what the provider said; a success appends `charge_succeeded`."""
     with transaction.atomic(durable=True):
         charge = charges_for_update().get(pk=charge_id)
+        faults.checkpoint("charge.settle_locked")
         if not _may_move(charge.status, outcome.status, f"charge {charge.id}"):
             return charge
         charge.status = outcome.status

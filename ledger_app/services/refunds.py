@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, transaction
 
-from ledger_app import errors
+from ledger_app import errors, faults
 from ledger_app.models import Charge, LedgerEntry, Refund, new_refund_id
 from ledger_app.money import validate_amount
 from ledger_app.services import idempotency
-from ledger_app.services.dispatch import dispatch_refund, lease_expiry
+from ledger_app.services.dispatch import dispatch_refund, drop_broken_connection, lease_expiry
 from ledger_app.services.ledger import append_entry
 from ledger_app.services.locks import charges_for_update, is_lock_timeout
 from ledger_app.services.text import has_unstorable_characters
@@ -193,6 +193,7 @@ def _reserve(request: RefundRequest) -> Refund:
             amount=amount,
             actor=request.actor_label,
         )
+        faults.checkpoint("refund.reserve_locked")  # written, not yet committed
     refund.replayed = False
     return refund
 
@@ -276,11 +277,14 @@ def _after_reserve(refund: Refund) -> Refund:
     sends it again with the same provider key once the lease runs out."""
     if settings.REFUND_DISPATCH != "inline":
         return refund
+    faults.checkpoint("refund.reserved")  # committed, not yet sent
     try:
         dispatched = dispatch_refund(refund.id)
     except DatabaseError:
         log.exception("refund %s reserved; dispatch interrupted, it will be retried", refund.id)
+        drop_broken_connection()
         return refund
+    faults.checkpoint("refund.settled")  # settled, the client not yet told
     dispatched.replayed = False
     return dispatched
 
