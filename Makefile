@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench bench-quick worker reconcile lint format clean
+.PHONY: run test soak bench bench-quick worker reconcile lint format clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	scripts/run-tests
+
+# The reliability suites with soak sizes on PostgreSQL (about half an hour), and a summary
+# of operations, faults injected and invariant checks. SOAK_ROUNDS=1 for a shorter one.
+soak: $(VENV)/.installed-dev
+	scripts/soak
 
 # Needs a reachable PostgreSQL (BENCH_DATABASE_URL, default the local server); creates
 # its own databases there. Prints a table and writes bench-results.json.

@@ -6,6 +6,8 @@ from typing import Any
 
 from django.db import connection
 
+from tests import tally
+
 
 def run_at_once(calls: list[Callable[[], Any]], timeout: float = 60) -> list[Any]:
     """Run every call in its own thread, released together by a barrier.
@@ -33,4 +35,5 @@ def run_at_once(calls: list[Callable[[], Any]], timeout: float = 60) -> list[Any
         thread.join(timeout)
     stuck = [t for t in threads if t.is_alive()]
     assert not stuck, f"{len(stuck)} threads did not finish in {timeout}s"
+    tally.add("concurrency", operations=len(calls))
     return results

@@ -37,6 +37,7 @@ def pytest_runtest_call(item):
         from django.core.management import call_command
 
         call_command("verify_ledger", stdout=io.StringIO())
+        tally.add("every_test", invariant_checks=1)
     return result
 
 

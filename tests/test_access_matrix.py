@@ -1,0 +1,283 @@
+"""Access control, enumerated from the URL configuration so a new endpoint or admin URL
+cannot be missed: every API endpoint refuses a missing, wrong or revoked key (401) and a
+read-only key's writes (403); every admin URL about refunds refuses staff without the
+permission (403); secrets are nowhere in the database; ids cannot be guessed."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from urllib.parse import urlencode
+
+import pytest
+from django.apps import apps
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.contrib.auth.models import Permission
+from django.test import Client
+from django.urls import URLResolver, get_resolver
+
+from ledger_app.models import (
+    ApiKey,
+    Charge,
+    IdempotencyRecord,
+    LedgerEntry,
+    Refund,
+    new_charge_id,
+    new_refund_id,
+)
+from ledger_app.services.api_keys import create_api_key, revoke_api_key
+from ledger_app.services.refunds import create_refund
+from simulated_provider.models import ProviderRefund
+from tests import tally
+from tests.factories import ChargeFactory
+
+pytestmark = pytest.mark.django_db
+
+FORM = "application/x-www-form-urlencoded"
+DOCUMENTATION = {"openapi", "api-docs"}  # the published schema: no ledger data in it
+
+
+def walk(patterns, prefix=""):
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
+        else:
+            yield prefix + str(pattern.pattern), pattern
+
+
+def api_endpoints() -> list[tuple[str, list[str]]]:
+    """(path template, methods) of every named /v1/ endpoint."""
+    endpoints = []
+    for route, pattern in walk(get_resolver().url_patterns):
+        if not route.startswith("v1/") or not pattern.name or pattern.name in DOCUMENTATION:
+            continue
+        view = pattern.callback.view_class
+        methods = [m for m in ("get", "post", "delete") if hasattr(view, m)]
+        endpoints.append(("/" + route, methods))
+    return endpoints
+
+
+def fill(route: str, charge: Charge, refund: Refund) -> str:
+    route = route.replace("<str:charge_id>", charge.id).replace("<str:refund_id>", refund.id)
+    return route.replace("<path:object_id>", "{object_id}")
+
+
+@pytest.fixture
+def books(inline_dispatch):
+    # A refund left unknown by a provider timeout: it is in the attention queue too, so
+    # every refund admin URL finds its object and answers for the permission alone.
+    charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "timeout"})
+    refund = create_refund(charge_id=charge.id, amount=100)
+    assert refund.status == "unknown"
+    sent = create_refund(charge_id=ChargeFactory(amount=1_000).id, amount=100)
+    assert sent.status == "succeeded"  # and the simulated provider holds its record
+
+    def snapshot():
+        return (
+            Charge.objects.count(),
+            Refund.objects.count(),
+            LedgerEntry.objects.count(),
+            IdempotencyRecord.objects.count(),
+            Charge.objects.get(pk=charge.pk).amount_refunded,
+        )
+
+    return charge, refund, snapshot
+
+
+def send(client: Client, method: str, path: str, **headers):
+    body = urlencode({"amount": "100", "currency": "usd"})
+    if method == "post":
+        return client.post(path, body, content_type=FORM, **headers)
+    return getattr(client, method)(path, **headers)
+
+
+def test_the_api_has_the_endpoints_this_file_checks():
+    paths = {path for path, _ in api_endpoints()}
+    assert paths == {
+        "/v1/charges",
+        "/v1/charges/<str:charge_id>",
+        "/v1/refunds",
+        "/v1/refunds/<str:refund_id>",
+    }
+
+
+@pytest.mark.parametrize("credential", ["none", "wrong", "revoked", "basic-wrong"])
+def test_every_api_endpoint_and_method_without_a_valid_key_is_401(client, books, credential):
+    charge, refund, snapshot = books
+    key, secret = create_api_key(name="soon revoked")
+    revoke_api_key(prefix=key.prefix)
+    header = {
+        "none": None,
+        "wrong": "Bearer sk_live_" + "0" * 40,
+        "revoked": f"Bearer {secret}",
+        "basic-wrong": "Basic c2tfbGl2ZV9ub3BlOg==",
+    }[credential]
+    headers = {"HTTP_AUTHORIZATION": header} if header else {}
+    before = snapshot()
+    checked = 0
+
+    for route, methods in api_endpoints():
+        for method in methods:
+            response = send(client, method, fill(route, charge, refund), **headers)
+            assert response.status_code == 401, (method, route, response.content)
+            assert response.json()["error"]["code"] in {"api_key_missing", "api_key_invalid"}
+            assert "WWW-Authenticate" in response
+            checked += 1
+
+    assert checked >= 6 and snapshot() == before
+    tally.add("access", operations=checked, invariant_checks=1)
+
+
+def test_a_read_only_key_reads_everywhere_and_writes_nowhere(client, books):
+    charge, refund, snapshot = books
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {create_api_key(name='ro', read_only=True)[1]}"}
+    before = snapshot()
+    writes = 0
+
+    for route, methods in api_endpoints():
+        path = fill(route, charge, refund)
+        if "get" in methods:
+            assert send(client, "get", path, **headers).status_code == 200, route
+        for method in set(methods) - {"get"}:
+            response = send(client, method, path, **headers)
+            assert response.status_code in (403, 405), (method, route)
+            if response.status_code == 403:
+                assert response.json()["error"]["code"] == "api_key_read_only"
+                writes += 1
+
+    assert writes >= 2 and snapshot() == before  # POST /v1/charges and /v1/refunds
+    tally.add("access", operations=writes, invariant_checks=1)
+
+
+def admin_refund_urls(charge: Charge, refund: Refund) -> list[tuple[str, str]]:
+    """(name, url) of every admin URL about refunds, with ids filled in."""
+    urls = []
+    for route, pattern in walk(admin.site.get_urls()):
+        if not pattern.name or "refund" not in pattern.name:
+            continue
+        object_id = charge.pk if pattern.name.startswith("ledger_app_charge") else refund.pk
+        if pattern.name.startswith("simulated_provider"):
+            object_id = str(ProviderRefund.objects.get().pk)
+        path = "/admin/" + route.replace("<path:object_id>", quote(object_id))
+        urls.append((pattern.name, path))
+    return urls
+
+
+@pytest.fixture
+def staff_without_permissions(django_user_model):
+    user = django_user_model.objects.create_user("bare", password="bare-pass-123", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_staff_without_permissions_get_403_on_every_refund_url(staff_without_permissions, books):
+    charge, refund, snapshot = books
+    before = snapshot()
+    urls = admin_refund_urls(charge, refund)
+
+    for name, url in urls:
+        for method in ("get", "post"):
+            data = {"amount": "1.00", "reason": "duplicate", "idempotency_key": "admin:x"}
+            response = getattr(staff_without_permissions, method)(
+                url, data if method == "post" else None
+            )
+            assert response.status_code == 403, (name, method, url, response.status_code)
+
+    names = {name for name, _ in urls}
+    assert {
+        "ledger_app_charge_refund",
+        "ledger_app_refund_add",
+        "ledger_app_refund_change",
+    } <= names
+    assert snapshot() == before
+    tally.add("access", operations=2 * len(urls), invariant_checks=1)
+
+
+@pytest.fixture
+def viewer_client(django_user_model):
+    """Staff who may look at charges and refunds but not refund."""
+    user = django_user_model.objects.create_user("look", password="look-pass-123", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="ledger_app",
+            codename__in=["view_charge", "view_refund", "view_refundattention"],
+        )
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_staff_who_may_only_look_get_403_on_every_url_that_refunds(viewer_client, books):
+    charge, refund, snapshot = books
+    before = snapshot()
+    data = {"amount": "1.00", "reason": "duplicate", "idempotency_key": "admin:viewer"}
+    writing = [
+        ("get", f"/admin/ledger_app/charge/{quote(charge.pk)}/refund/"),
+        ("post", f"/admin/ledger_app/charge/{quote(charge.pk)}/refund/"),
+        ("get", "/admin/ledger_app/refund/add/"),
+        ("post", "/admin/ledger_app/refund/add/"),
+        ("post", f"/admin/ledger_app/refund/{quote(refund.pk)}/change/"),
+        ("get", f"/admin/ledger_app/refund/{quote(refund.pk)}/delete/"),
+        ("post", f"/admin/ledger_app/refund/{quote(refund.pk)}/delete/"),
+    ]
+
+    for method, url in writing:
+        response = getattr(viewer_client, method)(url, data if method == "post" else None)
+        assert response.status_code == 403, (method, url, response.status_code)
+
+    assert snapshot() == before
+    tally.add("access", operations=len(writing), invariant_checks=1)
+
+
+def test_no_api_secret_is_stored_anywhere_in_the_database(client, books):
+    """Not only ApiKey: every text column of every table, after the key has been used."""
+    charge, _, _ = books
+    _, secret = create_api_key(name="order-service")
+    used = client.post(
+        "/v1/refunds",
+        urlencode({"charge": charge.id, "amount": "50"}),
+        content_type=FORM,
+        HTTP_AUTHORIZATION=f"Bearer {secret}",
+        HTTP_IDEMPOTENCY_KEY="access-1",
+    )
+    assert used.status_code == 200
+    body = secret.split("_")[-1]  # the random part, whatever prefix it is shown with
+
+    found = []
+    for model in apps.get_models():
+        for row in model.objects.values():
+            if any(body in str(value) for value in row.values()):
+                found.append(model.__name__)
+    assert found == []
+    assert ApiKey.objects.filter(name="order-service").count() == 1
+    tally.add("access", invariant_checks=1)
+
+
+@pytest.mark.parametrize("make", [new_charge_id, new_refund_id])
+def test_ids_cannot_be_guessed(make):
+    ids = [make() for _ in range(5_000)]
+    prefix = ids[0][:3]
+    bodies = [i[len(prefix) :] for i in ids]
+
+    assert len(set(ids)) == len(ids)
+    assert all(i.startswith(prefix) for i in ids)
+    alphabet = set("".join(bodies))
+    bits = len(bodies[0]) * math.log2(len(alphabet))
+    assert bits >= 96, f"{bits:.0f} bits of randomness"
+    # Not a counter or a clock: consecutive ids share no long common beginning, and every
+    # position takes many values.
+    common = max(len(_common_prefix(a, b)) for a, b in zip(bodies, bodies[1:], strict=False))
+    assert common <= 6, common
+    for position in range(len(bodies[0])):
+        counts = Counter(b[position] for b in bodies)
+        assert len(counts) >= min(len(alphabet), 16), position
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
