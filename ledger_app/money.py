@@ -54,8 +54,9 @@ def format_money(amount: int, currency: str, locale: str = "en_US") -> str:
     return format_currency(to_major(amount, currency), currency.upper(), locale=locale)
 
 
-# What a person may type: digits, optionally grouped by commas, optionally a decimal part.
-MAJOR_AMOUNT = re.compile(r"^(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$")
+# What a person may type: ASCII digits (\d would take "١٢٣" and "１２３", which Decimal
+# reads as numbers), optionally grouped by commas, optionally a decimal part.
+MAJOR_AMOUNT = re.compile(r"^(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?\Z")
 
 
 def parse_major(text: str, currency: str) -> int:

@@ -19,14 +19,39 @@ REASONS = [
 ]
 
 
+class CodedField:
+    """A field whose refusals name their stable code, as the service's refusals do: a
+    person (or a tampered form) sees `... (invalid_note)`, never an anonymous message."""
+
+    def __init__(self, *args, code: str, **kwargs):
+        self.code = code
+        super().__init__(*args, **kwargs)
+
+    def clean(self, value):
+        try:
+            return super().clean(value)
+        except forms.ValidationError as exc:
+            messages = [f"{message} ({self.code})" for message in exc.messages]
+            raise forms.ValidationError(messages, code=self.code) from exc
+
+
+class CodedCharField(CodedField, forms.CharField):
+    pass
+
+
+class CodedChoiceField(CodedField, forms.ChoiceField):
+    pass
+
+
 def new_form_key(prefix: str = "admin") -> str:
     """Minted when a form is rendered: every submission of that rendering shares it."""
     return f"{prefix}:{uuid.uuid4().hex}"
 
 
 class ReasonAndNote(forms.Form):
-    reason = forms.ChoiceField(choices=[("", "---------"), *REASONS])
-    note = forms.CharField(
+    reason = CodedChoiceField(choices=[("", "---------"), *REASONS], code="invalid_reason")
+    note = CodedCharField(
+        code="invalid_note",
         required=False,
         max_length=1000,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
@@ -45,12 +70,15 @@ class ReasonAndNote(forms.Form):
 
 
 class RefundForm(ReasonAndNote):
-    amount = forms.CharField(
+    amount = CodedCharField(
+        code="invalid_amount",
         required=False,
         max_length=40,
         help_text="In major units, e.g. 12.34. Leave blank to refund everything that is left.",
     )
-    idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=255)
+    idempotency_key = CodedCharField(
+        code="invalid_idempotency_key", widget=forms.HiddenInput, max_length=255
+    )
 
     field_order = ["amount", "reason", "note", "idempotency_key"]
 
@@ -62,6 +90,12 @@ class RefundForm(ReasonAndNote):
             autocomplete="off",
             inputmode="decimal",
         )
+
+    def add_error(self, field, error):
+        """An error on the hidden key would be invisible next to its field: show it on top."""
+        if field is not None and field in self.fields and self.fields[field].widget.is_hidden:
+            field = None
+        super().add_error(field, error)
 
     def clean_amount(self) -> int | None:
         text = self.cleaned_data["amount"].strip()

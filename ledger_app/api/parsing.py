@@ -9,6 +9,8 @@ they are. Integers in forms and queries are strings of ASCII digits: "500" is 50
 
 from __future__ import annotations
 
+import codecs
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -16,13 +18,14 @@ from typing import Any
 from django.http import QueryDict
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import parsers
+from rest_framework.utils import json as drf_json
 
 from ledger_app import errors
 from ledger_app.api.errors import ApiError
 from ledger_app.services.text import has_unstorable_characters
 
 BRACKETED = re.compile(r"^([A-Za-z_]+)\[([^\[\]]*)\]$")
-INTEGER = re.compile(r"^-?[0-9]{1,30}$")
+INTEGER = re.compile(r"^-?[0-9]{1,30}\Z")  # \Z: "$" would let "5\n" through, and int() takes it
 LIST_PARAMS = {"expand"}
 DICT_PARAMS = {"metadata"}
 
@@ -183,13 +186,33 @@ def object_id(value: Any, name: str) -> str:
     return value
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object naming a key twice is as ambiguous as `amount=1&amount=2` in a form:
+    refused, never "the last one wins"."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            if has_unstorable_characters(key):  # not even an error message can carry it
+                raise drf_exceptions.ParseError("not valid Unicode")
+            raise ApiError(
+                f"{key[:50]} was sent more than once.", code="parameter_invalid", param=key
+            )
+        result[key] = value
+    return result
+
+
 class JSONParser(parsers.JSONParser):
-    """DRF's JSON parser, refusing what would crash it (deep nesting) with a plain message."""
+    """DRF's JSON parser (strict: no NaN or Infinity), refusing what would crash it (deep
+    nesting) with a plain message, and objects that repeat a key."""
 
     def parse(self, stream, media_type=None, parser_context=None):
+        encoding = parsers.get_encoding(parser_context or {})
         try:
-            return super().parse(stream, media_type, parser_context)
+            text = codecs.getreader(encoding)(stream).read()
+            return json.loads(
+                text, parse_constant=drf_json.strict_constant, object_pairs_hook=_unique_keys
+            )
         except RecursionError:
             raise drf_exceptions.ParseError("nested too deeply") from None
-        except drf_exceptions.ParseError:
+        except ValueError:
             raise drf_exceptions.ParseError("not valid JSON") from None

@@ -175,10 +175,12 @@ class RefundsView(APIView):
         params = parsing.fold(request.data)
         parsing.only(params, {"charge", "amount", "reason", "metadata", "expand"})
         parsing.expand(params, set())
-        amount = params.get("amount")
+        # Only an absent amount means "all that is left"; an explicit JSON null is refused,
+        # so a client that writes a missing value as null never refunds everything.
+        amount = parsing.integer(params["amount"], "amount", params) if "amount" in params else None
         refund = create_refund(
             charge_id=parsing.string(parsing.required(params, "charge"), "charge"),
-            amount=None if amount is None else parsing.integer(amount, "amount", params),
+            amount=amount,
             reason=parsing.string(params.get("reason"), "reason", optional=True),
             metadata=parsing.metadata(params.get("metadata")),
             idempotency_key=idempotency_key(request),

@@ -23,7 +23,7 @@ from ledger_app.services.text import has_control_characters
 
 COLUMNS = {"charge", "amount", "reason", "note", "idempotency_key"}
 REQUIRED_COLUMNS = {"charge"}
-DIGITS = re.compile(r"^[0-9]{1,19}$")
+DIGITS = re.compile(r"^[0-9]{1,19}\Z")  # \Z, not $: "5\n" is not a number of minor units
 
 
 class UnusableFile(Exception):

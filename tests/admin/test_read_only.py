@@ -1,6 +1,7 @@
 """The admin shows the ledger read-only: nothing is added, changed or deleted by hand."""
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from ledger_app.models import IdempotencyRecord, LedgerEntry
@@ -47,8 +48,8 @@ def test_nothing_can_be_added_by_hand(admin_client, model):
 
 def test_refund_page_is_read_only_and_cannot_be_deleted(admin_client, books):
     _, refund = books
-    change_url = reverse("admin:ledger_app_refund_change", args=[refund.pk])
-    delete_url = reverse("admin:ledger_app_refund_delete", args=[refund.pk])
+    change_url = reverse("admin:ledger_app_refund_change", args=[quote(refund.pk)])
+    delete_url = reverse("admin:ledger_app_refund_delete", args=[quote(refund.pk)])
 
     page = admin_client.get(change_url)
     posted = admin_client.post(change_url, {"amount": 1})

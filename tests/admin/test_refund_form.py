@@ -4,6 +4,7 @@ import re
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from ledger_app.models import Charge, Refund
@@ -15,7 +16,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("ledger_invariants"
 
 
 def refund_url(charge):
-    return reverse("admin:ledger_app_charge_refund", args=[charge.pk])
+    return reverse("admin:ledger_app_charge_refund", args=[quote(charge.pk)])
 
 
 def form_key(response) -> str:
@@ -154,14 +155,14 @@ class TestRefundForm:
         refund = Refund.objects.get()
         assert entry.object_id == charge.pk and entry.user.username == "agent"
         assert refund.id in entry.get_change_message() and "$2.50" in entry.get_change_message()
-        page = agent_client.get(reverse("admin:ledger_app_charge_change", args=[charge.pk]))
+        page = agent_client.get(reverse("admin:ledger_app_charge_change", args=[quote(charge.pk)]))
         assert refund.id in page.content.decode()
 
     def test_html_in_a_note_is_shown_escaped(self, agent_client):
         charge = ChargeFactory(amount=5_000)
         submit(agent_client, charge, amount="1.00", note="<script>alert(1)</script>")
 
-        page = agent_client.get(reverse("admin:ledger_app_charge_change", args=[charge.pk]))
+        page = agent_client.get(reverse("admin:ledger_app_charge_change", args=[quote(charge.pk)]))
 
         assert b"<script>alert(1)</script>" not in page.content
         assert b"&lt;script&gt;alert(1)&lt;/script&gt;" in page.content
@@ -239,7 +240,7 @@ class TestPermissions:
     def test_staff_without_the_permission_see_no_button_and_no_action(self, viewer_client):
         charge = ChargeFactory(amount=1_000)
 
-        page = viewer_client.get(reverse("admin:ledger_app_charge_change", args=[charge.pk]))
+        page = viewer_client.get(reverse("admin:ledger_app_charge_change", args=[quote(charge.pk)]))
         listing = viewer_client.get(reverse("admin:ledger_app_charge_changelist"))
 
         assert page.status_code == listing.status_code == 200
@@ -273,7 +274,7 @@ class TestPermissions:
     def test_support_agents_see_the_button(self, agent_client):
         charge = ChargeFactory(amount=1_000)
 
-        page = agent_client.get(reverse("admin:ledger_app_charge_change", args=[charge.pk]))
+        page = agent_client.get(reverse("admin:ledger_app_charge_change", args=[quote(charge.pk)]))
 
         assert b"refund-link" in page.content
 
