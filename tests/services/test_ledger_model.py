@@ -1,8 +1,17 @@
 """A model of the ledger in plain Python beside the real services: after every step of a
-random sequence of charges, refunds, retries, bad requests, dispatches and reconciles,
-the database says what the model says and every invariant holds."""
+random sequence of charges, refunds, retries, bad requests, provider misbehaviour,
+crashed workers and reconciles, the database says what the model says and every
+invariant holds.
 
-import os
+Crashes are in-process: a checkpoint (ledger_app.faults) raises `Crash`, which nothing in
+the application catches, so the transaction open at that point rolls back and whatever
+was committed stays, exactly as when the process dies there. (The fault matrix kills real
+processes at the same points.)
+"""
+
+from __future__ import annotations
+
+import contextlib
 
 import pytest
 from django.db import connection
@@ -18,18 +27,39 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from ledger_app import errors
-from ledger_app.models import Charge, Refund
-from ledger_app.selectors import find_ledger_drift
-from ledger_app.services.charges import record_charge
-from ledger_app.services.dispatch import process_pending_refunds, reconcile_refunds
+from ledger_app import errors, faults
+from ledger_app.models import Charge, IdempotencyRecord, Refund
+from ledger_app.services.charges import create_charge, record_charge
+from ledger_app.services.dispatch import (
+    process_pending_refunds,
+    reconcile_charges,
+    reconcile_refunds,
+)
 from ledger_app.services.refunds import create_refund
-from simulated_provider.models import ProviderRefund
-from tests.invariants import assert_provider_agrees
+from simulated_provider.models import ProviderCharge, ProviderRefund
+from tests import tally
+from tests.invariants import assert_ledger_invariants, assert_provider_agrees
 
-EXAMPLES = int(os.environ.get("LEDGER_MODEL_EXAMPLES", "60"))
+EXAMPLES = (
+    tally.scale("model_examples", 200, 600)
+    if connection.vendor == "postgresql"
+    else tally.scale("model_examples_sqlite", 25, 100)
+)
+STEPS = tally.scale("model_steps", 25, 50)
 BEHAVIOURS = ["succeed", "succeed", "decline", "timeout", "apply_then_timeout"]
+# What the provider's behaviour lets a refund or a charge end as.
+SETTLES_AS = {
+    "succeed": {"succeeded"},
+    "decline": {"failed"},
+    "timeout": {"unknown"},
+    "apply_then_timeout": {"unknown", "succeeded"},
+}
 ORDER = {"pending": 0, "unknown": 1, "succeeded": 2, "failed": 2}
+WORKER_CRASH_POINTS = [
+    "refund.before_provider_call",
+    "refund.after_provider_call",
+    "refund.settle_locked",
+]
 TABLES = [
     "simulated_provider_providerrequest",
     "simulated_provider_providerrefund",
@@ -39,6 +69,27 @@ TABLES = [
     "ledger_app_refund",
     "ledger_app_charge",
 ]
+
+
+class Crash(BaseException):  # noqa: N818 - not an error the application may handle
+    """The process died here."""
+
+
+@contextlib.contextmanager
+def crash_at(point: str):
+    """While active, reaching `point` kills the (simulated) process."""
+    real = faults.checkpoint
+
+    def checkpoint(name: str) -> None:
+        if name == point:
+            raise Crash(point)
+        real(name)
+
+    faults.checkpoint = checkpoint
+    try:
+        yield
+    finally:
+        faults.checkpoint = real
 
 
 def wipe() -> None:
@@ -56,27 +107,99 @@ class LedgerModel(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         wipe()
-        self.charges: dict[str, dict] = {}  # id -> amount, refunded (live), behaviour
+        tally.add("model", model_examples=1)
+        # id -> amount, refunded (live), status, behaviour (refunds), capture (charges)
+        self.charges: dict[str, dict] = {}
         self.charge_ids: list[str] = []  # creation order: draws must not depend on random ids
         self.refunds: dict[str, dict] = {}  # id -> charge, amount, status
-        self.requests: dict[str, tuple] = {}  # key -> (request, refund id)
+        self.requests: dict[str, tuple] = {}  # key -> (operation, params, object id)
         self.seen_status: dict[str, str] = {}
+
+    def step(self, **counts: int) -> None:
+        tally.add("model", operations=1, **counts)
 
     @initialize()
     def first_charge(self):
         self.new_charge(5_000, "succeed")
 
+    # --- charges ----------------------------------------------------------------------
+
     @rule(amount=st.integers(1, 10_000), behaviour=st.sampled_from(BEHAVIOURS))
     def new_charge(self, amount, behaviour):
+        """A charge recorded as already captured (an import)."""
         charge = record_charge(
             amount=amount, currency="usd", metadata={"simulate_refund": behaviour}
         )
-        self.charges[charge.id] = {"amount": amount, "refunded": 0, "behaviour": behaviour}
-        self.charge_ids.append(charge.id)
+        self.track_charge(charge.id, amount, "succeeded", behaviour, capture="succeed")
+        self.step()
+
+    def track_charge(self, charge_id, amount, status, behaviour, capture) -> None:
+        self.charges[charge_id] = {
+            "amount": amount,
+            "refunded": 0,
+            "status": status,
+            "behaviour": behaviour,
+            "capture": capture,
+        }
+        self.charge_ids.append(charge_id)
+
+    @rule(
+        target=keys,
+        amount=st.integers(1, 10_000),
+        behaviour=st.sampled_from(BEHAVIOURS),
+        capture=st.sampled_from(BEHAVIOURS),
+        key=st.one_of(st.none(), st.text(alphabet="abcdef", min_size=1, max_size=6)),
+        crash=st.one_of(st.none(), st.sampled_from(faults.CHARGE_POINTS)),
+    )
+    def capture_charge(self, amount, behaviour, capture, key, crash):
+        """A charge captured through the provider, perhaps by a process that dies."""
+        metadata = {"simulate_refund": behaviour, "simulate_charge": capture}
+        params = (amount, behaviour, capture)
+        known = self.requests.get(key) if key is not None else None
+        before = set(Charge.objects.values_list("id", flat=True))
+        with crash_at(crash or "none"):
+            try:
+                if known is not None and known[:2] != ("charge", params):
+                    with pytest.raises(errors.IdempotencyKeyReused):
+                        create_charge(
+                            amount=amount, currency="usd", metadata=metadata, idempotency_key=key
+                        )
+                    self.step()
+                    return key
+                charge = create_charge(
+                    amount=amount, currency="usd", metadata=metadata, idempotency_key=key
+                )
+            except Crash:
+                charge = None
+        if known is not None:  # the same request again: the same charge, nothing new
+            assert charge is None or (charge.replayed and charge.id == known[2])
+            assert set(Charge.objects.values_list("id", flat=True)) == before
+            self.step()
+            return key
+        created = set(Charge.objects.values_list("id", flat=True)) - before
+        if charge is None:  # crashed: written if it got past its commit
+            assert len(created) == (0 if crash == "charge.create_locked" else 1), crash
+            for charge_id in created:
+                status = Charge.objects.get(pk=charge_id).status
+                assert status in SETTLES_AS[capture] | {"pending"}, (crash, capture, status)
+        else:
+            assert created == {charge.id} and not charge.replayed
+            assert charge.status in SETTLES_AS[capture], (capture, charge.status)
+        for charge_id in created:
+            status = Charge.objects.get(pk=charge_id).status
+            self.track_charge(charge_id, amount, status, behaviour, capture)
+            if key is not None:
+                self.requests[key] = ("charge", params, charge_id)
+        self.step(faults=int(crash is not None and charge is None))
+        return key or "unused"
+
+    # --- refunds ----------------------------------------------------------------------
 
     def expected(self, charge_id, amount):
         """The refusal the model predicts, or the amount it predicts is refunded."""
         charge = self.charges[charge_id]
+        if charge["status"] != "succeeded":
+            return errors.ChargeNotRefundable
         remaining = charge["amount"] - charge["refunded"]
         if remaining == 0:
             return errors.ChargeAlreadyRefunded
@@ -89,94 +212,153 @@ class LedgerModel(RuleBasedStateMachine):
         amount=st.one_of(st.none(), st.integers(1, 6_000)),
         keyed=st.booleans(),
         key=st.text(alphabet="abcdef", min_size=1, max_size=6),
+        crash=st.sampled_from([None, None, None, "refund.reserve_locked"]),
     )
-    def refund(self, data, amount, keyed, key):
+    def refund(self, data, amount, keyed, key, crash):
         charge_id = data.draw(st.sampled_from(self.charge_ids))
         key = key if keyed else None
-        request = (charge_id, amount)
+        params = (charge_id, amount)
         if key is not None and key in self.requests:
-            sent, refund_id = self.requests[key]
-            if sent == request:
+            operation, sent, refund_id = self.requests[key]
+            if (operation, sent) == ("refund", params):
                 result = create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
                 assert result.replayed and result.id == refund_id
-            else:
+            else:  # another request, whichever charge or operation: the key is the ledger's
                 with pytest.raises(errors.IdempotencyKeyReused):
                     create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
+            self.step()
             return key
         outcome = self.expected(charge_id, amount)
         if isinstance(outcome, type):
             with pytest.raises(outcome):
                 create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
+            self.step()
+            return key or "unused"
+        if crash is not None:  # dies before its reservation commits: nothing, no key bound
+            with crash_at(crash), pytest.raises(Crash):
+                create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
+            assert not IdempotencyRecord.objects.filter(key=key or "").exists()
+            self.step(faults=1)
             return key or "unused"
         refund = create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
         assert not refund.replayed and refund.amount == outcome and refund.status == "pending"
         self.charges[charge_id]["refunded"] += outcome
         self.refunds[refund.id] = {"charge": charge_id, "amount": outcome, "status": "pending"}
         if key is not None:
-            self.requests[key] = (request, refund.id)
+            self.requests[key] = ("refund", params, refund.id)
+        self.step()
         return key or "unused"
 
     @rule(key=consumes(keys), data=st.data())
     def retry_with_a_used_key_for_another_charge(self, key, data):
         if key not in self.requests or len(self.charges) < 2:
             return
-        (charge_id, amount), _ = self.requests[key]
+        operation, params, object_id = self.requests[key]
+        charge_id = params[0] if operation == "refund" else object_id
+        amount = params[1] if operation == "refund" else None
         other = data.draw(st.sampled_from([c for c in self.charge_ids if c != charge_id]))
         with pytest.raises(errors.IdempotencyKeyReused):
             create_refund(charge_id=other, amount=amount, idempotency_key=key)
+        self.step()
 
-    @rule(amount=st.sampled_from([0, -1, 1.5, True, "100", 2**63]))
+    @rule(amount=st.sampled_from([0, -1, 1.5, True, "100", 2**63, None]))
     def bad_amount(self, amount):
         charge_id = self.charge_ids[0]
-        with pytest.raises(errors.InvalidAmount):
-            create_refund(charge_id=charge_id, amount=amount, idempotency_key="bad-amount")
+        if amount is None:  # a charge of nothing
+            with pytest.raises(errors.InvalidAmount):
+                create_charge(amount=0, currency="usd", idempotency_key="bad-charge")
+        else:
+            with pytest.raises(errors.InvalidAmount):
+                create_refund(charge_id=charge_id, amount=amount, idempotency_key="bad-amount")
+        assert not IdempotencyRecord.objects.filter(key__startswith="bad-").exists()
+        self.step()
+
+    # --- workers, crashes and the reconciler -------------------------------------------
 
     def settle_model(self):
+        """Take the statuses the database now has, checking each move is one the
+        provider's behaviour allows, and release what failed refunds held."""
         for refund_id, status in Refund.objects.values_list("id", "status"):
             model = self.refunds[refund_id]
             if model["status"] != status:
                 behaviour = self.charges[model["charge"]]["behaviour"]
-                expected = {
-                    "succeed": "succeeded",
-                    "decline": "failed",
-                    "timeout": "unknown",
-                    "apply_then_timeout": "unknown",
-                }[behaviour]
-                assert status in (expected, "succeeded"), (behaviour, status)
+                assert status in SETTLES_AS[behaviour] | {"pending"}, (behaviour, status)
                 if status == "failed":
                     self.charges[model["charge"]]["refunded"] -= model["amount"]
+                model["status"] = status
+        for charge_id, status in Charge.objects.values_list("id", "status"):
+            model = self.charges[charge_id]
+            if model["status"] != status:
+                assert status in SETTLES_AS[model["capture"]], (model["capture"], status)
                 model["status"] = status
 
     @rule()
     def worker_runs(self):
         process_pending_refunds()
         self.settle_model()
+        self.step()
+
+    @rule(point=st.sampled_from(WORKER_CRASH_POINTS))
+    def worker_crashes(self, point):
+        """The worker dies at `point` with the first refund it claimed; the rest of its
+        claims stay leased (lease 0 here: free again at once)."""
+        with crash_at(point):
+            try:
+                process_pending_refunds(batch_size=3)
+                crashed = False
+            except Crash:
+                crashed = True
+        self.settle_model()
+        self.step(faults=int(crashed))
 
     @rule()
     def reconciler_runs(self):
+        """Whatever the provider has a record of is settled by one reconciler pass (what
+        the pass itself had to send may come back unknown again, like any send)."""
+        provider_knows = {
+            *ProviderRefund.objects.values_list("idempotency_key", flat=True),
+            *ProviderCharge.objects.values_list("idempotency_key", flat=True),
+        }
         reconcile_refunds()
+        reconcile_charges(lease_seconds=0)
         self.settle_model()
-        for model in self.refunds.values():
-            behaviour = self.charges[model["charge"]]["behaviour"]
-            if behaviour == "apply_then_timeout" and model["status"] == "unknown":
-                raise AssertionError("the reconciler left a refund the provider made unknown")
+        in_doubt = [
+            (key, status)
+            for model in (Refund, Charge)
+            for key, status in model.objects.values_list("provider_idempotency_key", "status")
+            if key in provider_knows and status not in ("succeeded", "failed")
+        ]
+        assert in_doubt == []
+        assert not Charge.objects.filter(status="pending").exists()
+        self.step()
+
+    # --- after every step ---------------------------------------------------------------
 
     @invariant()
     def books_agree_with_the_model(self):
-        assert [str(d) for d in find_ledger_drift()] == []
         stored = dict(Charge.objects.values_list("id", "amount_refunded"))
         assert stored == {cid: c["refunded"] for cid, c in self.charges.items()}
         assert all(c["refunded"] <= c["amount"] for c in self.charges.values())
         assert ProviderRefund.objects.count() <= len(self.refunds)
+        assert ProviderCharge.objects.count() <= len(self.charges)
+        bound = {k: v[2] for k, v in self.requests.items()}
+        records = IdempotencyRecord.objects.values_list("key", "refund_id", "charge_id")
+        assert {key: refund or charge for key, refund, charge in records} == bound
+        assert_ledger_invariants()
         assert_provider_agrees()
+        tally.add("model", invariant_checks=1)
 
     @invariant()
     def states_only_move_forward(self):
-        for refund_id, status in Refund.objects.values_list("id", "status"):
-            before = self.seen_status.get(refund_id, "pending")
-            assert ORDER[status] >= ORDER[before], (refund_id, before, status)
+        statuses = [
+            *Refund.objects.values_list("id", "status"),
+            *Charge.objects.values_list("id", "status"),
+        ]
+        for object_id, status in statuses:
+            before = self.seen_status.get(object_id, "pending")
+            assert ORDER[status] >= ORDER[before], (object_id, before, status)
             assert not (before in ("succeeded", "failed") and status != before)
-            self.seen_status[refund_id] = status
+            self.seen_status[object_id] = status
 
 
 @pytest.mark.django_db(transaction=True)
@@ -185,7 +367,7 @@ def test_the_ledger_behaves_like_its_model(settings_fixture_worker_mode):
         LedgerModel,
         settings=settings(
             max_examples=EXAMPLES,
-            stateful_step_count=25,
+            stateful_step_count=STEPS,
             deadline=None,
             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
         ),
