@@ -2,7 +2,9 @@ import io
 import os
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.db import connection
+from django.test import Client
 
 from tests import tally
 from tests.factories import ChargeFactory
@@ -103,3 +105,23 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
     from django.conf import settings
 
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+
+@pytest.fixture
+def viewer(django_user_model):
+    """Staff who may look at charges and refunds but not refund."""
+    user = django_user_model.objects.create_user("viewer", password="viewer-pass-1", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="ledger_app",
+            codename__in=["view_charge", "view_refund", "view_refundattention"],
+        )
+    )
+    return user
+
+
+@pytest.fixture
+def viewer_client(viewer):
+    client = Client()
+    client.force_login(viewer)
+    return client

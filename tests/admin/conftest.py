@@ -1,5 +1,5 @@
 import pytest
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group
 from django.test import Client
 
 
@@ -12,27 +12,7 @@ def support_agent(django_user_model):
 
 
 @pytest.fixture
-def viewer(django_user_model):
-    """Staff who may look at charges and refunds but not refund."""
-    user = django_user_model.objects.create_user("viewer", password="viewer-pass-1", is_staff=True)
-    user.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="ledger_app",
-            codename__in=["view_charge", "view_refund", "view_refundattention"],
-        )
-    )
-    return user
-
-
-@pytest.fixture
 def agent_client(support_agent):
     client = Client()
     client.force_login(support_agent)
-    return client
-
-
-@pytest.fixture
-def viewer_client(viewer):
-    client = Client()
-    client.force_login(viewer)
     return client
