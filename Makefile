@@ -27,7 +27,7 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed-dev
 	scripts/run-tests
 
-# The reliability suites with soak sizes on PostgreSQL (about half an hour), and a summary
+# The reliability suites with soak sizes on PostgreSQL (about 35 minutes), and a summary
 # of operations, faults injected and invariant checks. SOAK_ROUNDS=1 for a shorter one.
 soak: $(VENV)/.installed-dev
 	scripts/soak
