@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from decimal import Decimal
 from functools import cache
@@ -12,6 +13,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import quote, unquote
 from django.core.cache import cache as django_cache
 from django.core.exceptions import PermissionDenied
+from django.db import InterfaceError, OperationalError
 from django.db.models import F, Q
 from django.http import Http404
 from django.shortcuts import redirect
@@ -25,10 +27,19 @@ from ledger_app.admin.forms import BulkRefundForm, RefundForm, new_form_key
 from ledger_app.errors import LedgerError
 from ledger_app.models import Charge, Refund
 from ledger_app.money import MAJOR_AMOUNT
+from ledger_app.services.dispatch import drop_broken_connection
 from ledger_app.services.refunds import create_refund
 from ledger_app.services.text import has_unstorable_characters
 
+log = logging.getLogger("ledger_app.admin")
+
 MAX_BULK = 500  # charges one bulk action may refund
+# Shown when a refund's transaction lost the database: it may have committed or not.
+DATABASE_UNAVAILABLE = (
+    "The database did not answer, so this refund may or may not have been made. Submit this "
+    "same form again: it carries the same key, so it finishes or replays the refund and never "
+    "makes a second one (database_unavailable)."
+)
 SHOWN_ON_PAGE = 20  # refunds and ledger entries listed on a charge page
 
 
@@ -265,6 +276,10 @@ class ChargeAdmin(ReadOnlyAdmin):
                 form.add_error(
                     exc.param if exc.param in form.fields else None, f"{exc.message} ({exc.code})"
                 )
+            except (OperationalError, InterfaceError):
+                log.exception("database unavailable during an admin refund of %s", charge.pk)
+                drop_broken_connection()
+                form.add_error(None, DATABASE_UNAVAILABLE)
             else:
                 self._report(request, charge, refund)
                 return redirect("admin:ledger_app_charge_change", quote(charge.pk))
@@ -371,6 +386,11 @@ class ChargeAdmin(ReadOnlyAdmin):
             except LedgerError as exc:
                 outcomes["refused"].append(f"{charge.pk} ({exc.code})")
                 continue
+            except (OperationalError, InterfaceError):
+                log.exception("database unavailable during a bulk refund of %s", charge.pk)
+                drop_broken_connection()
+                outcomes["interrupted"].append(f"{charge.pk} (database_unavailable)")
+                continue
             amount = money(refund.amount, refund.currency)
             if refund.replayed:
                 outcomes["replayed"].append(f"{charge.pk} ({refund.id})")
@@ -384,6 +404,7 @@ class ChargeAdmin(ReadOnlyAdmin):
             ("failed", messages.ERROR),
             ("replayed", messages.WARNING),
             ("refused", messages.ERROR),
+            ("interrupted", messages.ERROR),
         ]:
             if outcomes[outcome]:
                 label = {
@@ -393,6 +414,11 @@ class ChargeAdmin(ReadOnlyAdmin):
                     "failed": "Declined by the provider",
                     "replayed": "Already refunded by this confirmation (replayed)",
                     "refused": "Refused",
+                    "interrupted": (
+                        "The database did not answer; these may or may not be refunded. "
+                        "Go Back and confirm the same page again: it replays what was made "
+                        "and never refunds twice"
+                    ),
                 }[outcome]
                 self.message_user(request, f"{label}: {', '.join(outcomes[outcome])}", level)
 

@@ -19,6 +19,10 @@ REASONS = [
 ]
 
 
+def note_required(message: str) -> forms.ValidationError:
+    return forms.ValidationError(f"{message} (note_required)", code="note_required")
+
+
 class CodedField:
     """A field whose refusals name their stable code, as the service's refusals do: a
     person (or a tampered form) sees `... (invalid_note)`, never an anonymous message."""
@@ -31,8 +35,9 @@ class CodedField:
         try:
             return super().clean(value)
         except forms.ValidationError as exc:
-            messages = [f"{message} ({self.code})" for message in exc.messages]
-            raise forms.ValidationError(messages, code=self.code) from exc
+            raise forms.ValidationError(
+                [forms.ValidationError(f"{m} ({self.code})", code=self.code) for m in exc.messages]
+            ) from exc
 
 
 class CodedCharField(CodedField, forms.CharField):
@@ -65,7 +70,7 @@ class ReasonAndNote(forms.Form):
     def clean(self):
         cleaned = super().clean()
         if cleaned.get("reason") == OTHER and not cleaned.get("note", "").strip():
-            self.add_error("note", "Explain the refund when the reason is Other.")
+            self.add_error("note", note_required("Explain the refund when the reason is Other."))
         return cleaned
 
 
@@ -111,7 +116,7 @@ class RefundForm(ReasonAndNote):
         amount = cleaned.get("amount")
         whole_charge = self.charge.amount_refunded == 0 and amount in (None, self.charge.amount)
         if "amount" in cleaned and whole_charge and not cleaned.get("note", "").strip():
-            self.add_error("note", "A full refund of the charge needs a note.")
+            self.add_error("note", note_required("A full refund of the charge needs a note."))
         return cleaned
 
 
@@ -123,5 +128,5 @@ class BulkRefundForm(ReasonAndNote):
     def clean(self):
         cleaned = super().clean()
         if not cleaned.get("note", "").strip() and "note" not in self.errors:
-            self.add_error("note", "Say why these charges are refunded in full.")
+            self.add_error("note", note_required("Say why these charges are refunded in full."))
         return cleaned

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
-from django.db import DatabaseError
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -165,25 +165,8 @@ def exception_handler(exc: Exception, context: dict) -> Response:
             if wait:
                 response["Retry-After"] = str(max(1, int(wait)))
         return response
-    if isinstance(exc, DatabaseError):
-        # The connection dropped or the server went away mid-request. Whether a write
-        # committed is not known here; a retry with the same idempotency key finds out.
-        log.exception("database error in the API; the client is told to retry")
-        drop_broken_connection()
-        response = Response(
-            body(
-                type="api_error",
-                code="database_unavailable",
-                message=(
-                    "The ledger database did not answer. Nothing is lost: retry with the "
-                    "same Idempotency-Key to get the outcome."
-                ),
-            ),
-            status=503,
-        )
-        response["Stripe-Should-Retry"] = "true"
-        response["Retry-After"] = "1"
-        return response
+    if isinstance(exc, OperationalError | InterfaceError):
+        return _database_unavailable(context)
     log.exception("unexpected error in the API")
     return Response(
         body(type="api_error", code="internal_error", message="An unexpected error occurred."),
@@ -201,3 +184,31 @@ def not_found(request, *args, **kwargs) -> JsonResponse:
         ),
         status=404,
     )
+
+
+def _database_unavailable(context: dict) -> Response:
+    """The connection dropped or the server went away mid-request (not a bug in a query:
+    those stay 500). Whether a write committed is not known here. With an Idempotency-Key
+    a retry finds out and can never make a second refund or charge; without one it could,
+    so the client is told to look before it retries."""
+    log.exception("database unavailable during an API request")
+    drop_broken_connection()
+    request = context.get("request")
+    safe = request is None or request.method in ("GET", "HEAD", "OPTIONS")
+    keyed = request is not None and bool(request.headers.get("Idempotency-Key"))
+    if safe or keyed:
+        message = "The ledger database did not answer. Retry"
+        message += " with the same Idempotency-Key: it returns the outcome." if keyed else "."
+    else:
+        message = (
+            "The ledger database did not answer and this request had no Idempotency-Key, so "
+            "it may or may not have been carried out. List the charge's refunds (or your "
+            "charges) before sending it again."
+        )
+    response = Response(
+        body(type="api_error", code="database_unavailable", message=message), status=503
+    )
+    response["Stripe-Should-Retry"] = "true" if safe or keyed else "false"
+    if safe or keyed:
+        response["Retry-After"] = "1"
+    return response

@@ -186,19 +186,38 @@ def object_id(value: Any, name: str) -> str:
     return value
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object naming a key twice is as ambiguous as `amount=1&amount=2` in a form:
-    refused, never "the last one wins"."""
-    result: dict[str, Any] = {}
+class _JsonObject(dict):
+    """A parsed JSON object that remembers the first key it was given twice."""
+
+    repeated: str | None = None
+
+
+def _object(pairs: list[tuple[str, Any]]) -> _JsonObject:
+    result = _JsonObject()
     for key, value in pairs:
-        if key in result:
-            if has_unstorable_characters(key):  # not even an error message can carry it
-                raise drf_exceptions.ParseError("not valid Unicode")
-            raise ApiError(
-                f"{key[:50]} was sent more than once.", code="parameter_invalid", param=key
-            )
+        if key in result and result.repeated is None:
+            result.repeated = key
         result[key] = value
     return result
+
+
+def _refuse_repeated_keys(value: Any, path: str = "") -> Any:
+    """A JSON object naming a key twice is as ambiguous as `amount=1&amount=2` in a form:
+    refused (naming it as the form would, `metadata[a]`), never "the last one wins".
+    Returns the value with plain dicts."""
+    if isinstance(value, list):
+        return [_refuse_repeated_keys(item, f"{path}[]") for item in value]
+    if not isinstance(value, dict):
+        return value
+    name = (lambda key: f"{path}[{key}]") if path else (lambda key: key)
+    if getattr(value, "repeated", None) is not None:
+        param = name(value.repeated)
+        if has_unstorable_characters(param):  # not even an error message can carry it
+            raise drf_exceptions.ParseError("not valid Unicode")
+        raise ApiError(
+            f"{param[:60]} was sent more than once.", code="parameter_invalid", param=param
+        )
+    return {key: _refuse_repeated_keys(item, name(key)) for key, item in value.items()}
 
 
 class JSONParser(parsers.JSONParser):
@@ -209,9 +228,10 @@ class JSONParser(parsers.JSONParser):
         encoding = parsers.get_encoding(parser_context or {})
         try:
             text = codecs.getreader(encoding)(stream).read()
-            return json.loads(
-                text, parse_constant=drf_json.strict_constant, object_pairs_hook=_unique_keys
+            parsed = json.loads(
+                text, parse_constant=drf_json.strict_constant, object_pairs_hook=_object
             )
+            return _refuse_repeated_keys(parsed)
         except RecursionError:
             raise drf_exceptions.ParseError("nested too deeply") from None
         except ValueError:

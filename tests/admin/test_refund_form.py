@@ -146,6 +146,21 @@ class TestRefundForm:
         assert with_note.status_code == 302
         assert Refund.objects.get().note == "Order cancelled"
 
+    def test_field_errors_carry_their_stable_code(self):
+        from ledger_app.admin.forms import RefundForm
+
+        charge = ChargeFactory(amount=1_000)
+        form = RefundForm(
+            {"amount": "1" * 41, "reason": "nope", "note": "x" * 1_001, "idempotency_key": "k"},
+            charge=charge,
+        )
+
+        assert not form.is_valid()
+        assert form.has_error("amount", "invalid_amount")
+        assert form.has_error("reason", "invalid_reason")
+        assert form.has_error("note", "invalid_note")
+        assert "(invalid_note)" in form.errors["note"][0]
+
     def test_each_admin_refund_is_written_to_the_charge_history(self, agent_client):
         charge = ChargeFactory(amount=5_000)
 

@@ -205,6 +205,7 @@ class Shared:
     told: dict = field(default_factory=dict)
     told_ids: list = field(default_factory=list)  # the same ids, to pick from
     told_per_charge: Counter = field(default_factory=Counter)
+    emptied: list = field(default_factory=list)  # hot charges a "the rest" refund emptied
     replays_checked: int = 0
     checks: int = 0
     operations: int = 0
@@ -358,6 +359,9 @@ class Client:
                 charge_id=charge_id,
                 amount=int(body["amount"]) if "amount" in body else made["amount"],
             )
+            if "amount" not in body:  # "the rest": checked below, the charge must be empty
+                with self.shared.lock:
+                    self.shared.emptied.append(charge_id)
         else:
             self.expect_refused(response, body, {"amount_too_large", "charge_already_refunded"})
         return 1
@@ -721,6 +725,10 @@ def test_many_http_clients_mixed_load_keeps_the_books(server):
         checks += 2
     for charge_id, _ in hot:
         assert shared.told_per_charge[charge_id] > 0, f"hot charge {charge_id} never refunded"
+        checks += 1
+    for charge_id in shared.emptied:  # a refund of "the rest" left nothing
+        charge = Charge.objects.get(pk=charge_id)
+        assert charge.amount_refunded == charge.amount, charge_id
         checks += 1
     # The mix really exercised what it says (the load was not all refusals or all reads).
     assert shared.replays_checked > 0

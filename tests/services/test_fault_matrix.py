@@ -344,3 +344,88 @@ def test_charge_through_a_failing_provider(stripe_stub, behaviour):
     assert create_charge(amount=1_500, currency="usd", idempotency_key="flaky-charge").replayed
     assert_ledger_invariants()
     tally.add("faults", faults=1, operations=3, invariant_checks=1)
+
+
+def test_a_keyless_client_whose_connection_is_cut_is_told_not_to_retry_blindly(
+    api_client, cut_connection
+):
+    """Without an Idempotency-Key a retry could be a second refund: the client is told to
+    look first, and Stripe's client does not retry (Stripe-Should-Retry: false)."""
+    charge = ChargeFactory(amount=4_000)
+    cut_connection("refund.reserve_locked", "after_commit")
+
+    response = api_client.post(
+        "/v1/refunds", urlencode({"charge": charge.id, "amount": "700"}), content_type=FORM
+    )
+
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "database_unavailable"
+    assert response["Stripe-Should-Retry"] == "false"
+    assert "no Idempotency-Key" in response.json()["error"]["message"]
+    assert "Retry-After" not in response
+    [refund] = Refund.objects.filter(charge=charge)  # it did commit: one, found by listing
+    listed = api_client.get(f"/v1/refunds?charge={charge.id}")
+    assert [r["id"] for r in listed.json()["data"]] == [refund.id]
+    call_command("reconcile", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    check_everything()
+    tally.add("faults", faults=1, operations=2)
+
+
+def test_a_bug_in_a_query_is_a_500_not_a_retryable_503(api_client, monkeypatch):
+    from django.db import ProgrammingError
+
+    from ledger_app.api import views
+
+    def broken(**kwargs):
+        raise ProgrammingError('relation "ledger_app_refund" does not exist')
+
+    monkeypatch.setattr(views, "create_refund", broken)
+    charge = ChargeFactory(amount=1_000)
+
+    response = post(api_client, "/v1/refunds", {"charge": charge.id, "amount": "10"}, "bug")
+
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "internal_error"
+    assert "Stripe-Should-Retry" not in response
+
+
+@pytest.mark.parametrize("when", CUTS)
+def test_an_admin_refund_whose_connection_is_cut_is_finished_by_submitting_again(
+    inline_dispatch, cut_connection, django_user_model, settings, when
+):
+    from django.contrib.admin.utils import quote
+    from django.contrib.auth.models import Permission
+
+    agent = django_user_model.objects.create_user(
+        "cut-agent", password="x-pass-123456", is_staff=True
+    )
+    agent.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_charge", "refund_charge"])
+    )
+    client = Client()
+    client.force_login(agent)
+    charge = ChargeFactory(amount=3_000)
+    settings.REFUND_DISPATCH_LEASE_SECONDS = 0  # a refund left pending is stale at once
+    url = f"/admin/ledger_app/charge/{quote(charge.pk)}/refund/"
+    form = {"amount": "4.00", "reason": "duplicate", "idempotency_key": "admin:cut-form"}
+    cut_connection("refund.reserve_locked", when)
+
+    first = client.post(url, form)
+
+    assert first.status_code == 200  # the form again, not a server error
+    page = first.content.decode()
+    assert "database_unavailable" in page and 'value="admin:cut-form"' in page
+    committed = when == "after_commit"
+    assert Refund.objects.filter(charge=charge).count() == int(committed)
+
+    again = client.post(url, form)  # what the page tells staff to do
+
+    assert again.status_code == 302
+    [refund] = Refund.objects.filter(charge=charge)
+    assert (refund.amount, refund.status) == (400, "succeeded" if not committed else "pending")
+    call_command("reconcile", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    refund.refresh_from_db()
+    assert refund.status == "succeeded"
+    assert ProviderRefund.objects.count() == 1
+    check_everything()
+    tally.add("faults", faults=1, operations=3)
