@@ -429,3 +429,49 @@ def test_an_admin_refund_whose_connection_is_cut_is_finished_by_submitting_again
     assert ProviderRefund.objects.count() == 1
     check_everything()
     tally.add("faults", faults=1, operations=3)
+
+
+def test_a_bulk_refund_whose_connection_is_cut_is_finished_by_confirming_again(
+    inline_dispatch, cut_connection, django_user_model, settings
+):
+    from django.contrib.auth.models import Permission
+
+    agent = django_user_model.objects.create_user("bulk-agent", password="x-pass-1234567")
+    agent.is_staff = True
+    agent.save()
+    agent.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_charge", "refund_charge"])
+    )
+    client = Client()
+    client.force_login(agent)
+    settings.REFUND_DISPATCH_LEASE_SECONDS = 0
+    charges = [ChargeFactory(amount=1_000 * (n + 1)) for n in range(3)]
+    confirmation = {
+        "action": "refund_in_full",
+        "_selected_action": [c.pk for c in charges],
+        "post": "yes",
+        "batch_key": "admin-bulk:cut",
+        "reason": "duplicate",
+        "note": "duplicate order batch",
+    }
+    cut_connection("refund.reserve_locked", "after_commit")  # the first charge's refund
+
+    first = client.post("/admin/ledger_app/charge/", confirmation, follow=True)
+
+    shown = " ".join(str(m) for m in first.context["messages"])
+    assert first.status_code == 200
+    assert "database_unavailable" in shown and "Refunded:" in shown
+    assert Refund.objects.count() == 3  # the cut one committed; the others went through
+
+    again = client.post("/admin/ledger_app/charge/", confirmation, follow=True)
+
+    shown = " ".join(str(m) for m in again.context["messages"])
+    assert "replayed" in shown and "database_unavailable" not in shown
+    assert Refund.objects.count() == 3
+    call_command("reconcile", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    for charge in Charge.objects.all():
+        assert charge.amount_refunded == charge.amount
+    assert set(Refund.objects.values_list("status", flat=True)) == {"succeeded"}
+    assert ProviderRefund.objects.count() == 3
+    check_everything()
+    tally.add("faults", faults=1, operations=6)
