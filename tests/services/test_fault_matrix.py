@@ -389,23 +389,32 @@ def test_a_bug_in_a_query_is_a_500_not_a_retryable_503(api_client, monkeypatch):
     assert "Stripe-Should-Retry" not in response
 
 
-@pytest.mark.parametrize("when", CUTS)
-def test_an_admin_refund_whose_connection_is_cut_is_finished_by_submitting_again(
-    inline_dispatch, cut_connection, django_user_model, settings, when
-):
-    from django.contrib.admin.utils import quote
+@pytest.fixture
+def admin_refunder(inline_dispatch, django_user_model, settings):
+    """A logged-in staff client with the refund permission (granted directly: transactional
+    tests flush the data migration's Support agents group)."""
     from django.contrib.auth.models import Permission
 
-    agent = django_user_model.objects.create_user(
-        "cut-agent", password="x-pass-123456", is_staff=True
-    )
+    settings.REFUND_DISPATCH_LEASE_SECONDS = 0  # a refund left pending is stale at once
+    agent = django_user_model.objects.create_user("cut-agent", password="x-pass-1234567")
+    agent.is_staff = True
+    agent.save()
     agent.user_permissions.add(
         *Permission.objects.filter(codename__in=["view_charge", "refund_charge"])
     )
     client = Client()
     client.force_login(agent)
+    return client
+
+
+@pytest.mark.parametrize("when", CUTS)
+def test_an_admin_refund_whose_connection_is_cut_is_finished_by_submitting_again(
+    admin_refunder, cut_connection, when
+):
+    from django.contrib.admin.utils import quote
+
+    client = admin_refunder
     charge = ChargeFactory(amount=3_000)
-    settings.REFUND_DISPATCH_LEASE_SECONDS = 0  # a refund left pending is stale at once
     url = f"/admin/ledger_app/charge/{quote(charge.pk)}/refund/"
     form = {"amount": "4.00", "reason": "duplicate", "idempotency_key": "admin:cut-form"}
     cut_connection("refund.reserve_locked", when)
@@ -432,19 +441,9 @@ def test_an_admin_refund_whose_connection_is_cut_is_finished_by_submitting_again
 
 
 def test_a_bulk_refund_whose_connection_is_cut_is_finished_by_confirming_again(
-    inline_dispatch, cut_connection, django_user_model, settings
+    admin_refunder, cut_connection
 ):
-    from django.contrib.auth.models import Permission
-
-    agent = django_user_model.objects.create_user("bulk-agent", password="x-pass-1234567")
-    agent.is_staff = True
-    agent.save()
-    agent.user_permissions.add(
-        *Permission.objects.filter(codename__in=["view_charge", "refund_charge"])
-    )
-    client = Client()
-    client.force_login(agent)
-    settings.REFUND_DISPATCH_LEASE_SECONDS = 0
+    client = admin_refunder
     charges = [ChargeFactory(amount=1_000 * (n + 1)) for n in range(3)]
     confirmation = {
         "action": "refund_in_full",
