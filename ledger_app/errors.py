@@ -129,3 +129,27 @@ class InvalidCreated(LedgerError):
     code = "invalid_created"
     param = "created"
     default_message = "created must be unix seconds or an ISO 8601 date and time."
+
+
+class NoteRequired(LedgerError):
+    code = "note_required"
+    param = "note"
+    default_message = "Say in the note what was done."
+
+
+class RefundNotDeclined(LedgerError):
+    code = "refund_not_declined"
+    param = "refund"
+    default_message = (
+        "Only a refund the provider declined can be marked handled; a refund whose outcome "
+        "is unknown or pending is settled by asking the provider (Reconcile now)."
+    )
+
+
+class ChargeChanged(LedgerError):
+    code = "charge_changed"
+    param = "charge"
+    default_message = (
+        "The charge changed since this form was shown. Nothing was refunded; check what is "
+        "left and submit again."
+    )

@@ -55,6 +55,14 @@ class Charge(models.Model):
         max_length=255, blank=True, help_text="The provider's id, once it has answered."
     )
     status_detail = models.TextField(blank=True, help_text="Why it failed or is unknown.")
+    dispatch_attempts = models.PositiveIntegerField(
+        default=0, help_text="Times the one guarded send took this charge to the provider."
+    )
+    leased_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A sender holds this charge until then; afterwards anyone may retry it.",
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -150,12 +158,21 @@ class Refund(models.Model):
         max_length=255, blank=True, help_text="The provider's id, once it has answered."
     )
     status_detail = models.TextField(blank=True, help_text="Why it failed or is unknown.")
-    dispatch_attempts = models.PositiveIntegerField(default=0)
+    dispatch_attempts = models.PositiveIntegerField(
+        default=0,
+        help_text="Times the one guarded send took this refund to the provider (recorded "
+        "before each call: more than zero means the provider may have it).",
+    )
     leased_until = models.DateTimeField(
         null=True,
         blank=True,
-        help_text="A dispatcher holds this refund until then; afterwards anyone may retry it.",
+        help_text="A sender holds this refund until then; afterwards anyone may retry it.",
     )
+    handled_at = models.DateTimeField(
+        null=True, blank=True, help_text="When support marked this declined refund handled."
+    )
+    handled_by = models.CharField(max_length=200, blank=True, help_text="Who marked it handled.")
+    handled_note = models.TextField(blank=True, help_text="What support did about the decline.")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -177,6 +194,11 @@ class Refund(models.Model):
             models.CheckConstraint(
                 condition=Q(reason__in=["", "duplicate", "fraudulent", "requested_by_customer"]),
                 name="refund_reason_valid",
+            ),
+            # Only a declined refund is closed by hand; money in doubt is the reconciler's.
+            models.CheckConstraint(
+                condition=Q(handled_at__isnull=True) | Q(status="failed"),
+                name="refund_handled_only_if_failed",
             ),
         ]
 

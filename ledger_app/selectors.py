@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import (
     BigIntegerField,
     Count,
     Exists,
     F,
+    Max,
     OuterRef,
     Q,
     Subquery,
@@ -18,9 +21,57 @@ from django.db.models import (
 )
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Concat
+from django.utils import timezone
 
 from ledger_app.errors import ResourceMissing
 from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
+
+
+def stale_pending(now: datetime | None = None, lease_seconds: int | None = None) -> Q:
+    """Pending refunds or charges nobody is sending: a lease that ran out, or none taken
+    within a lease's length of being created (a process died between commit and send)."""
+    now = now or timezone.now()
+    if lease_seconds is None:
+        lease_seconds = settings.REFUND_DISPATCH_LEASE_SECONDS
+    stale = now - timedelta(seconds=lease_seconds)
+    return Q(status="pending") & (
+        Q(leased_until__lte=now) | Q(leased_until__isnull=True, created_at__lte=stale)
+    )
+
+
+def in_doubt(now: datetime | None = None, lease_seconds: int | None = None) -> Q:
+    """Refunds or charges the reconciler asks the provider about: unknown, or pending with
+    no sender."""
+    return Q(status="unknown") | stale_pending(now, lease_seconds)
+
+
+def needing_attention(now: datetime | None = None) -> Q:
+    """The support queue: refunds in doubt, and declines nobody has marked handled."""
+    return in_doubt(now) | Q(status=Refund.Status.FAILED, handled_at__isnull=True)
+
+
+def charge_state(charge_id: str) -> int:
+    """A number that changes whenever the charge's books do: the id of its newest ledger
+    entry (entries are append-only, one for every money-moving moment), 0 when none."""
+    newest = (
+        LedgerEntry.objects.filter(charge_id=charge_id)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    return newest or 0
+
+
+def charge_states(charge_ids: list[str]) -> dict[str, int]:
+    """charge_state for many charges in one query."""
+    newest = (
+        LedgerEntry.objects.filter(charge_id__in=charge_ids)
+        .order_by()
+        .values("charge_id")
+        .annotate(newest=Max("id"))
+        .values_list("charge_id", "newest")
+    )
+    return {pk: 0 for pk in charge_ids} | dict(newest)
 
 
 @dataclass(frozen=True)

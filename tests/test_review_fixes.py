@@ -12,7 +12,7 @@ from django.urls import reverse
 from ledger_app.gateways.simulated import SimulatedGateway
 from ledger_app.models import Charge, Refund
 from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.dispatch import dispatch_refund, process_pending_refunds
+from ledger_app.services.dispatch import process_pending_refunds, send_refund
 from ledger_app.services.refunds import create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
@@ -39,7 +39,7 @@ class TestNoResendWithoutAsking:
         assert refund.status == "unknown"
         provider = ForgetfulProvider()
 
-        settled = dispatch_refund(refund.pk, gateway=provider)
+        settled = send_refund(refund.pk, gateway=provider).item
 
         assert settled.status == "succeeded"
         assert provider.sent == 0

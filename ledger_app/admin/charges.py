@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import defaultdict
 from decimal import Decimal
 from functools import cache
@@ -23,10 +24,12 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
 from ledger_app.admin.base import ReadOnlyAdmin, money
-from ledger_app.admin.forms import BulkRefundForm, RefundForm, new_form_key
-from ledger_app.errors import LedgerError
+from ledger_app.admin.forms import FORM_KEY, BulkRefundForm, RefundForm, new_form_key
+from ledger_app.errors import ChargeChanged, IdempotencyKeyReused, LedgerError
 from ledger_app.models import Charge, Refund
 from ledger_app.money import MAJOR_AMOUNT
+from ledger_app.selectors import charge_state, charge_states
+from ledger_app.services import idempotency
 from ledger_app.services.dispatch import drop_broken_connection
 from ledger_app.services.refunds import create_refund
 from ledger_app.services.text import has_unstorable_characters
@@ -157,6 +160,9 @@ class ChargeAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Refundable")
     def refundable_display(self, obj: Charge) -> str:
+        """Only a succeeded charge with something left shows an amount here."""
+        if not is_refundable(obj):
+            return f"— ({why_not_refundable(obj)})"
         return money(obj.amount_refundable, obj.currency)
 
     @admin.display(description="Refunds")
@@ -252,15 +258,31 @@ class ChargeAdmin(ReadOnlyAdmin):
         return super().change_view(request, object_id, form_url, extra_context)
 
     def refund_view(self, request, object_id):
-        """One refund from a form. The hidden key minted when the form was rendered makes
-        a second submission of that rendering (double click, back button, second tab) a
-        replay of the first, not a second refund."""
+        """One refund from a form that cannot move money twice, whatever the browser does.
+
+        The form's key lives in its URL (`?form=<key>`): a plain GET mints one and redirects
+        there, so Back and reload always come back to the same key. A key already used
+        shows what it refunded instead of a form; submitting a cached copy replays. The
+        form also carries the charge state it was drawn against, and the service refuses
+        it if the charge has changed since (a second tab drawn earlier). The amount is
+        typed, or is the exact amount left shown on the page: a blank never means "all".
+        After a refund the answer is a redirect to the charge (POST/redirect/GET)."""
         if not self.has_refund_permission(request):
             raise PermissionDenied
         charge = self._charge_or_404(object_id)
-        form = RefundForm(
-            request.POST or None, charge=charge, initial={"idempotency_key": new_form_key()}
-        )
+        here = reverse("admin:ledger_app_charge_refund", args=[quote(charge.pk)])
+        if request.method == "POST":
+            form = RefundForm(request.POST, charge=charge)
+            key = request.POST.get("idempotency_key", "")
+        else:
+            key = f"admin:{request.GET.get('form', '')}"
+            if not FORM_KEY.match(key):
+                return redirect(f"{here}?{urlencode({'form': uuid.uuid4().hex})}")
+            record = idempotency.find(key)
+            if record is not None and record.refund_id:
+                return self._used_form_page(request, charge, record.refund)
+            form = self._fresh_form(charge, key)
+        notice = ""
         if request.method == "POST" and form.is_valid():
             try:
                 refund = create_refund(
@@ -271,7 +293,18 @@ class ChargeAdmin(ReadOnlyAdmin):
                     note=form.cleaned_data["note"],
                     actor=request.user,
                     source=Refund.Source.ADMIN,
+                    unchanged_since=form.cleaned_data["charge_state"],
                 )
+            except ChargeChanged as exc:
+                # Drawn again from the charge as it is now; the amount is asked for anew.
+                charge.refresh_from_db()
+                notice = f"{exc.message} ({exc.code})"
+                form = self._fresh_form(charge, key, form.cleaned_data)
+            except IdempotencyKeyReused as exc:
+                record = idempotency.find(key)
+                if record is not None and record.refund_id:
+                    return self._used_form_page(request, charge, record.refund, exc.code)
+                form.add_error(None, f"{exc.message} ({exc.code})")
             except LedgerError as exc:
                 form.add_error(
                     exc.param if exc.param in form.fields else None, f"{exc.message} ({exc.code})"
@@ -284,6 +317,29 @@ class ChargeAdmin(ReadOnlyAdmin):
                 self._report(request, charge, refund)
                 return redirect("admin:ledger_app_charge_change", quote(charge.pk))
         context = {
+            **self._refund_page_context(request, charge),
+            "form": form,
+            "notice": notice,
+            "refundable_now": charge.status == Charge.Status.SUCCEEDED
+            and charge.amount_refundable > 0,
+            "media": self.media + form.media,
+        }
+        return TemplateResponse(request, "admin/ledger_app/charge/refund_form.html", context)
+
+    def _fresh_form(self, charge: Charge, key: str, kept: dict | None = None) -> RefundForm:
+        kept = kept or {}
+        return RefundForm(
+            charge=charge,
+            initial={
+                "idempotency_key": key,
+                "charge_state": charge_state(charge.pk),
+                "reason": kept.get("reason", ""),
+                "note": kept.get("note", ""),
+            },
+        )
+
+    def _refund_page_context(self, request, charge: Charge) -> dict:
+        return {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": f"Refund {charge.pk}",
@@ -292,10 +348,18 @@ class ChargeAdmin(ReadOnlyAdmin):
             "refunded": money(charge.amount_refunded, charge.currency),
             "refundable": money(charge.amount_refundable, charge.currency),
             "refunds": refunds_table(charge),
-            "form": form,
-            "media": self.media + form.media,
         }
-        return TemplateResponse(request, "admin/ledger_app/charge/refund_form.html", context)
+
+    def _used_form_page(self, request, charge: Charge, refund: Refund, code: str = ""):
+        """What Back, reload or a second tab of an already used form shows: what it did."""
+        context = {
+            **self._refund_page_context(request, charge),
+            "used_refund": refund,
+            "used_amount": money(refund.amount, refund.currency),
+            "code": code,
+            "new_form_url": reverse("admin:ledger_app_charge_refund", args=[quote(charge.pk)]),
+        }
+        return TemplateResponse(request, "admin/ledger_app/charge/refund_form_used.html", context)
 
     def _charge_or_404(self, object_id: str) -> Charge:
         object_id = unquote(object_id)
@@ -343,15 +407,22 @@ class ChargeAdmin(ReadOnlyAdmin):
                 request, f"Select at most {MAX_BULK} charges at a time.", messages.ERROR
             )
             return None
+        refundable = [c for c in charges if is_refundable(c)]
+        states = charge_states([c.pk for c in refundable])
         form = BulkRefundForm(
             request.POST if request.POST.get("post") == "yes" else None,
-            initial={"batch_key": new_form_key("admin-bulk")},
+            initial={
+                "batch_key": new_form_key("admin-bulk"),
+                "confirmed": BulkRefundForm.sign(
+                    {c.pk: (states[c.pk], c.amount_refundable) for c in refundable}
+                ),
+            },
         )
         if form.is_bound and form.is_valid():
             self._refund_in_full(request, charges, form)
             return None
         totals: dict[str, int] = defaultdict(int)
-        for charge in charges:
+        for charge in refundable:
             totals[charge.currency] += charge.amount_refundable
         context = {
             **self.admin_site.each_context(request),
@@ -359,7 +430,12 @@ class ChargeAdmin(ReadOnlyAdmin):
             "title": "Refund charges in full",
             "rows": [
                 (c, money(c.amount, c.currency), money(c.amount_refundable, c.currency))
+                for c in refundable
+            ],
+            "not_refundable": [
+                (c, money(c.amount, c.currency), why_not_refundable(c))
                 for c in charges
+                if not is_refundable(c)
             ],
             "totals": [(c.upper(), money(t, c)) for c, t in sorted(totals.items())],
             "form": form,
@@ -373,16 +449,26 @@ class ChargeAdmin(ReadOnlyAdmin):
 
     def _refund_in_full(self, request, charges: list[Charge], form: BulkRefundForm) -> None:
         outcomes: dict[str, list[str]] = defaultdict(list)
+        shown = form.cleaned_data["confirmed"]
         for charge in charges:
+            if charge.pk not in shown:
+                outcomes["skipped"].append(f"{charge.pk} ({why_not_refundable(charge)})")
+                continue
+            state, amount = shown[charge.pk]
             try:
                 refund = create_refund(
                     charge_id=charge.pk,
+                    amount=amount,
                     idempotency_key=f"{form.cleaned_data['batch_key']}:{charge.pk}",
                     reason=form.service_reason(),
                     note=form.cleaned_data["note"],
                     actor=request.user,
                     source=Refund.Source.ADMIN,
+                    unchanged_since=state,
                 )
+            except ChargeChanged:
+                outcomes["changed"].append(charge.pk)
+                continue
             except LedgerError as exc:
                 outcomes["refused"].append(f"{charge.pk} ({exc.code})")
                 continue
@@ -391,36 +477,51 @@ class ChargeAdmin(ReadOnlyAdmin):
                 drop_broken_connection()
                 outcomes["interrupted"].append(f"{charge.pk} (database_unavailable)")
                 continue
-            amount = money(refund.amount, refund.currency)
+            amount_text = money(refund.amount, refund.currency)
             if refund.replayed:
-                outcomes["replayed"].append(f"{charge.pk} ({refund.id})")
+                outcomes["replayed"].append(f"{charge.pk} {amount_text} ({refund.id})")
                 continue
-            self.log_change(request, charge, f"Refunded {amount} as {refund.id} in a bulk refund.")
-            outcomes[refund.status].append(f"{charge.pk} {amount} ({refund.id})")
-        for outcome, level in [
-            ("succeeded", messages.SUCCESS),
-            ("pending", messages.INFO),
-            ("unknown", messages.WARNING),
-            ("failed", messages.ERROR),
-            ("replayed", messages.WARNING),
-            ("refused", messages.ERROR),
-            ("interrupted", messages.ERROR),
-        ]:
+            self.log_change(
+                request, charge, f"Refunded {amount_text} as {refund.id} in a bulk refund."
+            )
+            outcomes[refund.status].append(f"{charge.pk} {amount_text} ({refund.id})")
+        for outcome, level, label in BULK_OUTCOMES:
             if outcomes[outcome]:
-                label = {
-                    "succeeded": "Refunded",
-                    "pending": "Refunded, waiting for the provider",
-                    "unknown": "Refunded, provider outcome unknown (the reconciler will ask)",
-                    "failed": "Declined by the provider",
-                    "replayed": "Already refunded by this confirmation (replayed)",
-                    "refused": "Refused",
-                    "interrupted": (
-                        "The database did not answer; these may or may not be refunded. "
-                        "Go Back and confirm the same page again: it replays what was made "
-                        "and never refunds twice"
-                    ),
-                }[outcome]
                 self.message_user(request, f"{label}: {', '.join(outcomes[outcome])}", level)
+
+
+# What the bulk refund tells the person, per outcome, in this order.
+BULK_OUTCOMES = [
+    ("succeeded", messages.SUCCESS, "Refunded"),
+    ("pending", messages.INFO, "Refunded, waiting for the provider"),
+    ("unknown", messages.WARNING, "Refunded, provider outcome unknown (the reconciler will ask)"),
+    ("failed", messages.ERROR, "Declined by the provider"),
+    ("replayed", messages.WARNING, "Already refunded by this confirmation (replayed)"),
+    (
+        "changed",
+        messages.ERROR,
+        "Not refunded, because the charge changed after the confirmation page was shown "
+        "(charge_changed); select it again to see what is left",
+    ),
+    ("skipped", messages.WARNING, "Not refunded, nothing to refund"),
+    ("refused", messages.ERROR, "Refused"),
+    (
+        "interrupted",
+        messages.ERROR,
+        "The database did not answer; these may or may not be refunded. Go Back and confirm "
+        "the same page again: it replays what was made and never refunds twice",
+    ),
+]
+
+
+def is_refundable(charge: Charge) -> bool:
+    return charge.status == Charge.Status.SUCCEEDED and charge.amount_refundable > 0
+
+
+def why_not_refundable(charge: Charge) -> str:
+    if charge.status != Charge.Status.SUCCEEDED:
+        return f"charge is {charge.status}"
+    return "fully refunded"
 
 
 def refunds_table(charge: Charge):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from django import forms
+from django.core import signing
 
 from ledger_app.errors import LedgerError
 from ledger_app.models import Charge, Refund
@@ -63,6 +65,12 @@ class ReasonAndNote(forms.Form):
         help_text="Required when the reason is Other, and for a full refund of a charge.",
     )
 
+    def add_error(self, field, error):
+        """An error on a hidden field would be invisible next to it: show it on top."""
+        if field is not None and field in self.fields and self.fields[field].widget.is_hidden:
+            field = None
+        super().add_error(field, error)
+
     def service_reason(self) -> str:
         reason = self.cleaned_data["reason"]
         return "" if reason == OTHER else reason
@@ -74,33 +82,61 @@ class ReasonAndNote(forms.Form):
         return cleaned
 
 
+FORM_KEY = re.compile(r"\Aadmin:[0-9a-f]{32}\Z")
+
+
+class ExactAmountBox(forms.CheckboxInput):
+    """A box whose value is an amount of minor units, drawn from the charge as it is now
+    and never drawn ticked: a page redrawn after an error or Back asks again."""
+
+    def __init__(self, amount: int):
+        super().__init__(attrs={"value": amount, "autocomplete": "off"})
+
+    def format_value(self, value):
+        return None
+
+    def get_context(self, name, value, attrs):
+        return super().get_context(name, None, attrs)
+
+    def value_from_datadict(self, data, files, name):
+        return data.get(name) or None
+
+
 class RefundForm(ReasonAndNote):
+    """One refund by a person. Nothing here means "everything": the amount is typed, or
+    the box that names the exact amount left is ticked. The hidden `charge_state` is the
+    charge as it was shown; the service refuses the refund if the charge has changed."""
+
     amount = CodedCharField(
         code="invalid_amount",
         required=False,
         max_length=40,
-        help_text="In major units, e.g. 12.34. Leave blank to refund everything that is left.",
+        help_text="In major units, e.g. 12.34.",
     )
+    refund_all = forms.IntegerField(required=False, min_value=1, label="Refund everything left")
     idempotency_key = CodedCharField(
         code="invalid_idempotency_key", widget=forms.HiddenInput, max_length=255
     )
+    charge_state = forms.IntegerField(
+        min_value=0,
+        widget=forms.HiddenInput,
+        error_messages={
+            "required": "This form is out of date: open the refund page again (charge_changed).",
+            "invalid": "This form is out of date: open the refund page again (charge_changed).",
+        },
+    )
 
-    field_order = ["amount", "reason", "note", "idempotency_key"]
+    field_order = ["amount", "refund_all", "reason", "note", "idempotency_key", "charge_state"]
 
     def __init__(self, *args, charge: Charge, **kwargs):
         super().__init__(*args, **kwargs)
         self.charge = charge
-        self.fields["amount"].widget.attrs.update(
-            placeholder=f"{format_money(charge.amount_refundable, charge.currency)} (the rest)",
-            autocomplete="off",
-            inputmode="decimal",
-        )
-
-    def add_error(self, field, error):
-        """An error on the hidden key would be invisible next to its field: show it on top."""
-        if field is not None and field in self.fields and self.fields[field].widget.is_hidden:
-            field = None
-        super().add_error(field, error)
+        left = format_money(charge.amount_refundable, charge.currency)
+        self.fields["amount"].widget.attrs.update(autocomplete="off", inputmode="decimal")
+        # The box's value is what was left when the page was drawn: ticking it asks for
+        # exactly that amount, never for "whatever is left by the time this arrives".
+        self.fields["refund_all"].widget = ExactAmountBox(charge.amount_refundable)
+        self.fields["refund_all"].label = f"Refund everything left ({left})"
 
     def clean_amount(self) -> int | None:
         text = self.cleaned_data["amount"].strip()
@@ -113,17 +149,59 @@ class RefundForm(ReasonAndNote):
 
     def clean(self):
         cleaned = super().clean()
+        typed, everything = cleaned.get("amount"), cleaned.get("refund_all")
+        if "amount" in cleaned and "refund_all" in cleaned:
+            if typed is None and everything is None:
+                self.add_error(
+                    "amount",
+                    forms.ValidationError(
+                        "Type an amount, or tick “Refund everything left” (amount_required).",
+                        code="amount_required",
+                    ),
+                )
+            elif typed is not None and everything is not None:
+                self.add_error(
+                    "amount",
+                    forms.ValidationError(
+                        "Type an amount or tick “Refund everything left”, not both "
+                        "(invalid_amount).",
+                        code="invalid_amount",
+                    ),
+                )
+            else:
+                cleaned["amount"] = typed if typed is not None else everything
         amount = cleaned.get("amount")
-        whole_charge = self.charge.amount_refunded == 0 and amount in (None, self.charge.amount)
-        if "amount" in cleaned and whole_charge and not cleaned.get("note", "").strip():
+        whole_charge = self.charge.amount_refunded == 0 and amount == self.charge.amount
+        if whole_charge and not cleaned.get("note", "").strip():
             self.add_error("note", note_required("A full refund of the charge needs a note."))
         return cleaned
 
 
 class BulkRefundForm(ReasonAndNote):
-    """Refunds every selected charge in full, so, like a full refund, it needs a note."""
+    """Refunds every selected charge in full, so, like a full refund, it needs a note.
+
+    `confirmed` is the signed list of what the confirmation page showed: for each charge
+    it can refund, its state and the exact amount left. Only that is refunded, and a
+    charge that changed since the page was drawn is refused, not refunded anew."""
+
+    SALT = "ledger_app.admin.bulk-refund"
 
     batch_key = forms.CharField(widget=forms.HiddenInput, max_length=200)
+    confirmed = forms.CharField(widget=forms.HiddenInput, max_length=100_000)
+
+    @classmethod
+    def sign(cls, shown: dict[str, tuple[int, int]]) -> str:
+        return signing.dumps(shown, salt=cls.SALT, compress=True)
+
+    def clean_confirmed(self) -> dict[str, tuple[int, int]]:
+        try:
+            shown = signing.loads(self.cleaned_data["confirmed"], salt=self.SALT)
+        except signing.BadSignature:
+            raise forms.ValidationError(
+                "This confirmation page is out of date: select the charges again (charge_changed).",
+                code="charge_changed",
+            ) from None
+        return {pk: (int(state), int(amount)) for pk, (state, amount) in shown.items()}
 
     def clean(self):
         cleaned = super().clean()

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from django.conf import settings
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.db.models import Q
-from django.utils import timezone
+from django.template.response import TemplateResponse
 
 from ledger_app.admin.base import ReadOnlyAdmin, money
+from ledger_app.errors import LedgerError
 from ledger_app.models import ApiKey, IdempotencyRecord, LedgerEntry, Refund, RefundAttention
-from ledger_app.services.dispatch import dispatch_refund, reconcile_refund
+from ledger_app.selectors import needing_attention
+from ledger_app.services.attention import mark_refund_handled
+from ledger_app.services.dispatch import send_refund
+from ledger_app.services.refunds import actor_label
 from ledger_app.services.text import has_unstorable_characters
 
 
@@ -86,6 +88,9 @@ class RefundAdmin(ReadOnlyAdmin):
         "provider_refund_id",
         "dispatch_attempts",
         "leased_until",
+        "handled_at",
+        "handled_by",
+        "handled_note",
         "created_at",
         "updated_at",
     ]
@@ -99,46 +104,136 @@ class RefundAdmin(ReadOnlyAdmin):
         return exact_id_search(queryset, search_term, "pk", "charge_id", "provider_idempotency_key")
 
 
-def needing_attention(now=None):
-    """Unknown and failed refunds, and pending ones nobody is dispatching."""
-    now = now or timezone.now()
-    stale = now - timedelta(seconds=settings.REFUND_DISPATCH_LEASE_SECONDS)
-    return Q(status__in=[Refund.Status.UNKNOWN, Refund.Status.FAILED]) | Q(
-        Q(leased_until__lte=now) | Q(leased_until__isnull=True, created_at__lte=stale),
-        status=Refund.Status.PENDING,
-    )
+# What each step of the guarded send means to the person who pressed the button.
+STEP_WORDS = {
+    "sent": "sent to the provider",
+    "looked_up": "the provider already had it, nothing was sent",
+    "no_answer": "the provider could not say, nothing was sent; try again after the lease",
+    "busy": "another process is sending it right now, nothing was done",
+    "final": "already settled, nothing was done",
+}
 
 
 @admin.register(RefundAttention)
 class RefundAttentionAdmin(RefundAdmin):
-    """The queue support works through: outcomes unknown, declines, stuck dispatches."""
+    """The queue support works through: outcomes unknown, declines, stuck dispatches.
+
+    Every button that can reach the provider goes through send_refund (lease, attempt on
+    record, lookup before any resend); a decline leaves the queue only when someone with
+    the refund permission marks it handled with a note.
+    """
 
     list_filter = ["status", "reason", "source", ("created_at", admin.DateFieldListFilter)]
     list_display = [*RefundAdmin.list_display[:5], "status_detail", "dispatch_attempts"]
-    actions = ["reconcile_now", "retry_dispatch"]
+    actions = ["reconcile_now", "retry_dispatch", "mark_handled"]
 
     def get_queryset(self, request):
         return super().get_queryset(request).filter(needing_attention())
 
-    @admin.action(permissions=["refund"], description="Reconcile now (ask the provider)")
-    def reconcile_now(self, request, queryset):
-        self._run(request, queryset, reconcile_refund, "Reconciled")
+    def get_actions(self, request):
+        """Offer only what makes sense for the rows shown: nothing is resent or asked about
+        for declines, and only declines can be marked handled."""
+        actions = super().get_actions(request)
+        status = request.GET.get("status__exact")
+        if status == Refund.Status.FAILED:
+            actions.pop("reconcile_now", None)
+            actions.pop("retry_dispatch", None)
+        elif status in (Refund.Status.PENDING, Refund.Status.UNKNOWN):
+            actions.pop("mark_handled", None)
+        return actions
 
-    @admin.action(permissions=["refund"], description="Retry dispatch (same provider key)")
+    @admin.action(permissions=["refund"], description="Reconcile now (ask the provider first)")
+    def reconcile_now(self, request, queryset):
+        self._send_each(request, queryset, ask_first=True, verb="Reconcile now")
+
+    @admin.action(
+        permissions=["refund"],
+        description="Retry dispatch (same provider key; asks first if it may have been sent)",
+    )
     def retry_dispatch(self, request, queryset):
-        self._run(
-            request, queryset.exclude(status=Refund.Status.FAILED), dispatch_refund, "Dispatched"
+        self._send_each(request, queryset, ask_first=False, verb="Retry dispatch")
+
+    def _send_each(self, request, queryset, *, ask_first: bool, verb: str) -> None:
+        actor = actor_label(request.user)
+        done, skipped = [], []
+        for refund in Refund.objects.filter(pk__in=queryset.values("pk")).order_by("pk")[:500]:
+            if refund.status not in (Refund.Status.PENDING, Refund.Status.UNKNOWN):
+                skipped.append(f"{refund.pk} ({refund.status})")
+                continue
+            sent = send_refund(refund.pk, ask_first=ask_first, actor=actor)
+            line = f"{refund.pk} {money(refund.amount, refund.currency)}: {sent.item.status} "
+            line += f"({STEP_WORDS[sent.step]})"
+            if sent.step not in ("busy", "final"):
+                self.log_change(request, refund, f"{verb}: {line}")
+            done.append(line)
+        if done:
+            self.message_user(request, f"{verb}: " + "; ".join(done), messages.INFO)
+        if skipped:
+            self.message_user(
+                request,
+                "Not sent or asked about, because the provider already declined them (mark "
+                "them handled, or make a new refund on the charge): " + ", ".join(skipped),
+                messages.WARNING,
+            )
+        if not done and not skipped:
+            self.message_user(request, "Nothing to do for the selected refunds.", messages.INFO)
+
+    @admin.action(permissions=["refund"], description="Mark declined refunds handled…")
+    def mark_handled(self, request, queryset):
+        """Close declines support has dealt with, after a page that asks what was done."""
+        refunds = list(Refund.objects.filter(pk__in=queryset.values("pk")).order_by("pk")[:500])
+        declined = [r for r in refunds if r.status == Refund.Status.FAILED]
+        others = [r for r in refunds if r.status != Refund.Status.FAILED]
+        form = HandledForm(request.POST if request.POST.get("post") == "yes" else None)
+        if form.is_bound and form.is_valid():
+            actor = actor_label(request.user)
+            handled, refused = [], []
+            for refund in declined:
+                try:
+                    mark_refund_handled(
+                        refund_id=refund.pk, note=form.cleaned_data["note"], actor=actor
+                    )
+                except LedgerError as exc:
+                    refused.append(f"{refund.pk} ({exc.code})")
+                    continue
+                self.log_change(request, refund, f"Marked handled: {form.cleaned_data['note']}")
+                handled.append(refund.pk)
+            if handled:
+                self.message_user(
+                    request, f"Marked handled: {', '.join(handled)}", messages.SUCCESS
+                )
+            if refused or others:
+                not_done = refused + [f"{r.pk} ({r.status})" for r in others]
+                self.message_user(
+                    request,
+                    "Not marked handled (only declines can be; the others are settled by "
+                    f"asking the provider): {', '.join(not_done)}",
+                    messages.WARNING,
+                )
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Mark declined refunds handled",
+            "declined": [(r, money(r.amount, r.currency)) for r in declined],
+            "others": [(r, money(r.amount, r.currency)) for r in others],
+            "form": form,
+            "queryset": refunds,
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "media": self.media,
+        }
+        return TemplateResponse(
+            request, "admin/ledger_app/refundattention/mark_handled.html", context
         )
 
-    def _run(self, request, queryset, service, verb: str) -> None:
-        results = []
-        for refund_id in queryset.values_list("pk", flat=True)[:500]:
-            refund = service(refund_id)
-            results.append(f"{refund.pk}: {refund.status}")
-        if results:
-            self.message_user(request, f"{verb}: {', '.join(results)}", messages.INFO)
-        else:
-            self.message_user(request, "Nothing to do for the selected refunds.", messages.INFO)
+
+class HandledForm(forms.Form):
+    note = forms.CharField(
+        max_length=1000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="What was done about the decline (customer told, refunded another way, …).",
+        error_messages={"required": "Say what was done about the decline (note_required)."},
+    )
 
 
 @admin.register(LedgerEntry)

@@ -13,7 +13,7 @@ from ledger_app import errors, faults
 from ledger_app.models import Charge, LedgerEntry, new_charge_id
 from ledger_app.money import normalize_currency, validate_amount
 from ledger_app.services import idempotency
-from ledger_app.services.dispatch import dispatch_charge, drop_broken_connection
+from ledger_app.services.dispatch import drop_broken_connection, send_charge
 from ledger_app.services.ledger import append_entry
 from ledger_app.services.validation import validate_metadata, validate_text
 
@@ -76,7 +76,7 @@ def create_charge(
         faults.checkpoint("charge.create_locked")  # written, not yet committed
     faults.checkpoint("charge.created")  # committed, not yet sent
     try:
-        charge = dispatch_charge(charge.id)
+        charge = send_charge(charge.id).item
     except DatabaseError:
         log.exception("charge %s created; capture interrupted, reconcile retries it", charge.id)
         drop_broken_connection()

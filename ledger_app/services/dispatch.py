@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
@@ -24,6 +25,7 @@ from ledger_app import faults
 from ledger_app.gateways import get_gateway
 from ledger_app.gateways.base import ChargeAnswer, Gateway, OutcomeUnknown, RefundAnswer
 from ledger_app.models import Charge, LedgerEntry, Refund
+from ledger_app.selectors import in_doubt
 from ledger_app.services.ledger import append_entry
 from ledger_app.services.locks import charges_for_update
 
@@ -67,60 +69,132 @@ def _may_move(current: str, new: str, what: str) -> bool:
     return True
 
 
+# --- the one guarded send ----------------------------------------------------------
+
+OPEN = (PENDING, UNKNOWN)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What one pass of the guarded send did.
+
+    step: `sent` (the provider was asked to act and answered or timed out), `looked_up`
+    (its record settled the item, nothing was sent), `no_answer` (the lookup could not say;
+    nothing was sent, the lease runs out and a later pass asks again), `busy` (another
+    sender holds the lease), `final` (already settled; nothing to do).
+    """
+
+    item: Refund | Charge
+    step: str
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What differs between sending a refund and capturing a charge."""
+
+    name: str  # "refund" or "charge": checkpoint names and log lines
+    model: type[Refund] | type[Charge]
+    fetch: Callable[[str], Refund | Charge]
+    call: Callable[[Gateway, Any], RefundAnswer | ChargeAnswer]
+    lookup: Callable[[Gateway, Any], RefundAnswer | ChargeAnswer | None]
+    settle: Callable[..., Refund | Charge]
+
+
+def _guarded_send(
+    kind: _Kind,
+    pk: str,
+    *,
+    gateway: Gateway | None,
+    ask_first: bool,
+    lease_seconds: int | None,
+    actor: str,
+) -> Sent:
+    """The only code path to the provider's refund and charge calls. In order:
+
+    1. Take the lease and record the attempt, in one committed UPDATE, before anything
+       reaches the provider: only an open item whose lease is free (none, or run out) is
+       taken, so no two processes send one item at once, and a process that dies after
+       this leaves `dispatch_attempts` counting the attempt it may have made.
+    2. If an attempt may already have reached the provider (an earlier attempt was
+       recorded, the item is unknown, or the caller asks to), look it up first: its record
+       settles the item; no record means it never applied, so send; no answer means
+       nothing is sent and the lease runs out before anyone tries again.
+    3. Send with the item's stored provider key and settle what the provider says.
+    """
+    gateway = gateway or get_gateway()
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        taken = (
+            kind.model.objects.filter(pk=pk, status__in=OPEN)
+            .filter(Q(leased_until__isnull=True) | Q(leased_until__lte=now))
+            .update(
+                leased_until=lease_expiry(now, lease_seconds),
+                dispatch_attempts=F("dispatch_attempts") + 1,
+            )
+        )
+    item = kind.fetch(pk)
+    if not taken:
+        return Sent(item, "busy" if item.status in OPEN else "final")
+    if ask_first or item.status == UNKNOWN or item.dispatch_attempts > 1:
+        try:
+            answer = kind.lookup(gateway, item)
+        except OutcomeUnknown as exc:
+            log.info("%s %s: provider cannot say (%s); left %s", kind.name, pk, exc, item.status)
+            return Sent(item, "no_answer")
+        if answer is not None:
+            outcome = Outcome.from_answer(answer)
+            return Sent(kind.settle(pk, outcome, actor=actor), "looked_up")
+    faults.checkpoint(f"{kind.name}.before_provider_call")
+    outcome = _ask(lambda: kind.call(gateway, item))
+    faults.checkpoint(f"{kind.name}.after_provider_call")
+    return Sent(kind.settle(pk, outcome, actor=actor), "sent")
+
+
 # --- refunds -------------------------------------------------------------------------
 
 
-def dispatch_refund(refund_id: str, *, gateway: Gateway | None = None) -> Refund:
-    """Make one attempt to send a pending or unknown refund, and settle the answer.
-
-    The provider key is the one stored on the refund when it was created. A refund that
-    may already have reached the provider (unknown, or an earlier attempt was made) is
-    looked up first and only sent again if the provider has no record of it: providers
-    forget idempotency keys (Stripe after 24 hours), and a resend after that would be a
-    second refund.
-    """
-    gateway = gateway or get_gateway()
-    refund = Refund.objects.select_related("charge").get(pk=refund_id)
-    if refund.status not in (PENDING, UNKNOWN):
-        return refund
-    if refund.status == UNKNOWN or refund.dispatch_attempts > 1:
-        return _look_up_then_send(refund, gateway)
-    return _send(refund, gateway)
-
-
-def _send(refund: Refund, gateway: Gateway) -> Refund:
-    faults.checkpoint("refund.before_provider_call")
-    outcome = _ask(
-        lambda: gateway.refund(
-            provider_key=refund.provider_idempotency_key,
-            charge_reference=refund.charge.provider_reference,
-            amount=refund.amount,
-            currency=refund.currency,
-            metadata={"ledger_refund_id": refund.id, "ledger_charge_id": refund.charge_id},
-            timeout=settings.GATEWAY_TIMEOUT_SECONDS,
-        )
+def send_refund(
+    refund_id: str,
+    *,
+    gateway: Gateway | None = None,
+    ask_first: bool = False,
+    lease_seconds: int | None = None,
+    actor: str = "",
+) -> Sent:
+    """The one way a refund reaches the provider (inline dispatch, the worker, the
+    reconciler and every admin button call it). See `_guarded_send` for the guards:
+    lease, attempt on record before the call, lookup before any possible resend.
+    `actor` goes on the ledger entry of the settlement."""
+    return _guarded_send(
+        _REFUND,
+        refund_id,
+        gateway=gateway,
+        ask_first=ask_first,
+        lease_seconds=lease_seconds,
+        actor=actor,
     )
-    faults.checkpoint("refund.after_provider_call")
-    return settle_refund(refund_id=refund.id, outcome=outcome)
 
 
-def _look_up_then_send(refund: Refund, gateway: Gateway) -> Refund:
-    """The provider's record settles the refund; no record: send it; no answer: leave it."""
-    try:
-        answer = gateway.lookup_refund(
-            provider_key=refund.provider_idempotency_key,
-            charge_reference=refund.charge.provider_reference,
-            ledger_refund_id=refund.id,
-        )
-    except OutcomeUnknown as exc:
-        log.info("refund %s: provider cannot say (%s); left %s", refund.id, exc, refund.status)
-        return refund
-    if answer is None:
-        return _send(refund, gateway)
-    return settle_refund(refund_id=refund.id, outcome=Outcome.from_answer(answer))
+def _refund_call(gateway: Gateway, refund: Refund) -> RefundAnswer:
+    return gateway.refund(
+        provider_key=refund.provider_idempotency_key,
+        charge_reference=refund.charge.provider_reference,
+        amount=refund.amount,
+        currency=refund.currency,
+        metadata={"ledger_refund_id": refund.id, "ledger_charge_id": refund.charge_id},
+        timeout=settings.GATEWAY_TIMEOUT_SECONDS,
+    )
 
 
-def settle_refund(*, refund_id: str, outcome: Outcome) -> Refund:
+def _refund_lookup(gateway: Gateway, refund: Refund) -> RefundAnswer | None:
+    return gateway.lookup_refund(
+        provider_key=refund.provider_idempotency_key,
+        charge_reference=refund.charge.provider_reference,
+        ledger_refund_id=refund.id,
+    )
+
+
+def settle_refund(*, refund_id: str, outcome: Outcome, actor: str = "") -> Refund:
     """Move a refund to what the provider said, with its ledger entry, in one transaction.
 
     succeeded: a `refund_succeeded` entry. failed (the provider said no): the amount goes
@@ -155,6 +229,7 @@ def settle_refund(*, refund_id: str, outcome: Outcome) -> Refund:
                 refund=refund,
                 kind=LedgerEntry.Kind.REFUND_SUCCEEDED,
                 amount=refund.amount,
+                actor=actor,
             )
         elif outcome.status == FAILED:
             charge.amount_refunded -= refund.amount
@@ -165,38 +240,25 @@ def settle_refund(*, refund_id: str, outcome: Outcome) -> Refund:
                 kind=LedgerEntry.Kind.REFUND_RELEASED,
                 amount=refund.amount,
                 memo=outcome.detail,
+                actor=actor,
             )
     return refund
+
+
+_REFUND = _Kind(
+    name="refund",
+    model=Refund,
+    fetch=lambda pk: Refund.objects.select_related("charge").get(pk=pk),
+    call=_refund_call,
+    lookup=_refund_lookup,
+    settle=lambda pk, outcome, actor: settle_refund(refund_id=pk, outcome=outcome, actor=actor),
+)
 
 
 def lease_expiry(now: datetime | None = None, lease_seconds: int | None = None) -> datetime:
     if lease_seconds is None:
         lease_seconds = settings.REFUND_DISPATCH_LEASE_SECONDS
     return (now or timezone.now()) + timedelta(seconds=lease_seconds)
-
-
-def claim_refunds(*, limit: int, lease_seconds: int | None = None) -> list[str]:
-    """Lease up to `limit` pending refunds that nobody holds, oldest first.
-
-    skip_locked lets workers on any number of machines claim side by side without
-    waiting on or overlapping each other; the lease keeps a claimed refund from being
-    sent by anyone else until it expires, which is how a crashed worker's claims return.
-    """
-    now = timezone.now()
-    with transaction.atomic(durable=True):
-        ids = list(
-            Refund.objects.select_for_update(skip_locked=True)
-            .filter(status=PENDING)
-            .filter(Q(leased_until__isnull=True) | Q(leased_until__lte=now))
-            .order_by("created_at", "id")
-            .values_list("id", flat=True)[:limit]
-        )
-        if ids:
-            Refund.objects.filter(pk__in=ids).update(
-                leased_until=lease_expiry(now, lease_seconds),
-                dispatch_attempts=F("dispatch_attempts") + 1,
-            )
-    return ids
 
 
 @dataclass
@@ -240,54 +302,61 @@ def process_pending_refunds(
     should_stop: Callable[[], bool] = lambda: False,
     on_refund: Callable[[Refund], None] = lambda refund: None,
 ) -> Tally:
-    """Claim and dispatch pending refunds batch by batch until none is claimable."""
+    """Send every pending refund whose lease is free, oldest first, through send_refund.
+
+    Any number of workers may run side by side: each refund's lease is taken by one
+    conditional UPDATE, so a refund another worker holds is skipped, not waited for.
+    Each run walks the queue once (keyset order), so a refund left to a lease that has
+    not run out is not retried in a tight loop.
+    """
     tally = Tally()
+    after: tuple[datetime, str] | None = None
     while not should_stop():
+        queue = Refund.objects.filter(status=PENDING).filter(
+            Q(leased_until__isnull=True) | Q(leased_until__lte=timezone.now())
+        )
+        if after is not None:
+            queue = queue.filter(
+                Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1])
+            )
         try:
-            ids = claim_refunds(limit=batch_size, lease_seconds=lease_seconds)
+            batch = list(
+                queue.order_by("created_at", "id").values_list("created_at", "id")[:batch_size]
+            )
         except DatabaseError:
-            _survive_database_error("claiming refunds", tally)
+            _survive_database_error("reading the queue", tally)
             break
-        if not ids:
+        if not batch:
             break
-        for refund_id in ids:
+        for after in batch:
             if should_stop():
-                break  # the rest stay leased and come back when the lease runs out
+                break
             try:
-                refund = dispatch_refund(refund_id, gateway=gateway)
+                sent = send_refund(after[1], gateway=gateway, lease_seconds=lease_seconds)
             except DatabaseError:
-                _survive_database_error(f"refund {refund_id}", tally)
+                _survive_database_error(f"refund {after[1]}", tally)
                 continue
-            tally.add(refund.status)
-            on_refund(refund)
+            if sent.step in ("busy", "final"):
+                continue  # another sender has it
+            tally.add(sent.item.status)
+            on_refund(sent.item)
     return tally
 
 
-def _take_stale_lease(refund_id: str, now: datetime, lease_seconds: int | None) -> bool:
-    taken = Refund.objects.filter(pk=refund_id, status=PENDING, leased_until__lte=now).update(
-        leased_until=lease_expiry(now, lease_seconds), dispatch_attempts=F("dispatch_attempts") + 1
-    )
-    return taken == 1
-
-
 def reconcile_refund(
-    refund_id: str, *, gateway: Gateway | None = None, lease_seconds: int | None = None
-) -> Refund:
-    """Ask the provider about one unknown refund, or one pending refund whose lease ran out.
-
-    The provider's record settles it (through settle_refund). No record: it never applied
-    the refund, so it is sent again with its same key. No answer: it stays as it is. A
-    pending refund that a dispatcher still holds, or a settled one, is left alone.
-    """
-    gateway = gateway or get_gateway()
-    now = timezone.now()
-    refund = Refund.objects.select_related("charge").get(pk=refund_id)
-    if refund.status == PENDING:
-        if not _take_stale_lease(refund_id, now, lease_seconds):
-            return refund  # a dispatcher holds it
-    elif refund.status != UNKNOWN:
-        return refund
-    return _look_up_then_send(refund, gateway)
+    refund_id: str,
+    *,
+    gateway: Gateway | None = None,
+    lease_seconds: int | None = None,
+    actor: str = "",
+) -> Sent:
+    """Ask the provider about one refund in doubt, through send_refund: its record settles
+    the refund; no record means it never applied, so it is sent again with its same key;
+    no answer leaves it as it is. A refund another sender holds, or a settled one, is left
+    alone."""
+    return send_refund(
+        refund_id, gateway=gateway, ask_first=True, lease_seconds=lease_seconds, actor=actor
+    )
 
 
 def reconcile_refunds(
@@ -296,11 +365,11 @@ def reconcile_refunds(
     lease_seconds: int | None = None,
     on_refund: Callable[[Refund], None] = lambda refund: None,
 ) -> Tally:
-    """reconcile_refund for every unknown refund and every pending one whose lease ran out."""
+    """reconcile_refund for every unknown refund and every pending one nobody is sending."""
     gateway = gateway or get_gateway()
-    candidates = Refund.objects.filter(
-        Q(status=UNKNOWN) | Q(status=PENDING, leased_until__lte=timezone.now())
-    ).order_by("created_at", "id")
+    candidates = Refund.objects.filter(in_doubt(lease_seconds=lease_seconds)).order_by(
+        "created_at", "id"
+    )
     return _each(
         candidates,
         lambda pk: reconcile_refund(pk, gateway=gateway, lease_seconds=lease_seconds),
@@ -308,42 +377,58 @@ def reconcile_refunds(
     )
 
 
-def _each(candidates, reconcile_one: Callable, on_item: Callable) -> Tally:
+def _each(candidates, reconcile_one: Callable[[str], Sent], on_item: Callable) -> Tally:
     """Reconcile each candidate in turn; a database error costs only that one."""
     tally = Tally()
     for pk in list(candidates.values_list("pk", flat=True)):
         try:
-            item = reconcile_one(pk)
+            sent = reconcile_one(pk)
         except DatabaseError:
             _survive_database_error(f"{candidates.model._meta.model_name} {pk}", tally)
             continue
-        tally.add(item.status)
-        on_item(item)
+        if sent.step in ("busy", "final"):
+            continue  # settled meanwhile, or another sender has it
+        tally.add(sent.item.status)
+        on_item(sent.item)
     return tally
 
 
 # --- charges -------------------------------------------------------------------------
 
 
-def dispatch_charge(charge_id: str, *, gateway: Gateway | None = None) -> Charge:
-    """One capture attempt for a pending or unknown charge, with its stored provider key."""
-    gateway = gateway or get_gateway()
-    charge = Charge.objects.get(pk=charge_id)
-    if charge.status not in (PENDING, UNKNOWN) or not charge.provider_idempotency_key:
-        return charge
-    faults.checkpoint("charge.before_provider_call")
-    outcome = _ask(
-        lambda: gateway.charge(
-            provider_key=charge.provider_idempotency_key,
-            amount=charge.amount,
-            currency=charge.currency,
-            description=charge.description,
-            metadata={**charge.metadata, "ledger_charge_id": charge.id},
-            timeout=settings.GATEWAY_TIMEOUT_SECONDS,
-        )
+def send_charge(
+    charge_id: str,
+    *,
+    gateway: Gateway | None = None,
+    ask_first: bool = False,
+    lease_seconds: int | None = None,
+) -> Sent:
+    """The one way a capture reaches the provider: the same guards as send_refund."""
+    return _guarded_send(
+        _CHARGE,
+        charge_id,
+        gateway=gateway,
+        ask_first=ask_first,
+        lease_seconds=lease_seconds,
+        actor="",
     )
-    faults.checkpoint("charge.after_provider_call")
-    return settle_charge(charge_id=charge.id, outcome=outcome)
+
+
+def _charge_call(gateway: Gateway, charge: Charge) -> ChargeAnswer:
+    return gateway.charge(
+        provider_key=charge.provider_idempotency_key,
+        amount=charge.amount,
+        currency=charge.currency,
+        description=charge.description,
+        metadata={**charge.metadata, "ledger_charge_id": charge.id},
+        timeout=settings.GATEWAY_TIMEOUT_SECONDS,
+    )
+
+
+def _charge_lookup(gateway: Gateway, charge: Charge) -> ChargeAnswer | None:
+    return gateway.lookup_charge(
+        provider_key=charge.provider_idempotency_key, ledger_charge_id=charge.id
+    )
 
 
 def settle_charge(*, charge_id: str, outcome: Outcome) -> Charge:
@@ -356,7 +441,16 @@ def settle_charge(*, charge_id: str, outcome: Outcome) -> Charge:
         charge.status = outcome.status
         charge.provider_charge_id = outcome.provider_id or charge.provider_charge_id
         charge.status_detail = outcome.detail
-        charge.save(update_fields=["status", "provider_charge_id", "status_detail", "updated_at"])
+        charge.leased_until = None
+        charge.save(
+            update_fields=[
+                "status",
+                "provider_charge_id",
+                "status_detail",
+                "leased_until",
+                "updated_at",
+            ]
+        )
         if outcome.status == SUCCEEDED:
             append_entry(
                 charge=charge, kind=LedgerEntry.Kind.CHARGE_SUCCEEDED, amount=charge.amount
@@ -364,21 +458,21 @@ def settle_charge(*, charge_id: str, outcome: Outcome) -> Charge:
     return charge
 
 
-def reconcile_charge(charge_id: str, *, gateway: Gateway | None = None) -> Charge:
+_CHARGE = _Kind(
+    name="charge",
+    model=Charge,
+    # Only charges created here have a provider key; recorded ones are never sent.
+    fetch=lambda pk: Charge.objects.get(pk=pk, provider_idempotency_key__isnull=False),
+    call=_charge_call,
+    lookup=_charge_lookup,
+    settle=lambda pk, outcome, actor: settle_charge(charge_id=pk, outcome=outcome),
+)
+
+
+def reconcile_charge(charge_id: str, *, gateway: Gateway | None = None) -> Sent:
     """Like reconcile_refund, for a charge: its record settles it, no record: capture it
     with its same key, no answer: it stays."""
-    gateway = gateway or get_gateway()
-    charge = Charge.objects.get(pk=charge_id)
-    try:
-        answer = gateway.lookup_charge(
-            provider_key=charge.provider_idempotency_key, ledger_charge_id=charge.id
-        )
-    except OutcomeUnknown as exc:
-        log.info("charge %s: provider cannot say (%s); left %s", charge.id, exc, charge.status)
-        return charge
-    if answer is None:
-        return dispatch_charge(charge.id, gateway=gateway)
-    return settle_charge(charge_id=charge.id, outcome=Outcome.from_answer(answer))
+    return send_charge(charge_id, gateway=gateway, ask_first=True)
 
 
 def reconcile_charges(
@@ -387,14 +481,15 @@ def reconcile_charges(
     lease_seconds: int | None = None,
     on_charge: Callable[[Charge], None] = lambda charge: None,
 ) -> Tally:
-    """Charges in `unknown`, and `pending` ones untouched for a lease, asked about like refunds."""
+    """Charges in doubt (unknown, or pending with no sender), asked about like refunds."""
     gateway = gateway or get_gateway()
-    if lease_seconds is None:
-        lease_seconds = settings.REFUND_DISPATCH_LEASE_SECONDS
-    stale_before = timezone.now() - timedelta(seconds=lease_seconds)
     candidates = (
         Charge.objects.filter(provider_idempotency_key__isnull=False)
-        .filter(Q(status=UNKNOWN) | Q(status=PENDING, updated_at__lte=stale_before))
+        .filter(in_doubt(lease_seconds=lease_seconds))
         .order_by("created_at", "id")
     )
-    return _each(candidates, lambda pk: reconcile_charge(pk, gateway=gateway), on_charge)
+    return _each(
+        candidates,
+        lambda pk: send_charge(pk, gateway=gateway, ask_first=True, lease_seconds=lease_seconds),
+        on_charge,
+    )

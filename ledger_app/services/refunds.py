@@ -11,9 +11,10 @@ from django.db import DatabaseError, OperationalError, transaction
 
 from ledger_app import errors, faults
 from ledger_app.models import Charge, LedgerEntry, Refund, new_refund_id
-from ledger_app.money import validate_amount
+from ledger_app.money import format_money, validate_amount
+from ledger_app.selectors import charge_state
 from ledger_app.services import idempotency
-from ledger_app.services.dispatch import dispatch_refund, drop_broken_connection, lease_expiry
+from ledger_app.services.dispatch import drop_broken_connection, send_refund
 from ledger_app.services.ledger import append_entry
 from ledger_app.services.locks import charges_for_update, is_lock_timeout
 from ledger_app.services.text import has_unstorable_characters
@@ -41,6 +42,7 @@ class RefundRequest:
     actor_label: str
     created_by: Any
     keyed: idempotency.IdempotentRequest | None
+    unchanged_since: int | None = None
 
 
 def create_refund(
@@ -53,6 +55,7 @@ def create_refund(
     note: str = "",
     actor: AbstractBaseUser | str | None = None,
     source: str = Refund.Source.SYSTEM,
+    unchanged_since: int | None = None,
 ) -> Refund:
     """Refund `amount` minor units of a succeeded charge (None: all that is left).
 
@@ -66,6 +69,10 @@ def create_refund(
     - The charge row is locked and the amount is checked against what is left
       (amount - amount_refunded), never against the charge amount; exactly what is left
       is allowed; nothing left is `charge_already_refunded`.
+    - `unchanged_since` (a person's form): the charge state, `charge_state()`, that the
+      person was shown; if the charge has changed since, the request is refused with
+      `charge_changed` (under the lock, so two forms shown at once cannot both refund).
+      A key already bound still replays first. It is not part of the fingerprint.
     - Every check comes before the first write, and all writes share one transaction:
       a refused request leaves no refund, no ledger entry and no bound key.
     The refund is created `pending`, counted in amount_refunded at once, and carries a
@@ -83,6 +90,7 @@ def create_refund(
         note=note,
         actor=actor,
         source=source,
+        unchanged_since=unchanged_since,
     )
     if request.keyed is not None:
         # Fast path for retries: no transaction, no lock, no write.
@@ -105,6 +113,7 @@ def _build_request(
     note: object,
     actor: object,
     source: str,
+    unchanged_since: int | None = None,
 ) -> RefundRequest:
     if source not in Refund.Source.values:
         raise ValueError(f"unknown refund source {source!r}")
@@ -144,12 +153,12 @@ def _build_request(
         actor_label=actor_label,
         created_by=created_by,
         keyed=keyed,
+        unchanged_since=unchanged_since,
     )
 
 
 def _reserve(request: RefundRequest) -> Refund:
     refund_id = new_refund_id()
-    inline = settings.REFUND_DISPATCH == "inline"
     with transaction.atomic(durable=True):
         if request.keyed is not None:
             holder = idempotency.claim(request.keyed, refund_id=refund_id)
@@ -164,6 +173,8 @@ def _reserve(request: RefundRequest) -> Refund:
             if is_lock_timeout(exc):
                 raise errors.LockTimeout() from exc
             raise
+        if request.unchanged_since is not None:
+            ensure_unchanged(charge, request.unchanged_since)
         amount = amount_to_refund(charge, request.amount)
 
         # Last check passed: from here on, only writes.
@@ -179,10 +190,8 @@ def _reserve(request: RefundRequest) -> Refund:
             source=request.source,
             created_by=request.created_by,
             actor=request.actor_label,
+            # No lease and no attempt yet: send_refund takes both before it calls out.
             provider_idempotency_key=f"refund:{refund_id}",
-            # Inline dispatch holds it from the start, so no worker sends it meanwhile.
-            leased_until=lease_expiry() if inline else None,
-            dispatch_attempts=1 if inline else 0,
         )
         charge.amount_refunded += amount
         charge.save(update_fields=["amount_refunded", "updated_at"])
@@ -196,6 +205,17 @@ def _reserve(request: RefundRequest) -> Refund:
         faults.checkpoint("refund.reserve_locked")  # written, not yet committed
     refund.replayed = False
     return refund
+
+
+def ensure_unchanged(charge: Charge, seen_state: int) -> None:
+    """Refuse when the charge's books moved since the caller's `charge_state()` reading."""
+    if charge_state(charge.pk) != seen_state:
+        raise errors.ChargeChanged(
+            f"Charge {charge.pk} changed since this form was shown: "
+            f"{format_money(charge.amount_refunded, charge.currency)} is refunded now and "
+            f"{format_money(charge.amount_refundable, charge.currency)} is left. Nothing was "
+            "refunded; check the charge and submit again."
+        )
 
 
 def amount_to_refund(charge: Charge, requested: int | None) -> int:
@@ -212,8 +232,8 @@ def amount_to_refund(charge: Charge, requested: int | None) -> int:
     amount = remaining if requested is None else requested
     if amount > remaining:
         raise errors.AmountTooLarge(
-            f"Refund amount ({amount}) is greater than the amount left to refund "
-            f"on charge {charge.id} ({remaining} {charge.currency})."
+            f"Refund amount ({format_money(amount, charge.currency)}) is more than what is "
+            f"left to refund on charge {charge.id} ({format_money(remaining, charge.currency)})."
         )
     return amount
 
@@ -272,14 +292,14 @@ def _replay(record, keyed: idempotency.IdempotentRequest) -> Refund:
 
 
 def _after_reserve(refund: Refund) -> Refund:
-    """Inline mode: one attempt at the provider now. The reservation has committed, so
-    if this fails the refund stays pending, leased, and the worker or the reconciler
-    sends it again with the same provider key once the lease runs out."""
+    """Inline mode: one pass of the guarded send now. The reservation has committed, so if
+    this is interrupted the refund stays pending and the worker or the reconciler sends it
+    (asking the provider first if an attempt was recorded) with the same provider key."""
     if settings.REFUND_DISPATCH != "inline":
         return refund
     faults.checkpoint("refund.reserved")  # committed, not yet sent
     try:
-        dispatched = dispatch_refund(refund.id)
+        dispatched = send_refund(refund.id).item
     except DatabaseError:
         log.exception("refund %s reserved; dispatch interrupted, it will be retried", refund.id)
         drop_broken_connection()
@@ -295,6 +315,11 @@ def _validate_reason(reason: object) -> str:
     if not isinstance(reason, str) or reason not in Refund.Reason.values:
         raise errors.InvalidReason()
     return reason
+
+
+def actor_label(actor: AbstractBaseUser | str | None) -> str:
+    """How a ledger entry names who acted: `user:alice`, `cli:ops`, `api_key:sk_live_ab12`."""
+    return _describe_actor(actor)[1]
 
 
 def _describe_actor(actor: object) -> tuple[Any, str]:

@@ -12,6 +12,8 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
+from ledger_app.admin.forms import new_form_key
+from ledger_app.selectors import charge_state
 from tests import hostile
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("inline_dispatch")]
@@ -31,10 +33,18 @@ def refund_url(charge_id: str) -> str:
     return reverse("admin:ledger_app_charge_refund", args=[quote(charge_id)])
 
 
-def form_key(client, charge_id: str) -> str:
-    page = client.get(refund_url(charge_id))
+def drawn_form(client, charge_id: str) -> dict[str, str]:
+    """The hidden fields of a refund form as drawn for a person: its key and charge state."""
+    page = client.get(refund_url(charge_id), follow=True)
     assert page.status_code == 200
-    return re.search(rb'name="idempotency_key" value="([^"]+)"', page.content).group(1).decode()
+    if b'id="refund-form"' not in page.content:  # nothing to refund: a form made by hand
+        return {"idempotency_key": new_form_key(), "charge_state": str(charge_state(charge_id))}
+    return {
+        name: re.search(rb'name="' + name.encode() + rb'" value="([^"]*)"', page.content)
+        .group(1)
+        .decode()
+        for name in ("idempotency_key", "charge_state")
+    }
 
 
 def encode(pairs: list[tuple[str, str]]) -> bytes:
@@ -47,11 +57,16 @@ def test_hostile_input_on_the_admin_refund_form(agent_client, settings, case):
     agent_client.raise_request_exception = False  # a 500 must show up as a response here
     charge = hostile.target_charge(case)
     url = refund_url(case.value if case.field == "charge" else charge.pk)
+    drawn = (
+        {"idempotency_key": "", "charge_state": "0"}
+        if case.field == "charge"
+        else drawn_form(agent_client, charge.pk)
+    )
     fields = {
         "amount": case.amount,
         "reason": "requested_by_customer",
         "note": "hostile input check",
-        "idempotency_key": "" if case.field == "charge" else form_key(agent_client, charge.pk),
+        **drawn,
     }
     if case.field in fields:
         fields[case.field] = case.value

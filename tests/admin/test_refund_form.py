@@ -7,7 +7,9 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
+from ledger_app.admin.forms import new_form_key
 from ledger_app.models import Charge, Refund
+from ledger_app.selectors import charge_state
 from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
 from tests.invariants import books
@@ -19,14 +21,31 @@ def refund_url(charge):
     return reverse("admin:ledger_app_charge_refund", args=[quote(charge.pk)])
 
 
+def hidden(response, name: str) -> str:
+    pattern = rb'name="' + name.encode() + rb'" value="([^"]*)"'
+    return re.search(pattern, response.content).group(1).decode()
+
+
 def form_key(response) -> str:
-    return re.search(rb'name="idempotency_key" value="([^"]+)"', response.content).group(1).decode()
+    return hidden(response, "idempotency_key")
 
 
-def submit(client, charge, key=None, **fields):
-    if key is None:
-        key = form_key(client.get(refund_url(charge)))
-    data = {"amount": "", "reason": "requested_by_customer", "note": "", "idempotency_key": key}
+def open_form(client, charge):
+    """The refund page as a person reaches it: the plain URL redirects to a form of its own."""
+    return client.get(refund_url(charge), follow=True)
+
+
+def submit(client, charge, key=None, state=None, **fields):
+    page = None
+    if key is None or state is None:
+        page = open_form(client, charge)
+    data = {
+        "amount": "",
+        "reason": "requested_by_customer",
+        "note": "",
+        "idempotency_key": key or form_key(page),
+        "charge_state": hidden(page, "charge_state") if state is None else state,
+    }
     return client.post(refund_url(charge), {**data, **fields})
 
 
@@ -35,12 +54,13 @@ class TestRefundForm:
         charge = ChargeFactory(amount=5_000)
         create_refund(charge_id=charge.pk, amount=1_234)
 
-        page = agent_client.get(refund_url(charge))
+        page = open_form(agent_client, charge)
 
         assert page.status_code == 200
         text = page.content.decode()
         assert "$50.00" in text and "$12.34" in text and "$37.66" in text
-        assert 'placeholder="$37.66 (the rest)"' in text
+        assert "Refund everything left ($37.66)" in text
+        assert re.search(r'name="refund_all" value="3766"', text)
         assert re.search(r'name="idempotency_key" value="admin:[0-9a-f]{32}"', text)
 
     def test_partial_refund_in_major_units_is_exact(self, agent_client, support_agent):
@@ -65,15 +85,43 @@ class TestRefundForm:
         assert Refund.objects.get(charge=yen).amount == 1_500
         assert Refund.objects.get(charge=dinar).amount == 1_005
 
-    def test_blank_amount_refunds_the_rest(self, agent_client):
+    def test_a_blank_amount_refunds_nothing(self, agent_client):
         charge = ChargeFactory(amount=5_000)
         create_refund(charge_id=charge.pk, amount=1_000)
+        before = books(charge)
 
-        submit(agent_client, charge, amount="")
+        response = submit(agent_client, charge, amount="")
 
+        assert response.status_code == 200
+        assert "amount_required" in response.content.decode()
+        assert books(charge) == before
+
+    def test_the_rest_is_refunded_only_by_ticking_the_box_that_names_it(self, agent_client):
+        charge = ChargeFactory(amount=5_000)
+        create_refund(charge_id=charge.pk, amount=1_000)
+        page = open_form(agent_client, charge)
+
+        response = submit(
+            agent_client,
+            charge,
+            key=form_key(page),
+            state=hidden(page, "charge_state"),
+            refund_all=hidden(page, "refund_all"),
+        )
+
+        assert response.status_code == 302
         charge.refresh_from_db()
         assert charge.amount_refunded == 5_000
         assert Refund.objects.filter(charge=charge).order_by("created_at").last().amount == 4_000
+
+    def test_an_amount_and_the_box_together_are_refused(self, agent_client):
+        charge = ChargeFactory(amount=5_000)
+        before = books(charge)
+
+        response = submit(agent_client, charge, amount="1.00", refund_all="5000", note="n")
+
+        assert "invalid_amount" in response.content.decode()
+        assert books(charge) == before
 
     @pytest.mark.parametrize("typed", ["12.345", "1e3", "-5", "abc", "0", "0.001"])
     def test_bad_amounts_are_form_errors_and_input_is_kept(self, agent_client, typed):
@@ -97,7 +145,9 @@ class TestRefundForm:
 
         text = response.content.decode()
         assert response.status_code == 200
-        assert "amount_too_large" in text and "1000" in text
+        assert "amount_too_large" in text
+        assert "Refund amount ($20.00) is more than what is left to refund" in text
+        assert "($10.00)" in text
         assert 'value="20.00"' in text
         assert books(charge) == before
 
@@ -106,17 +156,27 @@ class TestRefundForm:
     ):
         before = books(fully_refunded_charge)
 
-        response = submit(agent_client, fully_refunded_charge, amount="1.00")
+        page = open_form(agent_client, fully_refunded_charge)
+        response = submit(
+            agent_client,
+            fully_refunded_charge,
+            key=new_form_key(),
+            state=charge_state(fully_refunded_charge.pk),
+            amount="1.00",
+        )
 
+        assert b'id="refund-form"' not in page.content
+        assert "Nothing is left to refund on this charge." in page.content.decode()
         assert "charge_already_refunded" in response.content.decode()
         assert books(fully_refunded_charge) == before
 
     def test_submitting_one_rendered_form_twice_refunds_once(self, agent_client):
         charge = ChargeFactory(amount=5_000)
-        key = form_key(agent_client.get(refund_url(charge)))
+        page = open_form(agent_client, charge)
+        key, state = form_key(page), hidden(page, "charge_state")
 
-        first = submit(agent_client, charge, key=key, amount="10.00")
-        second = submit(agent_client, charge, key=key, amount="10.00")
+        first = submit(agent_client, charge, key=key, state=state, amount="10.00")
+        second = submit(agent_client, charge, key=key, state=state, amount="10.00")
 
         assert first.status_code == second.status_code == 302
         assert Refund.objects.count() == 1
@@ -127,10 +187,11 @@ class TestRefundForm:
 
     def test_a_refused_submission_binds_nothing_so_the_corrected_one_works(self, agent_client):
         charge = ChargeFactory(amount=5_000)
-        key = form_key(agent_client.get(refund_url(charge)))
+        page = open_form(agent_client, charge)
+        key, state = form_key(page), hidden(page, "charge_state")
 
-        submit(agent_client, charge, key=key, amount="60.00")
-        submit(agent_client, charge, key=key, amount="40.00")
+        submit(agent_client, charge, key=key, state=state, amount="60.00")
+        submit(agent_client, charge, key=key, state=state, amount="40.00")
 
         assert list(Refund.objects.values_list("amount", flat=True)) == [4_000]
 
@@ -138,8 +199,8 @@ class TestRefundForm:
         charge = ChargeFactory(amount=5_000)
 
         other = submit(agent_client, charge, amount="1.00", reason="other")
-        full = submit(agent_client, charge, amount="")
-        with_note = submit(agent_client, charge, amount="", note="Order cancelled")
+        full = submit(agent_client, charge, amount="50.00")
+        with_note = submit(agent_client, charge, amount="50.00", note="Order cancelled")
 
         assert "Explain the refund" in other.content.decode()
         assert "needs a note" in full.content.decode()
@@ -151,7 +212,13 @@ class TestRefundForm:
 
         charge = ChargeFactory(amount=1_000)
         form = RefundForm(
-            {"amount": "1" * 41, "reason": "nope", "note": "x" * 1_001, "idempotency_key": "k"},
+            {
+                "amount": "1" * 41,
+                "reason": "nope",
+                "note": "x" * 1_001,
+                "idempotency_key": "k",
+                "charge_state": "0",
+            },
             charge=charge,
         )
 
@@ -209,10 +276,10 @@ class TestBulkRefund:
     def test_confirming_refunds_each_charge_once_even_when_confirmed_twice(self, agent_client):
         charges = [ChargeFactory(amount=1_000) for _ in range(3)]
         page = self.action(agent_client, charges)
-        batch_key = re.search(rb'name="batch_key" value="([^"]+)"', page.content).group(1).decode()
         confirm = {
             "post": "yes",
-            "batch_key": batch_key,
+            "batch_key": hidden(page, "batch_key"),
+            "confirmed": hidden(page, "confirmed"),
             "reason": "duplicate",
             "note": "Event cancelled",
         }
@@ -231,13 +298,13 @@ class TestBulkRefund:
     def test_result_says_per_charge_what_happened(self, agent_client, fully_refunded_charge):
         fresh = ChargeFactory(amount=1_000)
         page = self.action(agent_client, [fresh, fully_refunded_charge])
-        batch_key = re.search(rb'name="batch_key" value="([^"]+)"', page.content).group(1).decode()
 
         done = self.action(
             agent_client,
             [fresh, fully_refunded_charge],
             post="yes",
-            batch_key=batch_key,
+            batch_key=hidden(page, "batch_key"),
+            confirmed=hidden(page, "confirmed"),
             reason="duplicate",
             note="cleanup",
         )
@@ -245,8 +312,8 @@ class TestBulkRefund:
         messages = [str(m) for m in done.wsgi_request._messages]
         assert any(m.startswith("Refunded:") and fresh.pk in m for m in messages)
         assert any(
-            m.startswith("Refused:")
-            and f"{fully_refunded_charge.pk} (charge_already_refunded)" in m
+            m.startswith("Not refunded, nothing to refund:")
+            and f"{fully_refunded_charge.pk} (fully refunded)" in m
             for m in messages
         )
 
@@ -325,4 +392,4 @@ def test_create_support_agent_makes_a_staff_user_who_may_refund(capsys, client):
     password = line.split(" / ")[1].split()[0]
     assert client.login(username="sam", password=password)
     charge = ChargeFactory(amount=1_000)
-    assert client.get(refund_url(charge)).status_code == 200
+    assert client.get(refund_url(charge), follow=True).status_code == 200

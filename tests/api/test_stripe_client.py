@@ -80,7 +80,7 @@ class TestRefunds:
 
         assert error.value.param == "amount"
         assert error.value.code == "amount_too_large"
-        assert "4000" in error.value.user_message
+        assert "($40.00)" in error.value.user_message
         assert Refund.objects.count() == 1
 
     def test_fully_refunded_charge_says_so(self, stripe_client, charge):

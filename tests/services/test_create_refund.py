@@ -28,7 +28,7 @@ class TestRemainingBalance:
 
         assert refused.value.code == "amount_too_large"
         assert refused.value.param == "amount"
-        assert "4000" in refused.value.message  # says what is left
+        assert "($40.00)" in refused.value.message  # says what is left, as money
         assert books(succeeded_charge) == before
         assert succeeded_charge.amount_refunded == 6_000
 

@@ -12,10 +12,10 @@ from ledger_app.models import Charge, LedgerEntry, Refund
 from ledger_app.services.charges import create_charge
 from ledger_app.services.dispatch import (
     Outcome,
-    dispatch_refund,
     process_pending_refunds,
     reconcile_charges,
     reconcile_refunds,
+    send_refund,
     settle_refund,
 )
 from ledger_app.services.refunds import create_refund
@@ -290,7 +290,7 @@ class TestSettle:
     def test_dispatch_of_a_settled_refund_sends_nothing(self, inline_dispatch, succeeded_charge):
         refund = create_refund(charge_id=succeeded_charge.id, amount=400)
 
-        again = dispatch_refund(refund.id)
+        again = send_refund(refund.id).item
 
         assert again.status == "succeeded"
         assert provider_requests(refund) == ["succeeded"]

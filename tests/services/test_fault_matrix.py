@@ -22,7 +22,9 @@ from django.db import OperationalError, connection
 from django.test import Client
 
 from ledger_app import faults
+from ledger_app.admin.forms import BulkRefundForm
 from ledger_app.models import Charge, LedgerEntry, Refund
+from ledger_app.selectors import charge_state
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.charges import create_charge
 from ledger_app.services.dispatch import reconcile_charges, reconcile_refunds
@@ -416,7 +418,12 @@ def test_an_admin_refund_whose_connection_is_cut_is_finished_by_submitting_again
     client = admin_refunder
     charge = ChargeFactory(amount=3_000)
     url = f"/admin/ledger_app/charge/{quote(charge.pk)}/refund/"
-    form = {"amount": "4.00", "reason": "duplicate", "idempotency_key": "admin:cut-form"}
+    form = {
+        "amount": "4.00",
+        "reason": "duplicate",
+        "idempotency_key": "admin:cut-form",
+        "charge_state": charge_state(charge.pk),
+    }
     cut_connection("refund.reserve_locked", when)
 
     first = client.post(url, form)
@@ -450,6 +457,7 @@ def test_a_bulk_refund_whose_connection_is_cut_is_finished_by_confirming_again(
         "_selected_action": [c.pk for c in charges],
         "post": "yes",
         "batch_key": "admin-bulk:cut",
+        "confirmed": BulkRefundForm.sign({c.pk: (charge_state(c.pk), c.amount) for c in charges}),
         "reason": "duplicate",
         "note": "duplicate order batch",
     }
