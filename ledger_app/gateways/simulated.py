@@ -140,6 +140,8 @@ def _charge_metadata(reference: str) -> dict:
 
 
 def _lookup_allowed(metadata: dict, key: str, operation: str) -> None:
+    if metadata.get("simulate_lookup") == "slow":  # a lookup that takes the latency too
+        time.sleep(settings.SIMULATED_GATEWAY_LATENCY_MS / 1000)
     if metadata.get("simulate_lookup") == "unavailable":
         _log(operation, key, "unavailable", "unavailable")
         raise GatewayUnavailable("simulated provider: lookups are unavailable")
