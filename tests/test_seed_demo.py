@@ -4,6 +4,7 @@ from django.core.management import call_command
 
 from ledger_app.management.commands.seed_demo import DEMO_CHARGES
 from ledger_app.models import Charge, LedgerEntry, Refund
+from ledger_app.selectors import needing_attention
 from tests.invariants import assert_ledger_invariants
 
 pytestmark = pytest.mark.django_db
@@ -18,10 +19,13 @@ def test_seed_demo_loads_once_and_prints_the_password_once(capsys):
     second = capsys.readouterr().out
 
     succeeded = sum(row[3] == "succeeded" for row in DEMO_CHARGES)
-    refunds = sum(len(row[5]) for row in DEMO_CHARGES)
-    # one entry per succeeded charge; a reserved and a succeeded entry per refund
-    assert counts == (len(DEMO_CHARGES), refunds, succeeded + 2 * refunds)
-    assert set(Refund.objects.values_list("status", flat=True)) == {"succeeded"}
+    listed = sum(len(row[5]) for row in DEMO_CHARGES)
+    # One entry per succeeded charge; reserved + settled for each listed refund but the
+    # timed-out one (unknown: reserved only); the queued one (pending) is reserved only.
+    assert counts == (len(DEMO_CHARGES), listed + 1, succeeded + 2 * listed - 1 + 1)
+    statuses = list(Refund.objects.values_list("status", flat=True))
+    assert sorted(set(statuses)) == ["failed", "pending", "succeeded", "unknown"]
+    assert [statuses.count(s) for s in ("failed", "pending", "unknown")] == [1, 1, 1]
     assert (Charge.objects.count(), Refund.objects.count(), LedgerEntry.objects.count()) == counts
     assert "Admin login: admin / " in first
     assert "Admin login: admin (" in second and "admin / " not in second
@@ -39,3 +43,12 @@ def test_demo_data_has_partly_and_fully_refunded_charges_in_three_currencies(cap
     assert any(c.refunded for c in succeeded)
     assert any(0 < c.amount_refunded < c.amount for c in succeeded)
     assert Charge.objects.get(pk="ch_demoJpyPartial000000007").amount_refunded == 7_500
+
+
+def test_the_needs_attention_queue_shows_one_refund_of_each_kind(capsys):
+    call_command("seed_demo")
+
+    queue = Refund.objects.filter(needing_attention())
+    assert sorted(queue.values_list("status", flat=True)) == ["failed", "pending", "unknown"]
+    stale = queue.get(status="pending")
+    assert stale.charge_id == "ch_demoUsdQueued0000000014" and stale.dispatch_attempts == 0

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.test.utils import override_settings
+from django.utils import timezone
 
 from ledger_app.models import ApiKey, Charge, Refund
 from ledger_app.money import format_money
@@ -14,6 +17,7 @@ from ledger_app.services.charges import record_charge
 from ledger_app.services.refunds import create_refund
 
 ADMIN_USERNAME = "admin"
+QUEUED_CHARGE = "ch_demoUsdQueued0000000014"
 DEMO_KEY_NAME = "demo"
 
 # (charge id, amount in minor units, currency, status, description, refunds to issue,
@@ -35,7 +39,7 @@ DEMO_CHARGES = [
         "usd",
         "succeeded",
         "Provider declines refunds",
-        [],
+        [1000],  # declined: in the needs-attention queue until marked handled
         {"simulate_refund": "decline"},
     ),
     (
@@ -44,9 +48,10 @@ DEMO_CHARGES = [
         "usd",
         "succeeded",
         "Provider times out",
-        [],
+        [1200],  # unknown: in the queue; the reconciler keeps asking
         {"simulate_refund": "timeout"},
     ),
+    ("ch_demoUsdQueued0000000014", 2000, "usd", "succeeded", "Refund nobody sent", [], {}),
     (
         "ch_demoEurLostReply0000013",
         6100,
@@ -87,6 +92,7 @@ class Command(BaseCommand):
                     actor="seed_demo",
                     source=Refund.Source.CLI,
                 )
+        self._stale_pending_refund()
         self.stdout.write(f"Demo data: {created} charges created, {len(DEMO_CHARGES)} in all.")
         for charge in Charge.objects.filter(pk__in=[row[0] for row in DEMO_CHARGES]):
             self.stdout.write(
@@ -96,6 +102,24 @@ class Command(BaseCommand):
             )
         self._ensure_admin()
         self._ensure_api_key()
+
+    def _stale_pending_refund(self) -> None:
+        """A refund queued for the worker an hour ago that no worker sent: the third kind
+        the needs-attention queue shows (with unknown and declined ones)."""
+        with override_settings(REFUND_DISPATCH="worker"):
+            refund = create_refund(
+                charge_id=QUEUED_CHARGE,
+                amount=500,
+                idempotency_key=f"demo:{QUEUED_CHARGE}:1",
+                reason=Refund.Reason.DUPLICATE,
+                actor="seed_demo",
+                source=Refund.Source.CLI,
+            )
+        if not refund.replayed:
+            # Only its age is made up; it was reserved through the service like any other.
+            Refund.objects.filter(pk=refund.pk).update(
+                created_at=timezone.now() - timedelta(hours=1)
+            )
 
     def _ensure_admin(self) -> None:
         users = get_user_model()
