@@ -98,6 +98,8 @@ class _Kind:
     call: Callable[[Gateway, Any], RefundAnswer | ChargeAnswer]
     lookup: Callable[[Gateway, Any], RefundAnswer | ChargeAnswer | None]
     settle: Callable[..., Refund | Charge]
+    before_call_point: str  # fault checkpoints around the provider call (ledger_app.faults)
+    after_call_point: str
 
 
 def _guarded_send(
@@ -144,9 +146,9 @@ def _guarded_send(
         if answer is not None:
             outcome = Outcome.from_answer(answer)
             return Sent(kind.settle(pk, outcome, actor=actor), "looked_up")
-    faults.checkpoint(f"{kind.name}.before_provider_call")
+    faults.checkpoint(kind.before_call_point)
     outcome = _ask(lambda: kind.call(gateway, item))
-    faults.checkpoint(f"{kind.name}.after_provider_call")
+    faults.checkpoint(kind.after_call_point)
     return Sent(kind.settle(pk, outcome, actor=actor), "sent")
 
 
@@ -252,6 +254,8 @@ _REFUND = _Kind(
     call=_refund_call,
     lookup=_refund_lookup,
     settle=lambda pk, outcome, actor: settle_refund(refund_id=pk, outcome=outcome, actor=actor),
+    before_call_point="refund.before_provider_call",
+    after_call_point="refund.after_provider_call",
 )
 
 
@@ -466,6 +470,8 @@ _CHARGE = _Kind(
     call=_charge_call,
     lookup=_charge_lookup,
     settle=lambda pk, outcome, actor: settle_charge(charge_id=pk, outcome=outcome),
+    before_call_point="charge.before_provider_call",
+    after_call_point="charge.after_provider_call",
 )
 
 
