@@ -274,6 +274,15 @@ class ChargeAdmin(ReadOnlyAdmin):
         if request.method == "POST":
             form = RefundForm(request.POST, charge=charge)
             key = request.POST.get("idempotency_key", "")
+            if not form.is_valid():
+                record = idempotency.find(key) if key else None
+                if record is not None and record.refund_id:  # e.g. Back, then reload
+                    return self._used_form_page(request, charge, record.refund)
+                # Drawn again with the errors, against the charge as it is now.
+                data = request.POST.copy()
+                data["charge_state"] = str(charge_state(charge.pk))
+                form = RefundForm(data, charge=charge)
+                form.is_valid()
         else:
             key = f"admin:{request.GET.get('form', '')}"
             if not FORM_KEY.match(key):

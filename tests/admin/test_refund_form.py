@@ -185,6 +185,31 @@ class TestRefundForm:
         page = agent_client.get(second.url)
         assert "Already submitted" in page.content.decode()
 
+    def test_an_invalid_resubmission_of_a_used_form_shows_what_it_made(self, agent_client):
+        charge = ChargeFactory(amount=5_000)
+        page = open_form(agent_client, charge)
+        key, state = form_key(page), hidden(page, "charge_state")
+        submit(agent_client, charge, key=key, state=state, amount="1.50")
+
+        again = submit(agent_client, charge, key=key, state=state, amount="")  # Back, reload
+
+        assert "This refund form was already used" in again.content.decode()
+        assert b'id="refund-form"' not in again.content
+        assert Refund.objects.count() == 1
+
+    def test_a_form_drawn_again_with_errors_carries_the_charge_as_shown(self, agent_client):
+        charge = ChargeFactory(amount=5_000)
+        page = open_form(agent_client, charge)
+        create_refund(charge_id=charge.pk, amount=100)  # elsewhere, meanwhile
+
+        redrawn = submit(
+            agent_client, charge, key=form_key(page), state=hidden(page, "charge_state")
+        )
+
+        assert "amount_required" in redrawn.content.decode()
+        assert hidden(redrawn, "charge_state") == str(charge_state(charge.pk))
+        assert "Refund everything left ($49.00)" in redrawn.content.decode()
+
     def test_a_refused_submission_binds_nothing_so_the_corrected_one_works(self, agent_client):
         charge = ChargeFactory(amount=5_000)
         page = open_form(agent_client, charge)
