@@ -13,11 +13,16 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Group, Permission
+from django.urls import reverse
 
+from ledger_app.models import Charge, Refund
 from tests.conftest import IN_CI
+from tests.factories import ChargeFactory
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -37,6 +42,11 @@ PHONE = {"width": 390, "height": 844}
 TIMEOUT_MS = 10_000
 AGENT = ("agent", "agent-pass-123")
 VIEWER = ("viewer", "viewer-pass-1")
+# Playwright launches Chromium with these; a person's Chromium runs without them.
+PLAYWRIGHT_ONLY_SWITCHES = ["--disable-back-forward-cache", "--disable-prompt-on-repost"]
+# For @pytest.mark.parametrize("page", FLAVOURS, indirect=True): a test about Back or
+# reload runs in both, since these switches are exactly what would change its outcome.
+FLAVOURS = ["playwright", "as-shipped"]
 
 _skipped: list[str] = []
 
@@ -52,8 +62,8 @@ def _why_no_browser() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator[object]:
-    """One chromium for the whole run; each test gets its own context (cookies, viewport)."""
+def playwright_api() -> Iterator[object]:
+    """Playwright's sync API, started once for the run, or a loud skip without chromium."""
     why = _why_no_browser()
     if why is not None:
         reason = (
@@ -74,18 +84,37 @@ def browser() -> Iterator[object]:
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:
         with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(
-                executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-            )
-            try:
-                yield chromium
-            finally:
-                chromium.close()
+            yield playwright
     finally:
         if previous is None:
             os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         else:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+def _launch(playwright, **options) -> Iterator[object]:
+    chromium = playwright.chromium.launch(
+        executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, **options
+    )
+    try:
+        yield chromium
+    finally:
+        chromium.close()
+
+
+@pytest.fixture(scope="session")
+def browser(playwright_api) -> Iterator[object]:
+    """One chromium for the whole run; each test gets its own context (cookies, viewport)."""
+    yield from _launch(playwright_api)
+
+
+@pytest.fixture(scope="session")
+def browser_as_shipped(playwright_api) -> Iterator[object]:
+    """Chromium without the switches Playwright adds that change Back and reload, as a
+    person's browser runs: Back may restore a page from the back/forward cache, and a
+    reload of a page that answered a POST may prompt before posting again (headless
+    Chromium shows no prompt and posts)."""
+    yield from _launch(playwright_api, ignore_default_args=PLAYWRIGHT_ONLY_SWITCHES)
 
 
 class BrowserProblems:
@@ -95,6 +124,7 @@ class BrowserProblems:
     def __init__(self) -> None:
         self.errors: list[str] = []
         self.expected_statuses: set[int] = set()
+        self.expected_failures: set[str] = set()
 
     def watch(self, page) -> None:
         page.on("pageerror", lambda exc: self.errors.append(f"page error: {exc}"))
@@ -114,6 +144,8 @@ class BrowserProblems:
         # A navigation the browser itself abandoned (a double click does that) is no error.
         if request.failure == "net::ERR_ABORTED" and request.is_navigation_request():
             return
+        if request.failure in self.expected_failures and request.is_navigation_request():
+            return
         self.errors.append(f"failed: {request.method} {request.url} {request.failure}")
 
     def _response(self, response) -> None:
@@ -129,6 +161,11 @@ class BrowserProblems:
     def expect_status(self, status: int) -> None:
         self.expected_statuses.add(status)
 
+    def expect_failure(self, failure: str) -> None:
+        """A navigation failure the test causes on purpose, e.g. net::ERR_CACHE_MISS when
+        Back returns to a page that answered a POST and Chromium will not post again."""
+        self.expected_failures.add(failure)
+
 
 @pytest.fixture
 def browser_problems() -> BrowserProblems:
@@ -136,9 +173,16 @@ def browser_problems() -> BrowserProblems:
 
 
 @pytest.fixture
-def page(browser, live_server, browser_problems) -> Iterator[object]:
-    """A fresh desktop-sized tab on the live server; fails the test on any page error."""
-    context = browser.new_context(base_url=live_server.url, viewport=DESKTOP)
+def page(request, live_server, browser_problems) -> Iterator[object]:
+    """A fresh desktop-sized tab on the live server; fails the test on any page error.
+    Parametrized indirectly with FLAVOURS, it comes from either chromium."""
+    flavour = getattr(request, "param", "playwright")
+    if flavour not in FLAVOURS:
+        raise ValueError(f"unknown browser flavour {flavour!r}")
+    chromium = request.getfixturevalue(
+        "browser_as_shipped" if flavour == "as-shipped" else "browser"
+    )
+    context = chromium.new_context(base_url=live_server.url, viewport=DESKTOP)
     context.set_default_timeout(TIMEOUT_MS)
     tab = context.new_page()
     browser_problems.watch(tab)
@@ -187,6 +231,13 @@ def support_agents_group() -> Group:
     return group
 
 
+@pytest.fixture(autouse=True)
+def _quick_password_hashing(settings):
+    """Every test makes a user and logs in through the form: a cheap hasher saves about
+    0.4 s a test. The live server runs in this process, so it uses the same setting."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def support_agent(django_user_model):
     """A staff member in the Support agents group."""
@@ -221,6 +272,44 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for the server to settle")
         time.sleep(0.05)
+
+
+REFUND_BUTTON = "#refund-form input[type=submit][name=_refund]"
+CHANGELIST = "admin:ledger_app_charge_changelist"
+
+
+def new_charge(**fields) -> Charge:
+    return ChargeFactory(**{"amount": 5_000, "currency": "usd", **fields})
+
+
+def change_url(charge) -> str:
+    # As the admin links objects: quote() escapes "_" in ids (ch_bx -> ch_5Fbx).
+    return reverse("admin:ledger_app_charge_change", args=[quote(charge.pk)])
+
+
+def refund_url(charge) -> str:
+    return reverse("admin:ledger_app_charge_refund", args=[quote(charge.pk)])
+
+
+def at(*paths: str):
+    """For wait_for_url: the page is at one of these paths (any host and query)."""
+    return lambda url: urlsplit(url).path in paths
+
+
+def at_charge_page(charge):
+    return at(change_url(charge))
+
+
+def settled(charge) -> bool:
+    """Inline dispatch finishes after the response is sent; wait for it before asserting."""
+    return not Refund.objects.filter(charge=charge, status=Refund.Status.PENDING).exists()
+
+
+def fill_refund_form(page, amount: str, reason: str = "requested_by_customer", note: str = ""):
+    page.fill("#id_amount", amount)
+    page.select_option("#id_reason", reason)
+    if note:
+        page.fill("#id_note", note)
 
 
 def pytest_runtest_logreport(report):

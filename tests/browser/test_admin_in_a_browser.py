@@ -1,6 +1,7 @@
 """The refund admin in a real browser: what a support agent clicks, and what that leaves
 in the database. Screenshots land in test-artifacts/screenshots/."""
 
+import re
 from urllib.parse import urlsplit
 
 import pytest
@@ -8,50 +9,27 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
-from ledger_app.models import Charge, Refund
+from ledger_app.models import Refund
 from ledger_app.services.refunds import create_refund
-from tests.browser.conftest import DESKTOP, PHONE, VIEWER, log_in, wait_until
-from tests.factories import ChargeFactory
+from tests.browser.conftest import (
+    CHANGELIST,
+    DESKTOP,
+    PHONE,
+    REFUND_BUTTON,
+    VIEWER,
+    at,
+    at_charge_page,
+    change_url,
+    fill_refund_form,
+    log_in,
+    new_charge,
+    refund_url,
+    settled,
+    wait_until,
+)
 
 # The live server answers from its own thread, so test data must really be committed.
 pytestmark = pytest.mark.django_db(transaction=True)
-
-REFUND_BUTTON = "#refund-form input[type=submit][name=_refund]"
-CHANGELIST = "admin:ledger_app_charge_changelist"
-
-
-def new_charge(**fields) -> Charge:
-    return ChargeFactory(**{"amount": 5_000, "currency": "usd", **fields})
-
-
-def change_url(charge) -> str:
-    # As the admin links objects: quote() escapes "_" in ids (ch_bx -> ch_5Fbx).
-    return reverse("admin:ledger_app_charge_change", args=[quote(charge.pk)])
-
-
-def refund_url(charge) -> str:
-    return reverse("admin:ledger_app_charge_refund", args=[quote(charge.pk)])
-
-
-def at(*paths: str):
-    """For wait_for_url: the page is at one of these paths (any host and query)."""
-    return lambda url: urlsplit(url).path in paths
-
-
-def at_charge_page(charge):
-    return at(change_url(charge))
-
-
-def settled(charge) -> bool:
-    """Inline dispatch finishes after the response is sent; wait for it before asserting."""
-    return not Refund.objects.filter(charge=charge, status=Refund.Status.PENDING).exists()
-
-
-def fill_refund_form(page, amount: str, reason: str = "requested_by_customer", note: str = ""):
-    page.fill("#id_amount", amount)
-    page.select_option("#id_reason", reason)
-    if note:
-        page.fill("#id_note", note)
 
 
 def test_a_support_agent_issues_a_partial_refund_from_the_charge_page(
@@ -65,8 +43,18 @@ def test_a_support_agent_issues_a_partial_refund_from_the_charge_page(
     assert link.text_content() == "Refund…"  # the admin's CSS shows it in capitals
     link.click()
     page.wait_for_url(at(refund_url(charge)))
+    # The link lands on the form's own URL: its key is in the query, for Back and reload.
+    assert re.fullmatch(r"form=[0-9a-f]{32}", urlsplit(page.url).query)
+    key = page.get_attribute("input[name=idempotency_key]", "value")
+    assert key == "admin:" + urlsplit(page.url).query.removeprefix("form=")
     assert "$50.00" in page.inner_text(".refund-summary")
-    assert page.get_attribute("#id_amount", "placeholder") == "$50.00 (the rest)"
+    # Nothing stands for "the rest": the amount is blank, and the box naming the exact
+    # amount left is drawn unticked.
+    assert page.input_value("#id_amount") == ""
+    assert page.get_attribute("#id_amount", "placeholder") is None
+    assert page.inner_text("label[for=id_refund_all]") == "Refund everything left ($50.00):"
+    assert not page.is_checked("#id_refund_all")
+    assert page.get_attribute("#id_refund_all", "value") == "5000"
     fill_refund_form(page, "12.34")
     screenshot(page, "refund-form")
     page.click(REFUND_BUTTON)
@@ -88,64 +76,6 @@ def test_a_support_agent_issues_a_partial_refund_from_the_charge_page(
     assert refund.created_by == support_agent
     assert charge.amount_refunded == 1_234
     assert LogEntry.objects.filter(object_id=charge.pk, user=support_agent).count() == 1
-
-
-def test_a_double_click_on_refund_issues_exactly_one_refund(agent_page):
-    page = agent_page
-    # A slow provider (the simulated one answers after SIMULATED_GATEWAY_LATENCY_MS) is
-    # when people double-click: the first request is still running at the second click.
-    charge = new_charge(metadata={"simulate_refund": "slow"})
-    posts = []
-    page.on("request", lambda r: r.method == "POST" and posts.append(r.url))
-
-    page.goto(refund_url(charge))
-    fill_refund_form(page, "12.34")
-    # delay: 80 ms between the two clicks, like a person (with none, Chromium drops the
-    # first submission before it is sent, as the HTML spec says).
-    page.dblclick(REFUND_BUTTON, delay=80)
-
-    # The first navigation is abandoned, so wait for what the second one shows.
-    warning = page.locator(".messagelist .warning")
-    warning.wait_for()
-    assert at_charge_page(charge)(page.url)
-    assert len(posts) == 2, "Chromium should have sent the form twice"
-    assert "Already submitted" in warning.inner_text()
-    assert "Nothing new was refunded" in warning.inner_text()
-    wait_until(lambda: settled(charge))
-    refund = Refund.objects.get()
-    charge.refresh_from_db()
-    assert (refund.charge_id, refund.amount, charge.amount_refunded) == (charge.pk, 1_234, 1_234)
-    assert refund.status == Refund.Status.SUCCEEDED
-    assert LogEntry.objects.filter(object_id=charge.pk).count() == 1
-
-
-def test_submitting_one_rendered_form_again_from_a_second_tab_replays_the_first_refund(
-    agent_page,
-):
-    page = agent_page
-    charge = new_charge()
-    page.goto(refund_url(charge))
-    fill_refund_form(page, "12.34")
-    key = page.get_attribute("input[name=idempotency_key]", "value")
-
-    # Shift+click submits into a new window, so this tab keeps the very form it rendered,
-    # as after the back button or with the form open in two tabs.
-    with page.context.expect_page() as new_window:
-        page.click(REFUND_BUTTON, modifiers=["Shift"])
-    first = new_window.value
-    first.wait_for_url(at_charge_page(charge))
-    assert "of $12.34: succeeded" in first.inner_text(".messagelist .success")
-    assert page.get_attribute("input[name=idempotency_key]", "value") == key
-
-    page.click(REFUND_BUTTON)
-    page.wait_for_url(at_charge_page(charge))
-    warning = page.inner_text(".messagelist .warning")
-    assert "Already submitted" in warning and "Nothing new was refunded" in warning
-
-    wait_until(lambda: settled(charge))
-    refund = Refund.objects.get()
-    charge.refresh_from_db()
-    assert (refund.amount, charge.amount_refunded) == (1_234, 1_234)
 
 
 def test_the_bulk_action_refunds_three_selected_charges_in_full_after_a_confirmation(
@@ -250,7 +180,14 @@ def test_the_charge_page_and_refund_form_fit_the_window(agent_page, size, screen
     screenshot(page, f"refund-form-{width}px")
     assert page_overflow(page) <= 1, f"the refund form scrolls sideways at {width}px"
     assert tables_out_of_reach(page) == [], f"tables are clipped at {width}px"
-    for selector in [".refund-summary", "#refund-form", "#id_amount", "#id_note", REFUND_BUTTON]:
+    for selector in [
+        ".refund-summary",
+        "#refund-form",
+        "#id_amount",
+        "#id_refund_all",
+        "#id_note",
+        REFUND_BUTTON,
+    ]:
         assert fully_visible(page, selector), f"{selector} is cut off at {width}px"
 
 
