@@ -1,10 +1,24 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.http import Http404
+from django.urls import include, path, re_path
 from django.views.generic import RedirectView
+
+from ledger_app.api.errors import not_found
+
+
+def nul_in_admin_url(request, *args, **kwargs):
+    """No object's id holds a NUL (PostgreSQL refuses one in any query), so an admin URL
+    with one names nothing: 404 before any admin runs, for every admin alike (Django's own
+    user and group admins included). The ledger's admins refuse such ids on their own too
+    (ReadOnlyAdmin.get_object)."""
+    raise Http404("No such object.")
+
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    re_path(r"^admin/[\s\S]*\x00", nul_in_admin_url),
     path("admin/", admin.site.urls),
+    path("v1", not_found),  # an unknown URL like any other, not a redirect to /v1/
     path("v1/", include("ledger_app.api.urls")),
 ]
 

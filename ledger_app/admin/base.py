@@ -5,10 +5,11 @@ from __future__ import annotations
 from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db import connection
-from django.http import HttpResponseBadRequest
+from django.http import Http404, HttpResponseBadRequest
 from django.utils.functional import cached_property
 
 from ledger_app.money import format_money
+from ledger_app.services.text import has_unstorable_characters
 
 REFUND_PERMISSION = "ledger_app.refund_charge"
 
@@ -53,6 +54,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def get_object(self, request, object_id, from_field=None):
+        # The change, history and delete pages look their object up here. An id with a NUL
+        # (or a lone surrogate) is no row's id, and PostgreSQL refuses a query holding one:
+        # 404, rather than a 500 from the database or a redirect saying it was deleted.
+        if has_unstorable_characters(object_id):
+            raise Http404("No such object.")
+        return super().get_object(request, object_id, from_field)
 
     def changelist_view(self, request, extra_context=None):
         # A NUL in a filter or lookup value is nothing any row could match, and PostgreSQL

@@ -7,6 +7,7 @@ import logging
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
@@ -174,8 +175,12 @@ def exception_handler(exc: Exception, context: dict) -> Response:
     )
 
 
+@csrf_exempt
 def not_found(request, *args, **kwargs) -> JsonResponse:
-    """Any /v1/ URL that matches no endpoint."""
+    """Any /v1/ URL that matches no endpoint, with any method and with or without a key:
+    no URL exists for some callers only. Exempt from CSRF like every API view: clients
+    authenticate with keys, not cookies, so a POST here is a 404 envelope, not Django's
+    HTML 403 page."""
     return JsonResponse(
         body(
             type=INVALID_REQUEST,

@@ -28,6 +28,11 @@ BRACKETED = re.compile(r"^([A-Za-z_]+)\[([^\[\]]*)\]$")
 INTEGER = re.compile(r"^-?[0-9]{1,30}\Z")  # \Z: "$" would let "5\n" through, and int() takes it
 LIST_PARAMS = {"expand"}
 DICT_PARAMS = {"metadata"}
+# The deepest a JSON body may nest. A valid request nests 2 deep (metadata, expand); far
+# below this, every step after parsing (checks, hashing for the idempotency key,
+# rendering) is safe from Python's recursion limit, whatever stack the server runs on.
+MAX_JSON_DEPTH = 32
+TOO_DEEP = f"nested more than {MAX_JSON_DEPTH} levels deep"
 
 
 class Params(dict):
@@ -220,9 +225,30 @@ def _refuse_repeated_keys(value: Any, path: str = "") -> Any:
     return {key: _refuse_repeated_keys(item, name(key)) for key, item in value.items()}
 
 
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` levels, found without recursion."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        pending.extend((child, depth + 1) for child in children)
+    return False
+
+
 class JSONParser(parsers.JSONParser):
-    """DRF's JSON parser (strict: no NaN or Infinity), refusing what would crash it (deep
-    nesting) with a plain message, and objects that repeat a key."""
+    """DRF's JSON parser (strict: no NaN or Infinity), refusing deep nesting and objects
+    that repeat a key.
+
+    Nesting past MAX_JSON_DEPTH is refused whether the parser itself gives up (Python's
+    recursion limit, which depends on how deep the server's stack already is) or parses it:
+    a body that parses only just would crash the first recursive step after it."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         encoding = parsers.get_encoding(parser_context or {})
@@ -231,8 +257,10 @@ class JSONParser(parsers.JSONParser):
             parsed = json.loads(
                 text, parse_constant=drf_json.strict_constant, object_pairs_hook=_object
             )
-            return _refuse_repeated_keys(parsed)
         except RecursionError:
-            raise drf_exceptions.ParseError("nested too deeply") from None
+            raise drf_exceptions.ParseError(TOO_DEEP) from None
         except ValueError:
             raise drf_exceptions.ParseError("not valid JSON") from None
+        if _deeper_than(parsed, MAX_JSON_DEPTH):
+            raise drf_exceptions.ParseError(TOO_DEEP)
+        return _refuse_repeated_keys(parsed)

@@ -1,0 +1,26 @@
+"""The published schema and its browsable page, answering errors as the API does."""
+
+from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
+from rest_framework.renderers import JSONRenderer
+
+
+class _ReadOnlyPage:
+    """The schema and the docs page answer GET and HEAD. Any other method is a 405 in the
+    API's JSON envelope, whatever the page itself renders (the docs page is HTML, whose
+    renderer cannot show an error), so no /v1/ URL ever answers an error as HTML."""
+
+    http_method_names = ["get", "head"]
+
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return response
+
+
+class SchemaView(_ReadOnlyPage, SpectacularJSONAPIView):
+    pass
+
+
+class DocsView(_ReadOnlyPage, SpectacularSwaggerView):
+    pass
