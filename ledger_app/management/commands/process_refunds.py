@@ -28,9 +28,11 @@ EXIT_UNKNOWN = 4
 
 class Command(BaseCommand):
     help = (
-        "Send pending refunds to the payment provider. Claims them with SKIP LOCKED and a "
-        "lease, so any number of workers on any number of machines can run side by side; "
-        "each refund goes out with its own stored provider idempotency key. Exit 1 when "
+        "Send pending refunds to the payment provider through the one guarded send: each "
+        "refund's lease is taken by one conditional UPDATE, so any number of workers on any "
+        "number of machines can run side by side; each refund goes out with its own stored "
+        "provider idempotency key, looked up first if an attempt may have reached the "
+        "provider. Exit 1 when "
         "database errors interrupted some refunds, else 4 when some ended unknown (run "
         "`manage.py reconcile`), else 3 when some failed (the provider declined), else 0."
     )
