@@ -275,7 +275,7 @@ class ChargeAdmin(ReadOnlyAdmin):
             form = RefundForm(request.POST, charge=charge)
             key = request.POST.get("idempotency_key", "")
             if not form.is_valid():
-                record = idempotency.find(key) if key else None
+                record = idempotency.find(key) if FORM_KEY.match(key) else None
                 if record is not None and record.refund_id:  # e.g. Back, then reload
                     return self._used_form_page(request, charge, record.refund)
                 # Drawn again with the errors, against the charge as it is now.
