@@ -27,6 +27,11 @@ from ledger_app.errors import ResourceMissing
 from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
 
 
+def lease_free(now: datetime) -> Q:
+    """Refunds or charges no sender holds: never leased, or the lease ran out."""
+    return Q(leased_until__isnull=True) | Q(leased_until__lte=now)
+
+
 def stale_pending(now: datetime | None = None, lease_seconds: int | None = None) -> Q:
     """Pending refunds or charges nobody is sending: a lease that ran out, or none taken
     within a lease's length of being created (a process died between commit and send)."""
@@ -53,13 +58,7 @@ def needing_attention(now: datetime | None = None) -> Q:
 def charge_state(charge_id: str) -> int:
     """A number that changes whenever the charge's books do: the id of its newest ledger
     entry (entries are append-only, one for every money-moving moment), 0 when none."""
-    newest = (
-        LedgerEntry.objects.filter(charge_id=charge_id)
-        .order_by("-id")
-        .values_list("id", flat=True)
-        .first()
-    )
-    return newest or 0
+    return charge_states([charge_id])[charge_id]
 
 
 def charge_states(charge_ids: list[str]) -> dict[str, int]:

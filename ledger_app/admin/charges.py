@@ -417,19 +417,21 @@ class ChargeAdmin(ReadOnlyAdmin):
             )
             return None
         refundable = [c for c in charges if is_refundable(c)]
-        states = charge_states([c.pk for c in refundable])
-        form = BulkRefundForm(
-            request.POST if request.POST.get("post") == "yes" else None,
-            initial={
-                "batch_key": new_form_key("admin-bulk"),
-                "confirmed": BulkRefundForm.sign(
-                    {c.pk: (states[c.pk], c.amount_refundable) for c in refundable}
-                ),
-            },
-        )
-        if form.is_bound and form.is_valid():
-            self._refund_in_full(request, charges, form)
-            return None
+        if request.POST.get("post") == "yes":
+            form = BulkRefundForm(request.POST)
+            if form.is_valid():
+                self._refund_in_full(request, charges, form)
+                return None
+        else:  # drawn now: what it shows is what confirming it refunds
+            states = charge_states([c.pk for c in refundable])
+            form = BulkRefundForm(
+                initial={
+                    "batch_key": new_form_key("admin-bulk"),
+                    "confirmed": BulkRefundForm.sign(
+                        {c.pk: (states[c.pk], c.amount_refundable) for c in refundable}
+                    ),
+                }
+            )
         totals: dict[str, int] = defaultdict(int)
         for charge in refundable:
             totals[charge.currency] += charge.amount_refundable

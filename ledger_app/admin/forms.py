@@ -208,3 +208,14 @@ class BulkRefundForm(ReasonAndNote):
         if not cleaned.get("note", "").strip() and "note" not in self.errors:
             self.add_error("note", note_required("Say why these charges are refunded in full."))
         return cleaned
+
+
+class HandledForm(forms.Form):
+    """What support did about a declined refund, before it leaves the queue."""
+
+    note = CodedCharField(
+        code="note_required",
+        max_length=1000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="What was done about the decline (customer told, refunded another way, …).",
+    )

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.template.response import TemplateResponse
 
 from ledger_app.admin.base import ReadOnlyAdmin, money
+from ledger_app.admin.forms import HandledForm
 from ledger_app.errors import LedgerError
 from ledger_app.models import ApiKey, IdempotencyRecord, LedgerEntry, Refund, RefundAttention
 from ledger_app.selectors import needing_attention
 from ledger_app.services.attention import mark_refund_handled
-from ledger_app.services.dispatch import send_refund
+from ledger_app.services.dispatch import OPEN, send_refund
 from ledger_app.services.refunds import actor_label
 from ledger_app.services.text import has_unstorable_characters
 
@@ -157,13 +157,13 @@ class RefundAttentionAdmin(RefundAdmin):
         actor = actor_label(request.user)
         done, skipped = [], []
         for refund in Refund.objects.filter(pk__in=queryset.values("pk")).order_by("pk")[:500]:
-            if refund.status not in (Refund.Status.PENDING, Refund.Status.UNKNOWN):
+            if refund.status not in OPEN:
                 skipped.append(f"{refund.pk} ({refund.status})")
                 continue
             sent = send_refund(refund.pk, ask_first=ask_first, actor=actor)
             line = f"{refund.pk} {money(refund.amount, refund.currency)}: {sent.item.status} "
             line += f"({STEP_WORDS[sent.step]})"
-            if sent.step not in ("busy", "final"):
+            if sent.acted:
                 self.log_change(request, refund, f"{verb}: {line}")
             done.append(line)
         if done:
@@ -225,15 +225,6 @@ class RefundAttentionAdmin(RefundAdmin):
         return TemplateResponse(
             request, "admin/ledger_app/refundattention/mark_handled.html", context
         )
-
-
-class HandledForm(forms.Form):
-    note = forms.CharField(
-        max_length=1000,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="What was done about the decline (customer told, refunded another way, …).",
-        error_messages={"required": "Say what was done about the decline (note_required)."},
-    )
 
 
 @admin.register(LedgerEntry)

@@ -25,7 +25,7 @@ from ledger_app import faults
 from ledger_app.gateways import get_gateway
 from ledger_app.gateways.base import ChargeAnswer, Gateway, OutcomeUnknown, RefundAnswer
 from ledger_app.models import Charge, LedgerEntry, Refund
-from ledger_app.selectors import in_doubt
+from ledger_app.selectors import in_doubt, lease_free
 from ledger_app.services.ledger import append_entry
 from ledger_app.services.locks import charges_for_update
 
@@ -87,6 +87,11 @@ class Sent:
     item: Refund | Charge
     step: str
 
+    @property
+    def acted(self) -> bool:
+        """False when this pass left the item to another sender or found it settled."""
+        return self.step not in ("busy", "final")
+
 
 @dataclass(frozen=True)
 class _Kind:
@@ -126,13 +131,9 @@ def _guarded_send(
     gateway = gateway or get_gateway()
     now = timezone.now()
     with transaction.atomic(durable=True):
-        taken = (
-            kind.model.objects.filter(pk=pk, status__in=OPEN)
-            .filter(Q(leased_until__isnull=True) | Q(leased_until__lte=now))
-            .update(
-                leased_until=lease_expiry(now, lease_seconds),
-                dispatch_attempts=F("dispatch_attempts") + 1,
-            )
+        taken = kind.model.objects.filter(lease_free(now), pk=pk, status__in=OPEN).update(
+            leased_until=lease_expiry(now, lease_seconds),
+            dispatch_attempts=F("dispatch_attempts") + 1,
         )
     item = kind.fetch(pk)
     if not taken:
@@ -316,9 +317,7 @@ def process_pending_refunds(
     tally = Tally()
     after: tuple[datetime, str] | None = None
     while not should_stop():
-        queue = Refund.objects.filter(status=PENDING).filter(
-            Q(leased_until__isnull=True) | Q(leased_until__lte=timezone.now())
-        )
+        queue = Refund.objects.filter(lease_free(timezone.now()), status=PENDING)
         if after is not None:
             queue = queue.filter(
                 Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1])
@@ -340,7 +339,7 @@ def process_pending_refunds(
             except DatabaseError:
                 _survive_database_error(f"refund {after[1]}", tally)
                 continue
-            if sent.step in ("busy", "final"):
+            if not sent.acted:
                 continue  # another sender has it
             tally.add(sent.item.status)
             on_refund(sent.item)
@@ -390,7 +389,7 @@ def _each(candidates, reconcile_one: Callable[[str], Sent], on_item: Callable) -
         except DatabaseError:
             _survive_database_error(f"{candidates.model._meta.model_name} {pk}", tally)
             continue
-        if sent.step in ("busy", "final"):
+        if not sent.acted:
             continue  # settled meanwhile, or another sender has it
         tally.add(sent.item.status)
         on_item(sent.item)
@@ -475,10 +474,12 @@ _CHARGE = _Kind(
 )
 
 
-def reconcile_charge(charge_id: str, *, gateway: Gateway | None = None) -> Sent:
+def reconcile_charge(
+    charge_id: str, *, gateway: Gateway | None = None, lease_seconds: int | None = None
+) -> Sent:
     """Like reconcile_refund, for a charge: its record settles it, no record: capture it
     with its same key, no answer: it stays."""
-    return send_charge(charge_id, gateway=gateway, ask_first=True)
+    return send_charge(charge_id, gateway=gateway, ask_first=True, lease_seconds=lease_seconds)
 
 
 def reconcile_charges(
@@ -496,6 +497,6 @@ def reconcile_charges(
     )
     return _each(
         candidates,
-        lambda pk: send_charge(pk, gateway=gateway, ask_first=True, lease_seconds=lease_seconds),
+        lambda pk: reconcile_charge(pk, gateway=gateway, lease_seconds=lease_seconds),
         on_charge,
     )

@@ -1,10 +1,13 @@
-"""Shared bits of the commands' output: who is acting, and progress on a terminal."""
+"""Shared bits of the commands' output: who is acting, progress on a terminal, and exit
+codes that say how refunds ended."""
 
 from __future__ import annotations
 
 import getpass
 import sys
 import time
+
+from django.core.management.base import BaseCommand
 
 
 def cli_actor() -> str:
@@ -42,3 +45,39 @@ class Progress:
         if self.enabled and self.done:
             self.stream.write("\n")
             self.stream.flush()
+
+
+# Exit codes beyond Django's 0 (done) and 1 (CommandError): how a refund ended.
+EXIT_FAILED = 3
+EXIT_UNKNOWN = 4
+UNSETTLED = {
+    "failed": (
+        EXIT_FAILED,
+        "failed: the provider declined {what}; nothing was refunded and the amount is "
+        "released (listed under Refunds needing attention).",
+    ),
+    "unknown": (
+        EXIT_UNKNOWN,
+        "unknown: the provider did not say whether it made {what}; the amount stays "
+        "reserved. Do not refund again: run `manage.py reconcile`, which asks the provider "
+        "and settles it.",
+    ),
+}
+
+
+class ExitsByOutcome(BaseCommand):
+    """A command whose exit status says how its refunds ended. `report_unsettled` says on
+    stderr what a failed or unknown ending means and raises the exit code (unknown, 4,
+    outranks failed, 3); only a manage.py process exits with it, call_command returns."""
+
+    exit_code = 0
+
+    def run_from_argv(self, argv):
+        super().run_from_argv(argv)  # a CommandError exits on its own (1)
+        if self.exit_code:
+            sys.exit(self.exit_code)
+
+    def report_unsettled(self, status: str, what: str) -> None:
+        code, message = UNSETTLED[status]
+        self.exit_code = max(self.exit_code, code)
+        self.stderr.write(message.format(what=what))

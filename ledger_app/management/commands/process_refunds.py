@@ -14,34 +14,25 @@ normally and the summary line says the same.
 from __future__ import annotations
 
 import signal
-import sys
 import time
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome
 from ledger_app.models import Refund
 from ledger_app.services.dispatch import Tally, process_pending_refunds
 
-EXIT_FAILED = 3
-EXIT_UNKNOWN = 4
 
-
-class Command(BaseCommand):
+class Command(ExitsByOutcome):
     help = (
         "Send pending refunds to the payment provider through the one guarded send: each "
         "refund's lease is taken by one conditional UPDATE, so any number of workers on any "
         "number of machines can run side by side; each refund goes out with its own stored "
         "provider idempotency key, looked up first if an attempt may have reached the "
-        "provider. Exit 1 when "
-        "database errors interrupted some refunds, else 4 when some ended unknown (run "
+        "provider. Exit 1 when database errors interrupted some refunds, else 4 when some "
+        "ended unknown (run "
         "`manage.py reconcile`), else 3 when some failed (the provider declined), else 0."
     )
-    exit_code = 0
-
-    def run_from_argv(self, argv):
-        super().run_from_argv(argv)  # exits itself on a CommandError (interrupted: 1)
-        if self.exit_code:
-            sys.exit(self.exit_code)
 
     def add_arguments(self, parser):
         mode = parser.add_mutually_exclusive_group()
@@ -96,20 +87,9 @@ class Command(BaseCommand):
         self.stdout.write(f"process_refunds: {total.summary()}")
         if total.errors:
             raise CommandError("some refunds were interrupted; they will be retried", returncode=1)
-        unknown, failed = total.statuses.get("unknown", 0), total.statuses.get("failed", 0)
-        if unknown:
-            self.exit_code = EXIT_UNKNOWN
-            self.stderr.write(
-                f"unknown: the provider did not say whether it made {unknown} refund(s); their "
-                "amounts stay reserved. Do not refund them again: run `manage.py reconcile`, "
-                "which asks the provider and settles them."
-            )
-        if failed:
-            self.exit_code = self.exit_code or EXIT_FAILED
-            self.stderr.write(
-                f"failed: the provider declined {failed} refund(s); nothing was refunded and "
-                "their amounts are released (the admin lists them under Refunds needing attention)."
-            )
+        for status in UNSETTLED:
+            if total.statuses.get(status):
+                self.report_unsettled(status, f"{total.statuses[status]} refund(s)")
 
     def _log_refund(self, refund: Refund) -> None:
         detail = f" ({refund.status_detail})" if refund.status_detail else ""

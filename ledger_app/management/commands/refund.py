@@ -12,21 +12,16 @@ and 4 are set only when run as a process (manage.py); call_command returns norma
 the status is in the printed line.
 """
 
-import sys
-
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from ledger_app.errors import InvalidAmount, LedgerError
-from ledger_app.management.commands._output import cli_actor
+from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome, cli_actor
 from ledger_app.models import Refund
 from ledger_app.services.bulk import DIGITS
 from ledger_app.services.refunds import create_refund
 
-EXIT_FAILED = 3
-EXIT_UNKNOWN = 4
 
-
-class Command(BaseCommand):
+class Command(ExitsByOutcome):
     help = (
         "Refund a charge. Prints the refund (id, amount, status) or the refusal's code. "
         "Exit 0 when it succeeded or is pending (queued for the worker), 1 when refused "
@@ -34,12 +29,6 @@ class Command(BaseCommand):
         "released), 4 when its outcome is unknown (the amount stays reserved until "
         "`manage.py reconcile` settles it). A replay exits by the replayed refund's status."
     )
-    exit_code = 0
-
-    def run_from_argv(self, argv):
-        super().run_from_argv(argv)  # exits itself on a CommandError (a refusal: 1)
-        if self.exit_code:
-            sys.exit(self.exit_code)
 
     def add_arguments(self, parser):
         parser.add_argument("charge_id")
@@ -72,17 +61,5 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{refund.id} {refund.amount} {refund.currency} {refund.status}{detail}{replayed}"
         )
-        if refund.status == Refund.Status.FAILED:
-            self.exit_code = EXIT_FAILED
-            self.stderr.write(
-                f"failed: the provider declined refund {refund.id}; nothing was refunded and "
-                "the amount is released. Fix the cause, then refund again with a new "
-                "idempotency key."
-            )
-        elif refund.status == Refund.Status.UNKNOWN:
-            self.exit_code = EXIT_UNKNOWN
-            self.stderr.write(
-                f"unknown: the provider did not say whether it made refund {refund.id}; the "
-                "amount stays reserved. Do not refund again: run `manage.py reconcile`, which "
-                "asks the provider and settles it."
-            )
+        if refund.status in UNSETTLED:
+            self.report_unsettled(refund.status, f"refund {refund.id}")
