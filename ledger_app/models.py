@@ -26,23 +26,73 @@ def new_refund_id() -> str:
     return new_id("re_")
 
 
-class Charge(models.Model):
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-        UNKNOWN = "unknown"
+class MovementStatus(models.TextChoices):
+    """Where a charge or refund stands with the provider."""
+
+    PENDING = "pending"  # written here, not yet answered
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # the provider said no
+    UNKNOWN = "unknown"  # asked, no answer: the provider may have acted
+
+
+class ProviderMovement(models.Model):
+    """What a charge and a refund share: money moved through the provider once, under a
+    stable provider key, by the guarded send (services/dispatch), and settled forward only.
+    """
+
+    Status = MovementStatus
+    # Not final: the guarded send may still take these to the provider.
+    OPEN_STATUSES = (Status.PENDING, Status.UNKNOWN)
+    FINAL_STATUSES = (Status.SUCCEEDED, Status.FAILED)
+    provider_id_field: str  # the field that holds the provider's own id for it
+
+    amount = models.BigIntegerField(help_text="Minor units (cents; yen are already minor units).")
+    currency = models.CharField(
+        max_length=3, help_text="Lower-case ISO 4217 code; a refund's is its charge's."
+    )
+    status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
+    metadata = models.JSONField(default=dict, blank=True)
+    status_detail = models.TextField(blank=True, help_text="Why it failed or is unknown.")
+    dispatch_attempts = models.PositiveIntegerField(
+        default=0,
+        help_text="Times the one guarded send took it to the provider (recorded before each "
+        "call: more than zero means the provider may have it).",
+    )
+    leased_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A sender holds it until then; afterwards anyone may retry it.",
+    )
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="%(class)s_amount_positive"),
+            models.CheckConstraint(
+                condition=Q(status__in=MovementStatus.values), name="%(class)s_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.pk
+
+    @property
+    def provider_id(self) -> str:
+        return getattr(self, self.provider_id_field)
+
+
+class Charge(ProviderMovement):
+    provider_id_field = "provider_charge_id"
 
     id = models.CharField(primary_key=True, max_length=64, default=new_charge_id, editable=False)
-    amount = models.BigIntegerField(help_text="Minor units (cents; yen are already minor units).")
     amount_refunded = models.BigIntegerField(
         default=0, help_text="Sum of refunds that are not failed, in minor units."
     )
-    currency = models.CharField(max_length=3, help_text="Lower-case ISO 4217 code.")
-    status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
     description = models.TextField(blank=True)
     customer = models.CharField(max_length=255, blank=True, help_text="Customer reference.")
-    metadata = models.JSONField(default=dict, blank=True)
     provider_idempotency_key = models.CharField(
         max_length=255,
         null=True,
@@ -54,20 +104,8 @@ class Charge(models.Model):
     provider_charge_id = models.CharField(
         max_length=255, blank=True, help_text="The provider's id, once it has answered."
     )
-    status_detail = models.TextField(blank=True, help_text="Why it failed or is unknown.")
-    dispatch_attempts = models.PositiveIntegerField(
-        default=0, help_text="Times the one guarded send took this charge to the provider."
-    )
-    leased_until = models.DateTimeField(
-        null=True,
-        blank=True,
-        help_text="A sender holds this charge until then; afterwards anyone may retry it.",
-    )
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
-    updated_at = models.DateTimeField(auto_now=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(ProviderMovement.Meta):
         indexes = [
             models.Index(fields=["status", "updated_at"], name="charge_status_updated"),
             # admin filters, each with the list's ordering
@@ -76,20 +114,13 @@ class Charge(models.Model):
             models.Index(fields=["customer"], name="charge_customer"),
         ]
         constraints = [
-            models.CheckConstraint(condition=Q(amount__gt=0), name="charge_amount_positive"),
+            *ProviderMovement.Meta.constraints,
             models.CheckConstraint(
                 condition=Q(amount_refunded__gte=0) & Q(amount_refunded__lte=F("amount")),
                 name="charge_refunded_within_amount",
             ),
-            models.CheckConstraint(
-                condition=Q(status__in=["pending", "succeeded", "failed", "unknown"]),
-                name="charge_status_valid",
-            ),
         ]
         permissions = [("refund_charge", "Can issue refunds on charges")]
-
-    def __str__(self) -> str:
-        return self.id
 
     @property
     def refunded(self) -> bool:
@@ -105,17 +136,16 @@ class Charge(models.Model):
         return self.provider_charge_id or self.id
 
 
-class Refund(models.Model):
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-        UNKNOWN = "unknown"
+class RefundReason(models.TextChoices):
+    DUPLICATE = "duplicate"
+    FRAUDULENT = "fraudulent"
+    REQUESTED_BY_CUSTOMER = "requested_by_customer"
 
-    class Reason(models.TextChoices):
-        DUPLICATE = "duplicate"
-        FRAUDULENT = "fraudulent"
-        REQUESTED_BY_CUSTOMER = "requested_by_customer"
+
+class Refund(ProviderMovement):
+    provider_id_field = "provider_refund_id"
+
+    Reason = RefundReason
 
     class Source(models.TextChoices):
         ADMIN = "admin"
@@ -126,15 +156,11 @@ class Refund(models.Model):
 
     # Statuses whose amount counts in the charge's amount_refunded: money that left
     # or may have left. Only a provider's "no" (failed) releases it.
-    LIVE_STATUSES = (Status.PENDING, Status.SUCCEEDED, Status.UNKNOWN)
+    LIVE_STATUSES = (MovementStatus.PENDING, MovementStatus.SUCCEEDED, MovementStatus.UNKNOWN)
 
     id = models.CharField(primary_key=True, max_length=64, default=new_refund_id, editable=False)
     charge = models.ForeignKey(Charge, on_delete=models.PROTECT, related_name="refunds")
-    amount = models.BigIntegerField(help_text="Minor units.")
-    currency = models.CharField(max_length=3, help_text="Always the charge's currency.")
-    status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
     reason = models.CharField(max_length=32, choices=Reason, blank=True)
-    metadata = models.JSONField(default=dict, blank=True)
     note = models.TextField(blank=True)
     source = models.CharField(max_length=16, choices=Source)
     created_by = models.ForeignKey(
@@ -157,27 +183,13 @@ class Refund(models.Model):
     provider_refund_id = models.CharField(
         max_length=255, blank=True, help_text="The provider's id, once it has answered."
     )
-    status_detail = models.TextField(blank=True, help_text="Why it failed or is unknown.")
-    dispatch_attempts = models.PositiveIntegerField(
-        default=0,
-        help_text="Times the one guarded send took this refund to the provider (recorded "
-        "before each call: more than zero means the provider may have it).",
-    )
-    leased_until = models.DateTimeField(
-        null=True,
-        blank=True,
-        help_text="A sender holds this refund until then; afterwards anyone may retry it.",
-    )
     handled_at = models.DateTimeField(
         null=True, blank=True, help_text="When support marked this declined refund handled."
     )
     handled_by = models.CharField(max_length=200, blank=True, help_text="Who marked it handled.")
     handled_note = models.TextField(blank=True, help_text="What support did about the decline.")
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
-    updated_at = models.DateTimeField(auto_now=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(ProviderMovement.Meta):
         indexes = [
             models.Index(fields=["charge", "status"], name="refund_charge_status"),
             models.Index(fields=["status", "leased_until"], name="refund_status_lease"),
@@ -186,24 +198,16 @@ class Refund(models.Model):
             models.Index(fields=["created_by", "-created_at"], name="refund_by_created"),
         ]
         constraints = [
-            models.CheckConstraint(condition=Q(amount__gt=0), name="refund_amount_positive"),
+            *ProviderMovement.Meta.constraints,
             models.CheckConstraint(
-                condition=Q(status__in=["pending", "succeeded", "failed", "unknown"]),
-                name="refund_status_valid",
-            ),
-            models.CheckConstraint(
-                condition=Q(reason__in=["", "duplicate", "fraudulent", "requested_by_customer"]),
-                name="refund_reason_valid",
+                condition=Q(reason__in=["", *RefundReason.values]), name="refund_reason_valid"
             ),
             # Only a declined refund is closed by hand; money in doubt is the reconciler's.
             models.CheckConstraint(
-                condition=Q(handled_at__isnull=True) | Q(status="failed"),
+                condition=Q(handled_at__isnull=True) | Q(status=MovementStatus.FAILED),
                 name="refund_handled_only_if_failed",
             ),
         ]
-
-    def __str__(self) -> str:
-        return self.id
 
 
 class RefundAttention(Refund):
@@ -215,11 +219,18 @@ class RefundAttention(Refund):
         verbose_name_plural = "refunds needing attention"
 
 
+class IdempotencyOperation(models.TextChoices):
+    REFUND_CREATE = "refund.create"
+    CHARGE_CREATE = "charge.create"
+
+
 class IdempotencyRecord(models.Model):
     """One row per idempotency key, shared by every interface; keys belong to the ledger."""
 
+    Operation = IdempotencyOperation
+
     key = models.CharField(max_length=255)
-    operation = models.CharField(max_length=32)
+    operation = models.CharField(max_length=32, choices=Operation)
     fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the request as sent.")
     request_params = models.JSONField(help_text="The request as sent, omitted fields as null.")
     refund = models.ForeignKey(
@@ -246,8 +257,16 @@ class IdempotencyRecord(models.Model):
             # A record is bound to exactly what its request made, from its first insert.
             models.CheckConstraint(
                 condition=(
-                    Q(operation="refund.create", refund__isnull=False, charge__isnull=True)
-                    | Q(operation="charge.create", charge__isnull=False, refund__isnull=True)
+                    Q(
+                        operation=IdempotencyOperation.REFUND_CREATE,
+                        refund__isnull=False,
+                        charge__isnull=True,
+                    )
+                    | Q(
+                        operation=IdempotencyOperation.CHARGE_CREATE,
+                        charge__isnull=False,
+                        refund__isnull=True,
+                    )
                 ),
                 name="idempotency_record_bound",
             ),
@@ -258,6 +277,7 @@ class IdempotencyRecord(models.Model):
 
     @property
     def result(self) -> Refund | Charge:
+        """What the keyed request made: a replay returns it."""
         return self.refund if self.refund_id else self.charge
 
 
@@ -282,7 +302,6 @@ class LedgerEntry(models.Model):
         REFUND_RESERVED = "refund_reserved"
         REFUND_SUCCEEDED = "refund_succeeded"
         REFUND_RELEASED = "refund_released"
-        CORRECTION = "correction"
 
     charge = models.ForeignKey(Charge, on_delete=models.PROTECT, related_name="ledger_entries")
     refund = models.ForeignKey(
@@ -310,7 +329,6 @@ class LedgerEntry(models.Model):
                     | Q(kind="refund_released", refunded_delta=-F("amount"), refund__isnull=False)
                     | Q(kind="refund_succeeded", refunded_delta=0, refund__isnull=False)
                     | Q(kind="charge_succeeded", refunded_delta=0, refund__isnull=True)
-                    | Q(kind="correction")
                 ),
                 name="ledger_delta_matches_kind",
             ),
@@ -347,7 +365,3 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}...)"
-
-    @property
-    def is_active(self) -> bool:
-        return self.revoked_at is None

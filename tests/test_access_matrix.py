@@ -67,9 +67,9 @@ def books(inline_dispatch):
     # A refund left unknown by a provider timeout: it is in the attention queue too, so
     # every refund admin URL finds its object and answers for the permission alone.
     charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "timeout"})
-    refund = create_refund(charge_id=charge.id, amount=100)
+    refund = create_refund(charge_id=charge.id, amount=100).item
     assert refund.status == "unknown"
-    sent = create_refund(charge_id=ChargeFactory(amount=1_000).id, amount=100)
+    sent = create_refund(charge_id=ChargeFactory(amount=1_000).id, amount=100).item
     assert sent.status == "succeeded"  # and the simulated provider holds its record
 
     def snapshot():

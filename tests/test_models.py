@@ -72,7 +72,7 @@ class TestRefundConstraints:
         )
 
     def test_database_refuses_a_second_refund_with_the_same_provider_key(self, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=100)
+        refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
 
         assert refused_by_database(
             lambda: Refund.objects.create(
@@ -114,7 +114,7 @@ class TestLedgerIsAppendOnly:
         assert LedgerEntry.objects.filter(pk=entry.pk, memo="").exists()
 
     def test_database_refuses_an_entry_whose_delta_does_not_match_its_kind(self, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=100)
+        refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
 
         assert refused_by_database(
             lambda: LedgerEntry.objects.create(

@@ -35,7 +35,7 @@ class ForgetfulProvider(SimulatedGateway):
 class TestNoResendWithoutAsking:
     def test_an_unknown_refund_is_looked_up_before_it_is_sent_again(self):
         charge = ChargeFactory(amount=1_000, metadata={"simulate_refund": "apply_then_timeout"})
-        refund = create_refund(charge_id=charge.pk, amount=300)
+        refund = create_refund(charge_id=charge.pk, amount=300).item
         assert refund.status == "unknown"
         provider = ForgetfulProvider()
 
@@ -48,7 +48,7 @@ class TestNoResendWithoutAsking:
     def test_a_second_worker_attempt_asks_first(self, settings):
         settings.REFUND_DISPATCH = "worker"
         charge = ChargeFactory(amount=1_000)
-        refund = create_refund(charge_id=charge.pk, amount=300)
+        refund = create_refund(charge_id=charge.pk, amount=300).item
         SimulatedGateway().refund(  # the first attempt reached the provider, then died
             provider_key=refund.provider_idempotency_key,
             charge_reference=charge.pk,
@@ -70,7 +70,7 @@ class TestNoResendWithoutAsking:
 
     def test_admin_retry_dispatch_asks_first(self, admin_client):
         charge = ChargeFactory(amount=1_000, metadata={"simulate_refund": "apply_then_timeout"})
-        refund = create_refund(charge_id=charge.pk, amount=300)
+        refund = create_refund(charge_id=charge.pk, amount=300).item
 
         admin_client.post(
             reverse("admin:ledger_app_refundattention_changelist"),

@@ -37,7 +37,7 @@ def test_amount_refunded_that_disagrees_with_refunds_is_drift(succeeded_charge):
 
 
 def test_a_refund_missing_from_the_ledger_is_drift(succeeded_charge):
-    refund = create_refund(charge_id=succeeded_charge.id, amount=100)
+    refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
     Refund.objects.filter(pk=refund.pk).update(amount=90)  # refunds and ledger now disagree
     Charge.objects.filter(pk=succeeded_charge.pk).update(amount_refunded=90)
 
@@ -45,21 +45,21 @@ def test_a_refund_missing_from_the_ledger_is_drift(succeeded_charge):
 
 
 def test_failed_refunds_do_not_count_as_refunded(succeeded_charge):
-    refund = create_refund(charge_id=succeeded_charge.id, amount=100)
+    refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
     Refund.objects.filter(pk=refund.pk).update(status=Refund.Status.FAILED)
 
     assert problems() == [(succeeded_charge.id, "amount_refunded_drift")]
 
 
 def test_refund_in_another_currency_is_drift(succeeded_charge):
-    refund = create_refund(charge_id=succeeded_charge.id, amount=100)
+    refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
     Refund.objects.filter(pk=refund.pk).update(currency="eur")
 
     assert problems() == [(refund.id, "currency_mismatch")]
 
 
 def test_a_refund_bound_by_two_keys_is_drift(succeeded_charge):
-    refund = create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key="k1")
+    refund = create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key="k1").item
     record = IdempotencyRecord.objects.get(key="k1")
     IdempotencyRecord.objects.create(
         key="k2",

@@ -25,12 +25,12 @@ from django.utils.http import urlencode
 
 from ledger_app.admin.base import ReadOnlyAdmin, money
 from ledger_app.admin.forms import FORM_KEY, BulkRefundForm, RefundForm, new_form_key
+from ledger_app.db import drop_broken_connection
 from ledger_app.errors import ChargeChanged, IdempotencyKeyReused, LedgerError
 from ledger_app.models import Charge, Refund
 from ledger_app.money import MAJOR_AMOUNT
-from ledger_app.selectors import charge_state, charge_states
-from ledger_app.services import idempotency
-from ledger_app.services.dispatch import drop_broken_connection
+from ledger_app.selectors import charge_state, charge_states, idempotency_record
+from ledger_app.services.idempotency import Created
 from ledger_app.services.refunds import create_refund
 from ledger_app.services.text import has_unstorable_characters
 
@@ -275,7 +275,7 @@ class ChargeAdmin(ReadOnlyAdmin):
             form = RefundForm(request.POST, charge=charge)
             key = request.POST.get("idempotency_key", "")
             if not form.is_valid():
-                record = idempotency.find(key) if FORM_KEY.match(key) else None
+                record = idempotency_record(key) if FORM_KEY.match(key) else None
                 if record is not None and record.refund_id:  # e.g. Back, then reload
                     return self._used_form_page(request, charge, record.refund)
                 # Drawn again with the errors, against the charge as it is now.
@@ -287,14 +287,14 @@ class ChargeAdmin(ReadOnlyAdmin):
             key = f"admin:{request.GET.get('form', '')}"
             if not FORM_KEY.match(key):
                 return redirect(f"{here}?{urlencode({'form': uuid.uuid4().hex})}")
-            record = idempotency.find(key)
+            record = idempotency_record(key)
             if record is not None and record.refund_id:
                 return self._used_form_page(request, charge, record.refund)
             form = self._fresh_form(charge, key)
         notice = ""
         if request.method == "POST" and form.is_valid():
             try:
-                refund = create_refund(
+                result = create_refund(
                     charge_id=charge.pk,
                     amount=form.cleaned_data["amount"],
                     idempotency_key=form.cleaned_data["idempotency_key"],
@@ -310,7 +310,7 @@ class ChargeAdmin(ReadOnlyAdmin):
                 notice = f"{exc.message} ({exc.code})"
                 form = self._fresh_form(charge, key, form.cleaned_data)
             except IdempotencyKeyReused as exc:
-                record = idempotency.find(key)
+                record = idempotency_record(key)
                 if record is not None and record.refund_id:
                     return self._used_form_page(request, charge, record.refund, exc.code)
                 form.add_error(None, f"{exc.message} ({exc.code})")
@@ -323,7 +323,7 @@ class ChargeAdmin(ReadOnlyAdmin):
                 drop_broken_connection()
                 form.add_error(None, DATABASE_UNAVAILABLE)
             else:
-                self._report(request, charge, refund)
+                self._report(request, charge, result)
                 return redirect("admin:ledger_app_charge_change", quote(charge.pk))
         context = {
             **self._refund_page_context(request, charge),
@@ -379,9 +379,10 @@ class ChargeAdmin(ReadOnlyAdmin):
             raise Http404
         return charge
 
-    def _report(self, request, charge: Charge, refund: Refund) -> str:
+    def _report(self, request, charge: Charge, result: Created[Refund]) -> str:
+        refund = result.item
         amount = money(refund.amount, refund.currency)
-        if refund.replayed:
+        if result.replayed:
             self.message_user(
                 request,
                 f"Already submitted: this form issued refund {refund.id} of {amount} "
@@ -467,7 +468,7 @@ class ChargeAdmin(ReadOnlyAdmin):
                 continue
             state, amount = shown[charge.pk]
             try:
-                refund = create_refund(
+                result = create_refund(
                     charge_id=charge.pk,
                     amount=amount,
                     idempotency_key=f"{form.cleaned_data['batch_key']}:{charge.pk}",
@@ -488,8 +489,9 @@ class ChargeAdmin(ReadOnlyAdmin):
                 drop_broken_connection()
                 outcomes["interrupted"].append(f"{charge.pk} (database_unavailable)")
                 continue
+            refund = result.item
             amount_text = money(refund.amount, refund.currency)
-            if refund.replayed:
+            if result.replayed:
                 outcomes["replayed"].append(f"{charge.pk} {amount_text} ({refund.id})")
                 continue
             self.log_change(

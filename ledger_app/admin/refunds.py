@@ -13,7 +13,7 @@ from ledger_app.errors import LedgerError
 from ledger_app.models import ApiKey, IdempotencyRecord, LedgerEntry, Refund, RefundAttention
 from ledger_app.selectors import needing_attention
 from ledger_app.services.attention import mark_refund_handled
-from ledger_app.services.dispatch import OPEN, send_refund
+from ledger_app.services.dispatch import send_refund
 from ledger_app.services.refunds import actor_label
 from ledger_app.services.text import has_unstorable_characters
 
@@ -157,7 +157,7 @@ class RefundAttentionAdmin(RefundAdmin):
         actor = actor_label(request.user)
         done, skipped = [], []
         for refund in Refund.objects.filter(pk__in=queryset.values("pk")).order_by("pk")[:500]:
-            if refund.status not in OPEN:
+            if refund.status not in refund.OPEN_STATUSES:
                 skipped.append(f"{refund.pk} ({refund.status})")
                 continue
             sent = send_refund(refund.pk, ask_first=ask_first, actor=actor)

@@ -12,7 +12,7 @@ from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
 from ledger_app import errors
-from ledger_app.services.dispatch import drop_broken_connection
+from ledger_app.db import drop_broken_connection
 
 log = logging.getLogger("ledger_app.api")
 

@@ -22,6 +22,7 @@ from ledger_app.api.serializers import (
 from ledger_app.models import Charge, Refund
 from ledger_app.selectors import page_newest_first
 from ledger_app.services.charges import create_charge
+from ledger_app.services.idempotency import Created
 from ledger_app.services.refunds import create_refund
 
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409, 413, 415, 429)}
@@ -45,9 +46,9 @@ LIST_PARAMS = [
 ]
 
 
-def created(obj, serializer_class, *, expand=()) -> Response:
-    response = Response(serializer_class(obj, context={"expand": expand}).data)
-    if getattr(obj, "replayed", False):
+def created(result: Created, serializer_class) -> Response:
+    response = Response(serializer_class(result.item, context={"expand": ()}).data)
+    if result.replayed:
         response["Idempotent-Replayed"] = "true"
     return response
 
@@ -114,7 +115,7 @@ class ChargesView(APIView):
                     param="source",
                 )
             metadata = {**metadata, "source": parsing.string(params["source"], "source")}
-        charge = create_charge(
+        result = create_charge(
             amount=parsing.integer(parsing.required(params, "amount"), "amount", params),
             currency=parsing.string(parsing.required(params, "currency"), "currency"),
             description=parsing.string(params.get("description", ""), "description"),
@@ -122,7 +123,7 @@ class ChargesView(APIView):
             idempotency_key=idempotency_key(request),
             actor=request.user.label,
         )
-        return created(charge, ChargeSerializer)
+        return created(result, ChargeSerializer)
 
 
 class ChargeView(APIView):
@@ -178,7 +179,7 @@ class RefundsView(APIView):
         # Only an absent amount means "all that is left"; an explicit JSON null is refused,
         # so a client that writes a missing value as null never refunds everything.
         amount = parsing.integer(params["amount"], "amount", params) if "amount" in params else None
-        refund = create_refund(
+        result = create_refund(
             charge_id=parsing.string(parsing.required(params, "charge"), "charge"),
             amount=amount,
             reason=parsing.string(params.get("reason"), "reason", optional=True),
@@ -187,7 +188,7 @@ class RefundsView(APIView):
             actor=request.user.label,
             source=Refund.Source.API,
         )
-        return created(refund, RefundSerializer)
+        return created(result, RefundSerializer)
 
 
 class RefundView(APIView):

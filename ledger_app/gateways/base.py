@@ -31,14 +31,9 @@ class IdempotencyKeyConflict(OutcomeUnknown):
 
 
 @dataclass(frozen=True)
-class RefundAnswer:
-    verdict: Verdict
-    provider_id: str = ""
-    decline_reason: str = ""
+class ProviderAnswer:
+    """The provider's own word on a refund or a capture."""
 
-
-@dataclass(frozen=True)
-class ChargeAnswer:
     verdict: Verdict
     provider_id: str = ""
     decline_reason: str = ""
@@ -55,13 +50,13 @@ class Gateway(abc.ABC):
         currency: str,
         metadata: dict[str, str],
         timeout: float,
-    ) -> RefundAnswer:
+    ) -> ProviderAnswer:
         """Refund once per `provider_key`: the same key again returns the first answer."""
 
     @abc.abstractmethod
     def lookup_refund(
         self, *, provider_key: str, charge_reference: str, ledger_refund_id: str
-    ) -> RefundAnswer | None:
+    ) -> ProviderAnswer | None:
         """The provider's record of that refund; None when it has none (never applied).
         Raises OutcomeUnknown when it cannot say right now."""
 
@@ -75,9 +70,9 @@ class Gateway(abc.ABC):
         description: str,
         metadata: dict[str, str],
         timeout: float,
-    ) -> ChargeAnswer:
+    ) -> ProviderAnswer:
         """Capture once per `provider_key`: the same key again returns the first answer."""
 
     @abc.abstractmethod
-    def lookup_charge(self, *, provider_key: str, ledger_charge_id: str) -> ChargeAnswer | None:
+    def lookup_charge(self, *, provider_key: str, ledger_charge_id: str) -> ProviderAnswer | None:
         """Like lookup_refund, for charges."""

@@ -22,12 +22,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from ledger_app.gateways.base import (
-    ChargeAnswer,
     Gateway,
     GatewayTimeout,
     GatewayUnavailable,
     IdempotencyKeyConflict,
-    RefundAnswer,
+    ProviderAnswer,
 )
 from ledger_app.models import Charge, new_id
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
@@ -52,7 +51,7 @@ class SimulatedGateway(Gateway):
             },
             charge_reference=charge_reference,
         )
-        return RefundAnswer(record.status, record.provider_id, record.decline_reason)
+        return ProviderAnswer(record.status, record.provider_id, record.decline_reason)
 
     def lookup_refund(self, *, provider_key, charge_reference, ledger_refund_id):
         _lookup_allowed(_charge_metadata(charge_reference), provider_key, "refund_lookup")
@@ -60,7 +59,7 @@ class SimulatedGateway(Gateway):
         _log("refund_lookup", provider_key, "answer", "found" if record else "not_found")
         if record is None:
             return None
-        return RefundAnswer(record.status, record.provider_id, record.decline_reason)
+        return ProviderAnswer(record.status, record.provider_id, record.decline_reason)
 
     def charge(self, *, provider_key, amount, currency, description, metadata, timeout):
         behaviour = metadata.get("simulate_charge", "succeed")
@@ -78,7 +77,7 @@ class SimulatedGateway(Gateway):
             },
             description=description,
         )
-        return ChargeAnswer(record.status, record.provider_id, record.decline_reason)
+        return ProviderAnswer(record.status, record.provider_id, record.decline_reason)
 
     def lookup_charge(self, *, provider_key, ledger_charge_id):
         _lookup_allowed(_charge_metadata(ledger_charge_id), provider_key, "charge_lookup")
@@ -86,7 +85,7 @@ class SimulatedGateway(Gateway):
         _log("charge_lookup", provider_key, "answer", "found" if record else "not_found")
         if record is None:
             return None
-        return ChargeAnswer(record.status, record.provider_id, record.decline_reason)
+        return ProviderAnswer(record.status, record.provider_id, record.decline_reason)
 
     def _apply(self, model, operation, key, behaviour, timeout, *, params, **fields):
         if behaviour not in BEHAVIOURS:

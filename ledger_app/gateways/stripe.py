@@ -41,13 +41,12 @@ import requests
 import stripe
 
 from ledger_app.gateways.base import (
-    ChargeAnswer,
     Gateway,
     GatewayTimeout,
     GatewayUnavailable,
     IdempotencyKeyConflict,
     OutcomeUnknown,
-    RefundAnswer,
+    ProviderAnswer,
 )
 
 log = logging.getLogger("ledger_app.gateways.stripe")
@@ -77,7 +76,7 @@ class StripeGateway(Gateway):
                 params=params, options={"idempotency_key": provider_key}
             )
         except (stripe.CardError, stripe.InvalidRequestError) as exc:
-            return RefundAnswer("declined", decline_reason=_reason(exc))
+            return ProviderAnswer("declined", decline_reason=_reason(exc))
         except stripe.StripeError as exc:
             raise _unknown(exc, f"refund {provider_key}") from exc
         return _refund_answer(refund)
@@ -114,7 +113,7 @@ class StripeGateway(Gateway):
             )
         except (stripe.CardError, stripe.InvalidRequestError) as exc:
             failed_charge = getattr(exc.error, "charge", None) or ""
-            return ChargeAnswer("declined", failed_charge, _reason(exc))
+            return ProviderAnswer("declined", failed_charge, _reason(exc))
         except stripe.StripeError as exc:
             raise _unknown(exc, f"charge {provider_key}") from exc
         return _charge_answer(charge)
@@ -190,21 +189,21 @@ def _reason(exc: stripe.StripeError) -> str:
     return exc.code or getattr(exc.error, "type", None) or type(exc).__name__
 
 
-def _refund_answer(refund) -> RefundAnswer:
+def _refund_answer(refund) -> ProviderAnswer:
     status = _field(refund, "status")
     if status in SUCCEEDED:
-        return RefundAnswer("succeeded", refund.id)
+        return ProviderAnswer("succeeded", refund.id)
     if status in REFUND_DECLINED:
-        return RefundAnswer("declined", refund.id, _field(refund, "failure_reason") or status)
+        return ProviderAnswer("declined", refund.id, _field(refund, "failure_reason") or status)
     raise OutcomeUnknown(f"Stripe refund {refund.id} is {status}; ask again later")
 
 
-def _charge_answer(charge) -> ChargeAnswer:
+def _charge_answer(charge) -> ProviderAnswer:
     status = _field(charge, "status")
     if status in SUCCEEDED:
-        return ChargeAnswer("succeeded", charge.id)
+        return ProviderAnswer("succeeded", charge.id)
     if status in CHARGE_DECLINED:
-        return ChargeAnswer("declined", charge.id, _field(charge, "failure_code") or status)
+        return ProviderAnswer("declined", charge.id, _field(charge, "failure_code") or status)
     raise OutcomeUnknown(f"Stripe charge {charge.id} is {status}; ask again later")
 
 

@@ -180,10 +180,11 @@ def run_bulk_refund(
                     currency=preview.charge.currency,
                 )
             else:
-                refund = create_refund(**request)
+                created = create_refund(**request)
+                refund = created.item
                 outcome = (
                     "replayed"
-                    if refund.replayed
+                    if created.replayed
                     else {
                         Refund.Status.SUCCEEDED: "refunded",
                         Refund.Status.FAILED: "failed",

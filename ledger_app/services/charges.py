@@ -10,16 +10,16 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from ledger_app import errors, faults
-from ledger_app.models import Charge, LedgerEntry, new_charge_id
+from ledger_app.db import drop_broken_connection
+from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, new_charge_id
 from ledger_app.money import normalize_currency, validate_amount
 from ledger_app.services import idempotency
-from ledger_app.services.dispatch import drop_broken_connection, send_charge
+from ledger_app.services.dispatch import send_charge
+from ledger_app.services.idempotency import Created
 from ledger_app.services.ledger import append_entry
 from ledger_app.services.validation import validate_metadata, validate_text
 
 log = logging.getLogger("ledger_app.charges")
-
-OPERATION = "charge.create"
 
 
 def create_charge(
@@ -29,14 +29,15 @@ def create_charge(
     description: str = "",
     metadata: dict[str, str] | None = None,
     idempotency_key: str | None = None,
-    actor: str | None = None,
-) -> Charge:
+    actor: str = "",
+) -> Created[Charge]:
     """Create a charge and capture it through the gateway, with refunds' discipline.
 
     The charge is written `pending` with its own provider key (`charge:<id>`), minted
     once; the capture happens after that commit, with no lock held, and settles it to
-    succeeded (with its ledger entry), failed, or unknown on a timeout (the reconciler
-    asks later). An idempotency key replays the same request and refuses a different one.
+    succeeded (with its ledger entry, which names `actor`), failed, or unknown on a
+    timeout (the reconciler asks later). An idempotency key replays the same request and
+    refuses a different one.
     """
     validate_amount(amount)
     currency = normalize_currency(currency)
@@ -46,7 +47,7 @@ def create_charge(
     if idempotency_key is not None:
         keyed = idempotency.IdempotentRequest.build(
             key=idempotency_key,
-            operation=OPERATION,
+            operation=IdempotencyRecord.Operation.CHARGE_CREATE,
             params={
                 "amount": amount,
                 "currency": currency,
@@ -54,16 +55,9 @@ def create_charge(
                 "metadata": metadata,
             },
         )
-        record = idempotency.find(keyed.key)
-        if record is not None:
-            return _replay(record, keyed)
-
     charge_id = new_charge_id()
-    with transaction.atomic(durable=True):
-        if keyed is not None:
-            holder = idempotency.claim(keyed, charge_id=charge_id)
-            if holder is not None:
-                return _replay(holder, keyed)
+
+    def write() -> Charge:
         charge = Charge.objects.create(
             id=charge_id,
             amount=amount,
@@ -74,21 +68,23 @@ def create_charge(
             provider_idempotency_key=f"charge:{charge_id}",
         )
         faults.checkpoint("charge.create_locked")  # written, not yet committed
+        return charge
+
+    result = idempotency.create_once(keyed, new_id=charge_id, write=write)
+    if result.replayed:
+        return result
+    return Created(_capture(result.item, actor), replayed=False)
+
+
+def _capture(charge: Charge, actor: str) -> Charge:
+    """One pass of the guarded send, after the charge committed."""
     faults.checkpoint("charge.created")  # committed, not yet sent
     try:
-        charge = send_charge(charge.id).item
+        charge = send_charge(charge.id, actor=actor).item
     except DatabaseError:
         log.exception("charge %s created; capture interrupted, reconcile retries it", charge.id)
         drop_broken_connection()
     faults.checkpoint("charge.settled")  # settled (or left to reconcile), client not told
-    charge.replayed = False
-    return charge
-
-
-def _replay(record, keyed: idempotency.IdempotentRequest) -> Charge:
-    idempotency.ensure_same_request(record, keyed)
-    charge = record.charge
-    charge.replayed = True
     return charge
 
 

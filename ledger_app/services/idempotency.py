@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from django.db import IntegrityError, OperationalError, connection
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
+from ledger_app.db import is_lock_timeout
 from ledger_app.errors import IdempotencyKeyInUse, IdempotencyKeyReused, InvalidIdempotencyKey
-from ledger_app.models import IdempotencyRecord
-from ledger_app.services.locks import is_lock_timeout
+from ledger_app.models import Charge, IdempotencyRecord, Refund
+from ledger_app.selectors import idempotency_record
 from ledger_app.services.text import has_control_characters
 
+T = TypeVar("T", Refund, Charge)
+
 MAX_KEY_LENGTH = 255
+REFUND_CREATE, CHARGE_CREATE = "refund.create", "charge.create"
 CLAIM_SQL = f"""
     INSERT INTO {IdempotencyRecord._meta.db_table}
         (key, operation, fingerprint, request_params, refund_id, charge_id, created_at)
@@ -58,15 +63,48 @@ def validate_key(key: object) -> str:
     return key
 
 
-def find(key: str) -> IdempotencyRecord | None:
-    """The record for this key, if any. Most keys are new, so this asks for no more than
-    the comparison needs; a replay then loads its refund or charge."""
-    return (
-        IdempotencyRecord.objects.filter(key=key)
-        .only("key", "operation", "fingerprint", "refund_id", "charge_id")
-        .order_by()
-        .first()
-    )
+@dataclass(frozen=True)
+class Created(Generic[T]):
+    """What a create service returns: the refund or charge, and whether this request was
+    a retry that replayed it (nothing was written) rather than the one that made it."""
+
+    item: T
+    replayed: bool
+
+
+def create_once(
+    keyed: IdempotentRequest | None, *, new_id: str, write: Callable[[], T]
+) -> Created[T]:
+    """The keyed-request flow both create_refund and create_charge run.
+
+    With a key: the key is read first, before anything else (a retry replays with no
+    transaction, no lock and no write); otherwise it is claimed for `new_id` inside the
+    same transaction as `write`, so the key and what it made commit together or not at
+    all, and a request that lost the race for the key replays the winner's result.
+    `write` makes the object with primary key `new_id`, or raises to refuse.
+    """
+    if keyed is not None:
+        replay = find_replay(keyed)
+        if replay is not None:
+            return replay
+    with transaction.atomic(durable=True):
+        if keyed is not None:
+            holder = claim(keyed, new_id=new_id)
+            if holder is not None:  # another request with this key committed first
+                return _replay(holder, keyed)
+        return Created(write(), replayed=False)
+
+
+def find_replay(keyed: IdempotentRequest) -> Created | None:
+    """The earlier result this keyed request replays, None for a new key; a different
+    request under a used key is refused (`idempotency_key_reused`)."""
+    record = idempotency_record(keyed.key)
+    return None if record is None else _replay(record, keyed)
+
+
+def _replay(record: IdempotencyRecord, keyed: IdempotentRequest) -> Created:
+    ensure_same_request(record, keyed)
+    return Created(record.result, replayed=True)
 
 
 def ensure_same_request(record: IdempotencyRecord, request: IdempotentRequest) -> None:
@@ -75,9 +113,7 @@ def ensure_same_request(record: IdempotencyRecord, request: IdempotentRequest) -
         raise IdempotencyKeyReused()
 
 
-def claim(
-    request: IdempotentRequest, *, refund_id: str | None = None, charge_id: str | None = None
-) -> IdempotencyRecord | None:
+def claim(request: IdempotentRequest, *, new_id: str) -> IdempotencyRecord | None:
     """Bind the key to the refund (or charge) about to be created, in the caller's transaction.
 
     Returns None when this request now owns the key, or the record that already held it.
@@ -100,8 +136,8 @@ def claim(
                     request.operation,
                     request.fingerprint,
                     json.dumps(request.params, ensure_ascii=False),
-                    refund_id,
-                    charge_id,
+                    new_id if request.operation == REFUND_CREATE else None,
+                    new_id if request.operation == CHARGE_CREATE else None,
                     timezone.now(),
                 ],
             )
@@ -112,7 +148,7 @@ def claim(
         raise
     if claimed is not None:
         return None
-    record = find(request.key)
+    record = idempotency_record(request.key)
     if record is None:  # pragma: no cover - a conflict means a committed row
         raise IntegrityError(f"idempotency key {request.key!r} conflicted but is not there")
     return record

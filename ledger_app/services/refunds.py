@@ -7,16 +7,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import DatabaseError, OperationalError, transaction
+from django.db import DatabaseError, OperationalError
 
 from ledger_app import errors, faults
-from ledger_app.models import Charge, LedgerEntry, Refund, new_refund_id
+from ledger_app.db import drop_broken_connection, is_lock_timeout
+from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund, new_refund_id
 from ledger_app.money import format_money, validate_amount
-from ledger_app.selectors import charge_state
+from ledger_app.selectors import charge_state, charges_for_update
 from ledger_app.services import idempotency
-from ledger_app.services.dispatch import drop_broken_connection, send_refund
+from ledger_app.services.dispatch import send_refund
+from ledger_app.services.idempotency import Created
 from ledger_app.services.ledger import append_entry
-from ledger_app.services.locks import charges_for_update, is_lock_timeout
 from ledger_app.services.text import has_unstorable_characters
 from ledger_app.services.validation import validate_metadata, validate_text
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ledger_app.refunds")
 
-OPERATION = "refund.create"
 MAX_CHARGE_ID_LENGTH = 64
 
 
@@ -56,15 +56,15 @@ def create_refund(
     actor: AbstractBaseUser | str | None = None,
     source: str = Refund.Source.SYSTEM,
     unchanged_since: int | None = None,
-) -> Refund:
+) -> Created[Refund]:
     """Refund `amount` minor units of a succeeded charge (None: all that is left).
 
     Rules, in the order they apply:
     - The request is validated before anything is read or written: amount (a positive
       int, not bool), key, reason, metadata and note.
     - With a key, the key is looked up first, before the charge and its balance: the same
-      request again returns the stored refund and writes nothing (the returned refund has
-      `replayed = True`); a different request under the same key is
+      request again returns the stored refund and writes nothing (the result says
+      `replayed`); a different request under the same key is
       `idempotency_key_reused`, whichever charge it names. No key: no deduplication.
     - The charge row is locked and the amount is checked against what is left
       (amount - amount_refunded), never against the charge amount; exactly what is left
@@ -92,15 +92,13 @@ def create_refund(
         source=source,
         unchanged_since=unchanged_since,
     )
-    if request.keyed is not None:
-        # Fast path for retries: no transaction, no lock, no write.
-        record = idempotency.find(request.keyed.key)
-        if record is not None:
-            return _replay(record, request.keyed)
-    refund = _reserve(request)
-    if refund.replayed:
-        return refund
-    return _after_reserve(refund)
+    refund_id = new_refund_id()
+    result = idempotency.create_once(
+        request.keyed, new_id=refund_id, write=lambda: _reserve(request, refund_id)
+    )
+    if result.replayed:
+        return result
+    return Created(_after_reserve(result.item), replayed=False)
 
 
 def _build_request(
@@ -133,7 +131,7 @@ def _build_request(
     if idempotency_key is not None:
         keyed = idempotency.IdempotentRequest.build(
             key=idempotency_key,
-            operation=OPERATION,
+            operation=IdempotencyRecord.Operation.REFUND_CREATE,
             # As sent: an omitted amount is null, which no number equals.
             params={
                 "charge": charge_id,
@@ -157,54 +155,52 @@ def _build_request(
     )
 
 
-def _reserve(request: RefundRequest) -> Refund:
-    refund_id = new_refund_id()
-    with transaction.atomic(durable=True):
-        if request.keyed is not None:
-            holder = idempotency.claim(request.keyed, refund_id=refund_id)
-            if holder is not None:  # another request with this key committed first
-                return _replay(holder, request.keyed)
+def _reserve(request: RefundRequest, refund_id: str) -> Refund:
+    """Inside create_once's transaction, with the key (if any) already claimed: lock the
+    charge, make every check, then write the refund, the balance and the ledger entry."""
+    charge = _lock_charge(request.charge_id)
+    if request.unchanged_since is not None:
+        ensure_unchanged(charge, request.unchanged_since)
+    amount = amount_to_refund(charge, request.amount)
 
-        try:
-            charge = charges_for_update().get(pk=request.charge_id)
-        except Charge.DoesNotExist:
-            raise errors.ResourceMissing(f"No such charge: '{request.charge_id}'.") from None
-        except OperationalError as exc:
-            if is_lock_timeout(exc):
-                raise errors.LockTimeout() from exc
-            raise
-        if request.unchanged_since is not None:
-            ensure_unchanged(charge, request.unchanged_since)
-        amount = amount_to_refund(charge, request.amount)
-
-        # Last check passed: from here on, only writes.
-        refund = Refund.objects.create(
-            id=refund_id,
-            charge=charge,
-            amount=amount,
-            currency=charge.currency,
-            status=Refund.Status.PENDING,
-            reason=request.reason,
-            metadata=request.metadata,
-            note=request.note,
-            source=request.source,
-            created_by=request.created_by,
-            actor=request.actor_label,
-            # No lease and no attempt yet: send_refund takes both before it calls out.
-            provider_idempotency_key=f"refund:{refund_id}",
-        )
-        charge.amount_refunded += amount
-        charge.save(update_fields=["amount_refunded", "updated_at"])
-        append_entry(
-            charge=charge,
-            refund=refund,
-            kind=LedgerEntry.Kind.REFUND_RESERVED,
-            amount=amount,
-            actor=request.actor_label,
-        )
-        faults.checkpoint("refund.reserve_locked")  # written, not yet committed
-    refund.replayed = False
+    # Last check passed: from here on, only writes.
+    refund = Refund.objects.create(
+        id=refund_id,
+        charge=charge,
+        amount=amount,
+        currency=charge.currency,
+        status=Refund.Status.PENDING,
+        reason=request.reason,
+        metadata=request.metadata,
+        note=request.note,
+        source=request.source,
+        created_by=request.created_by,
+        actor=request.actor_label,
+        # No lease and no attempt yet: send_refund takes both before it calls out.
+        provider_idempotency_key=f"refund:{refund_id}",
+    )
+    charge.amount_refunded += amount
+    charge.save(update_fields=["amount_refunded", "updated_at"])
+    append_entry(
+        charge=charge,
+        refund=refund,
+        kind=LedgerEntry.Kind.REFUND_RESERVED,
+        amount=amount,
+        actor=request.actor_label,
+    )
+    faults.checkpoint("refund.reserve_locked")  # written, not yet committed
     return refund
+
+
+def _lock_charge(charge_id: str) -> Charge:
+    try:
+        return charges_for_update().get(pk=charge_id)
+    except Charge.DoesNotExist:
+        raise errors.ResourceMissing(f"No such charge: '{charge_id}'.") from None
+    except OperationalError as exc:
+        if is_lock_timeout(exc):
+            raise errors.LockTimeout() from exc
+        raise
 
 
 def ensure_unchanged(charge: Charge, seen_state: int) -> None:
@@ -272,23 +268,14 @@ def preview_refund(
         actor=actor,
         source=source,
     )
-    if request.keyed is not None:
-        record = idempotency.find(request.keyed.key)
-        if record is not None:
-            replay = _replay(record, request.keyed)
-            return RefundPreview(replay.charge, replay.amount, replay_of=replay)
+    replay = None if request.keyed is None else idempotency.find_replay(request.keyed)
+    if replay is not None:
+        return RefundPreview(replay.item.charge, replay.item.amount, replay_of=replay.item)
     charge = Charge.objects.filter(pk=request.charge_id).first()
     if charge is None:
         raise errors.ResourceMissing(f"No such charge: '{request.charge_id}'.")
     charge.amount_refunded += also_reserved
     return RefundPreview(charge, amount_to_refund(charge, request.amount))
-
-
-def _replay(record, keyed: idempotency.IdempotentRequest) -> Refund:
-    idempotency.ensure_same_request(record, keyed)
-    refund = record.refund
-    refund.replayed = True
-    return refund
 
 
 def _after_reserve(refund: Refund) -> Refund:
@@ -305,7 +292,6 @@ def _after_reserve(refund: Refund) -> Refund:
         drop_broken_connection()
         return refund
     faults.checkpoint("refund.settled")  # settled, the client not yet told
-    dispatched.replayed = False
     return dispatched
 
 

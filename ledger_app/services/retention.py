@@ -8,9 +8,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ledger_app.models import IdempotencyRecord
+from ledger_app.models import IdempotencyRecord, ProviderMovement
 
-FINAL = ["succeeded", "failed"]
+FINAL = ProviderMovement.FINAL_STATUSES
 
 
 def purgeable_keys(*, older_than_days: int):

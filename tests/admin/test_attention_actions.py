@@ -26,7 +26,7 @@ ATTENTION = "admin:ledger_app_refundattention_changelist"
 
 def refund_that(behaviour: str, amount: int = 300) -> Refund:
     charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": behaviour})
-    return create_refund(charge_id=charge.pk, amount=amount)
+    return create_refund(charge_id=charge.pk, amount=amount).item
 
 
 def act(client, action: str, refunds, **extra):

@@ -66,7 +66,7 @@ def test_every_admin_of_this_project_is_read_only_and_so_refuses_nul_ids():
 @pytest.fixture
 def some_books(inline_dispatch):
     charge = ChargeFactory(amount=5_000)
-    refund = create_refund(charge_id=charge.pk, amount=100)
+    refund = create_refund(charge_id=charge.pk, amount=100).item
     return charge, refund
 
 

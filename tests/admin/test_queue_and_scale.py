@@ -24,12 +24,12 @@ def charge_that(behaviour, amount=5_000):
 
 class TestNeedsAttention:
     def test_lists_unknown_failed_and_stale_pending_refunds_only(self, agent_client, settings):
-        unknown = create_refund(charge_id=charge_that("timeout").pk, amount=100)
-        failed = create_refund(charge_id=charge_that("decline").pk, amount=100)
-        fine = create_refund(charge_id=charge_that("succeed").pk, amount=100)
+        unknown = create_refund(charge_id=charge_that("timeout").pk, amount=100).item
+        failed = create_refund(charge_id=charge_that("decline").pk, amount=100).item
+        fine = create_refund(charge_id=charge_that("succeed").pk, amount=100).item
         settings.REFUND_DISPATCH = "worker"
-        waiting = create_refund(charge_id=charge_that("succeed").pk, amount=100)
-        stale = create_refund(charge_id=charge_that("succeed").pk, amount=100)
+        waiting = create_refund(charge_id=charge_that("succeed").pk, amount=100).item
+        stale = create_refund(charge_id=charge_that("succeed").pk, amount=100).item
         Refund.objects.filter(pk=stale.pk).update(created_at=timezone.now() - timedelta(hours=1))
 
         page = agent_client.get(reverse(ATTENTION)).content.decode()
@@ -38,7 +38,7 @@ class TestNeedsAttention:
         assert fine.pk not in page and waiting.pk not in page
 
     def test_reconcile_now_settles_a_lost_answer(self, agent_client):
-        refund = create_refund(charge_id=charge_that("apply_then_timeout").pk, amount=100)
+        refund = create_refund(charge_id=charge_that("apply_then_timeout").pk, amount=100).item
         assert refund.status == "unknown"
 
         response = agent_client.post(
@@ -52,7 +52,7 @@ class TestNeedsAttention:
 
     def test_retry_dispatch_sends_with_the_same_key(self, agent_client):
         charge = charge_that("timeout")
-        refund = create_refund(charge_id=charge.pk, amount=100)
+        refund = create_refund(charge_id=charge.pk, amount=100).item
         charge.metadata = {"simulate_refund": "succeed"}
         charge.save(update_fields=["metadata"])
 
@@ -65,7 +65,7 @@ class TestNeedsAttention:
         assert ProviderRefund.objects.get().idempotency_key == f"refund:{refund.pk}"
 
     def test_viewers_cannot_run_the_queue_actions(self, viewer_client):
-        refund = create_refund(charge_id=charge_that("apply_then_timeout").pk, amount=100)
+        refund = create_refund(charge_id=charge_that("apply_then_timeout").pk, amount=100).item
 
         page = viewer_client.get(reverse(ATTENTION))
         viewer_client.post(

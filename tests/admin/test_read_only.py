@@ -12,7 +12,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def books(succeeded_charge):
-    refund = create_refund(charge_id=succeeded_charge.id, amount=1_234, idempotency_key="k-admin")
+    refund = create_refund(
+        charge_id=succeeded_charge.id, amount=1_234, idempotency_key="k-admin"
+    ).item
     return succeeded_charge, refund
 
 

@@ -149,7 +149,7 @@ class TestRefundCommand:
 
 def queue(*behaviours: str) -> list[Refund]:
     """Pending refunds (worker_dispatch), one per behaviour, for the worker to send."""
-    refunds = [create_refund(charge_id=charge_that(b).pk, amount=100) for b in behaviours]
+    refunds = [create_refund(charge_id=charge_that(b).pk, amount=100).item for b in behaviours]
     assert all(r.status == "pending" for r in refunds)
     return refunds
 

@@ -151,12 +151,16 @@ class TestApiKeyCommands:
 class TestPurgeIdempotencyKeys:
     def test_purges_only_old_keys_of_final_refunds(self, settings):
         charge = ChargeFactory(amount=5_000)
-        old_final = create_refund(charge_id=charge.pk, amount=100, idempotency_key="old-final")
+        old_final = create_refund(charge_id=charge.pk, amount=100, idempotency_key="old-final").item
         settings.REFUND_DISPATCH = "worker"
-        old_pending = create_refund(charge_id=charge.pk, amount=100, idempotency_key="old-pending")
+        old_pending = create_refund(
+            charge_id=charge.pk, amount=100, idempotency_key="old-pending"
+        ).item
         timed_out = ChargeFactory(amount=5_000, metadata={"simulate_refund": "timeout"})
         settings.REFUND_DISPATCH = "inline"
-        old_unknown = create_refund(charge_id=timed_out.pk, amount=100, idempotency_key="old-unk")
+        old_unknown = create_refund(
+            charge_id=timed_out.pk, amount=100, idempotency_key="old-unk"
+        ).item
         create_refund(charge_id=charge.pk, amount=100, idempotency_key="new-final")
         IdempotencyRecord.objects.exclude(key="new-final").update(
             created_at=timezone.now() - timedelta(days=40)

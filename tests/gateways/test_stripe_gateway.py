@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from ledger_app.gateways.base import (
-    ChargeAnswer,
     GatewayTimeout,
     GatewayUnavailable,
     OutcomeUnknown,
-    RefundAnswer,
+    ProviderAnswer,
 )
 from ledger_app.gateways.stripe import IdempotencyKeyConflict, StripeGateway
 from tests.gateways.stripe_stub import StripeStub
@@ -96,7 +95,7 @@ def test_refund_sends_the_provider_key_as_idempotency_key_and_ledger_ids_as_meta
         "metadata": {"ledger_refund_id": "rf_42", "ledger_charge_id": "lc_1"},
     }
     [refund] = stub.refunds.values()
-    assert answer == RefundAnswer("succeeded", refund["id"])
+    assert answer == ProviderAnswer("succeeded", refund["id"])
 
 
 def test_a_retry_after_an_applied_refund_lost_its_answer_reuses_the_key_and_refunds_once(
@@ -110,7 +109,7 @@ def test_a_retry_after_an_applied_refund_lost_its_answer_reuses_the_key_and_refu
 
     assert len(stub.refunds) == 1
     assert [r["key"] for r in stub.calls("POST", "/v1/refunds")] == ["rk_1", "rk_1"]
-    assert answer == RefundAnswer("succeeded", next(iter(stub.refunds)))
+    assert answer == ProviderAnswer("succeeded", next(iter(stub.refunds)))
 
 
 def test_two_processes_sending_the_same_refund_make_one_refund(stub, charge_id):
@@ -208,7 +207,7 @@ def test_same_key_with_other_params_is_unknown_not_declined(stub, gateway, charg
 def test_card_error_is_declined_with_its_code(stub, gateway, charge_id):
     stub.script("POST", "/v1/refunds", "card_error")
 
-    assert send_refund(gateway, charge_id) == RefundAnswer(
+    assert send_refund(gateway, charge_id) == ProviderAnswer(
         "declined", decline_reason="card_declined"
     )
 
@@ -216,7 +215,7 @@ def test_card_error_is_declined_with_its_code(stub, gateway, charge_id):
 def test_invalid_request_is_declined_with_its_code(stub, gateway, charge_id):
     stub.script("POST", "/v1/refunds", "already_refunded")
 
-    assert send_refund(gateway, charge_id) == RefundAnswer(
+    assert send_refund(gateway, charge_id) == ProviderAnswer(
         "declined", decline_reason="charge_already_refunded"
     )
     assert stub.refunds == {}
@@ -225,7 +224,7 @@ def test_invalid_request_is_declined_with_its_code(stub, gateway, charge_id):
 def test_refund_of_an_unknown_charge_is_declined_as_resource_missing(stub, gateway):
     answer = send_refund(gateway, "ch_missing")
 
-    assert answer == RefundAnswer("declined", decline_reason="resource_missing")
+    assert answer == ProviderAnswer("declined", decline_reason="resource_missing")
 
 
 @pytest.mark.parametrize(
@@ -236,7 +235,7 @@ def test_failed_or_canceled_refund_is_declined(stub, gateway, charge_id, status,
 
     answer = send_refund(gateway, charge_id)
 
-    assert answer == RefundAnswer("declined", next(iter(stub.refunds)), reason)
+    assert answer == ProviderAnswer("declined", next(iter(stub.refunds)), reason)
 
 
 @pytest.mark.parametrize("status", ["pending", "requires_action"])
@@ -261,7 +260,7 @@ def test_lookup_finds_a_refund_applied_after_its_answer_was_lost(stub, gateway, 
     answer = lookup_refund(gateway, charge_id, refund_id="rf_lost")
 
     [lost] = [r for r in stub.refunds.values() if r["metadata"]["ledger_refund_id"] == "rf_lost"]
-    assert answer == RefundAnswer("succeeded", lost["id"])
+    assert answer == ProviderAnswer("succeeded", lost["id"])
     [listing] = stub.calls("GET", "/v1/refunds")
     assert listing["params"]["charge"] == charge_id
 
@@ -306,7 +305,7 @@ def test_lookup_pages_through_all_of_a_charges_refunds(stub, gateway, charge_id)
 
     oldest = next(iter(stub.refunds.values()))
     assert oldest["metadata"]["ledger_refund_id"] == "rf_0"
-    assert answer == RefundAnswer("succeeded", oldest["id"])
+    assert answer == ProviderAnswer("succeeded", oldest["id"])
     assert len(stub.calls("GET", "/v1/refunds")) == 3
 
 
@@ -326,7 +325,7 @@ def test_charge_sends_key_amount_currency_metadata_and_the_test_source(stub, gat
         "source": "tok_visa",
     }
     [charge] = stub.charges.values()
-    assert answer == ChargeAnswer("succeeded", charge["id"])
+    assert answer == ProviderAnswer("succeeded", charge["id"])
 
 
 def test_charge_takes_its_source_from_metadata_without_storing_it_there(stub, gateway):
@@ -346,7 +345,7 @@ def test_a_charge_retry_after_a_lost_answer_charges_once(stub, gateway):
 
     assert len(stub.charges) == 1
     assert [r["key"] for r in stub.calls("POST", "/v1/charges")] == ["ck_1", "ck_1"]
-    assert answer == ChargeAnswer("succeeded", next(iter(stub.charges)))
+    assert answer == ProviderAnswer("succeeded", next(iter(stub.charges)))
 
 
 def test_card_error_declines_the_charge_and_lookup_finds_it_declined(stub, gateway):
@@ -355,8 +354,8 @@ def test_card_error_declines_the_charge_and_lookup_finds_it_declined(stub, gatew
     answer = send_charge(gateway)
 
     [failed] = stub.charges.values()
-    assert answer == ChargeAnswer("declined", failed["id"], "card_declined")
-    assert lookup_charge(gateway) == ChargeAnswer("declined", failed["id"], "card_declined")
+    assert answer == ProviderAnswer("declined", failed["id"], "card_declined")
+    assert lookup_charge(gateway) == ProviderAnswer("declined", failed["id"], "card_declined")
 
 
 def test_charge_timeout_is_unknown_and_lookup_finds_the_charge(stub, gateway):
@@ -367,7 +366,7 @@ def test_charge_timeout_is_unknown_and_lookup_finds_the_charge(stub, gateway):
     answer = lookup_charge(gateway)
 
     [charge] = stub.charges.values()
-    assert answer == ChargeAnswer("succeeded", charge["id"])
+    assert answer == ProviderAnswer("succeeded", charge["id"])
     [search] = stub.calls("GET", "/v1/charges/search")
     assert search["params"]["query"] == "metadata['ledger_charge_id']:'lc_9'"
 

@@ -35,7 +35,7 @@ class TestRemainingBalance:
     def test_refund_of_exactly_what_is_left_is_allowed(self, succeeded_charge):
         create_refund(charge_id=succeeded_charge.id, amount=6_000)
 
-        refund = create_refund(charge_id=succeeded_charge.id, amount=4_000)
+        refund = create_refund(charge_id=succeeded_charge.id, amount=4_000).item
 
         succeeded_charge.refresh_from_db()
         assert refund.amount == 4_000
@@ -65,7 +65,7 @@ class TestOmittedAmount:
     def test_omitted_amount_refunds_the_rest(self, succeeded_charge):
         create_refund(charge_id=succeeded_charge.id, amount=4_000)
 
-        refund = create_refund(charge_id=succeeded_charge.id)
+        refund = create_refund(charge_id=succeeded_charge.id).item
 
         succeeded_charge.refresh_from_db()
         assert refund.amount == 6_000
@@ -142,9 +142,10 @@ class TestRefusalsWriteNothing:
             create_refund(charge_id=succeeded_charge.id, amount=20_000, idempotency_key="k-fix")
         assert not IdempotencyRecord.objects.filter(key="k-fix").exists()
 
-        refund = create_refund(charge_id=succeeded_charge.id, amount=2_000, idempotency_key="k-fix")
+        result = create_refund(charge_id=succeeded_charge.id, amount=2_000, idempotency_key="k-fix")
+        refund = result.item
 
-        assert refund.replayed is False
+        assert result.replayed is False
         assert refund.amount == 2_000
         assert IdempotencyRecord.objects.get(key="k-fix").refund_id == refund.id
         succeeded_charge.refresh_from_db()
@@ -222,33 +223,39 @@ class TestRefusalsWriteNothing:
 
 class TestIdempotencyKeys:
     def test_same_key_same_request_replays_and_writes_nothing(self, succeeded_charge):
-        first = create_refund(charge_id=succeeded_charge.id, amount=3_000, idempotency_key="k-1")
+        first = create_refund(
+            charge_id=succeeded_charge.id, amount=3_000, idempotency_key="k-1"
+        ).item
         before = books(succeeded_charge)
 
         again = create_refund(charge_id=succeeded_charge.id, amount=3_000, idempotency_key="k-1")
 
         assert again.replayed is True
-        assert again.id == first.id
-        assert again.amount == 3_000
+        assert again.item.id == first.id
+        assert again.item.amount == 3_000
         assert books(succeeded_charge) == before
         assert succeeded_charge.amount_refunded == 3_000
 
     def test_key_is_read_before_the_balance(self, succeeded_charge):
-        first = create_refund(charge_id=succeeded_charge.id, idempotency_key="k-all")
+        first = create_refund(charge_id=succeeded_charge.id, idempotency_key="k-all").item
         before = books(succeeded_charge)
         assert before[0] == 10_000  # nothing left, so a balance-first check would refuse
 
         again = create_refund(charge_id=succeeded_charge.id, idempotency_key="k-all")
 
         assert again.replayed is True
-        assert again.id == first.id
+        assert again.item.id == first.id
         assert books(succeeded_charge) == before
 
     def test_key_is_read_before_the_charge_status(self, succeeded_charge):
-        first = create_refund(charge_id=succeeded_charge.id, amount=500, idempotency_key="k-st")
+        first = create_refund(
+            charge_id=succeeded_charge.id, amount=500, idempotency_key="k-st"
+        ).item
         Charge.objects.filter(pk=succeeded_charge.pk).update(status=Charge.Status.UNKNOWN)
 
-        again = create_refund(charge_id=succeeded_charge.id, amount=500, idempotency_key="k-st")
+        again = create_refund(
+            charge_id=succeeded_charge.id, amount=500, idempotency_key="k-st"
+        ).item
 
         assert again.id == first.id
         assert Refund.objects.count() == 1
@@ -304,8 +311,8 @@ class TestIdempotencyKeys:
         assert other_charge.amount_refunded == 0
 
     def test_no_key_means_no_deduplication(self, succeeded_charge):
-        first = create_refund(charge_id=succeeded_charge.id, amount=2_000)
-        second = create_refund(charge_id=succeeded_charge.id, amount=2_000)
+        first = create_refund(charge_id=succeeded_charge.id, amount=2_000).item
+        second = create_refund(charge_id=succeeded_charge.id, amount=2_000).item
 
         succeeded_charge.refresh_from_db()
         assert first.id != second.id
@@ -313,11 +320,13 @@ class TestIdempotencyKeys:
         assert IdempotencyRecord.objects.count() == 0
 
     def test_different_keys_with_the_same_amount_are_two_refunds(self, succeeded_charge):
-        first = create_refund(charge_id=succeeded_charge.id, amount=2_000, idempotency_key="k1")
+        first = create_refund(
+            charge_id=succeeded_charge.id, amount=2_000, idempotency_key="k1"
+        ).item
         second = create_refund(charge_id=succeeded_charge.id, amount=2_000, idempotency_key="k2")
 
         succeeded_charge.refresh_from_db()
-        assert first.id != second.id
+        assert first.id != second.item.id
         assert second.replayed is False
         assert succeeded_charge.amount_refunded == 4_000
         assert Refund.objects.count() == 2
@@ -338,7 +347,7 @@ class TestIdempotencyKeys:
 
     @pytest.mark.parametrize("key", ["k", "k" * 255, "ключ-✓-🔑", "bulk:batch-7:12"])
     def test_well_formed_keys_of_any_script_are_accepted(self, succeeded_charge, key):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key=key)
+        refund = create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key=key).item
 
         assert IdempotencyRecord.objects.get(key=key).refund_id == refund.id
 
@@ -347,7 +356,7 @@ class TestCreatedRefund:
     def test_refund_currency_comes_from_the_charge(self, db):
         charge = ChargeFactory(amount=1_500, currency="JPY")
 
-        refund = create_refund(charge_id=charge.id, amount=500)
+        refund = create_refund(charge_id=charge.id, amount=500).item
 
         assert charge.currency == "jpy"
         assert Refund.objects.get(pk=refund.pk).currency == "jpy"
@@ -364,7 +373,7 @@ class TestCreatedRefund:
             note="double charge",
             actor=admin_user,
             source=Refund.Source.ADMIN,
-        )
+        ).item
 
         stored = Refund.objects.get(pk=refund.pk)
         succeeded_charge.refresh_from_db()
@@ -385,7 +394,7 @@ class TestCreatedRefund:
         assert succeeded_charge.refunded is False
 
     def test_refund_ids_are_random_and_not_sequential(self, succeeded_charge):
-        ids = [create_refund(charge_id=succeeded_charge.id, amount=1).id for _ in range(40)]
+        ids = [create_refund(charge_id=succeeded_charge.id, amount=1).item.id for _ in range(40)]
 
         assert all(i.startswith("re_") and len(i) == 27 and i[3:].isalnum() for i in ids)
         # Sequential or time-based ids share leading characters; random ones almost never
@@ -402,16 +411,20 @@ class TestCreatedRefund:
         assert Refund.objects.count() == 0
 
     def test_provider_key_is_minted_once_from_the_refund_id(self, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key="k-p")
+        refund = create_refund(
+            charge_id=succeeded_charge.id, amount=100, idempotency_key="k-p"
+        ).item
 
-        replay = create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key="k-p")
+        replay = create_refund(
+            charge_id=succeeded_charge.id, amount=100, idempotency_key="k-p"
+        ).item
 
         assert refund.provider_idempotency_key == f"refund:{refund.id}"
         assert replay.provider_idempotency_key == refund.provider_idempotency_key
         assert Refund.objects.get().provider_idempotency_key == f"refund:{refund.id}"
 
     def test_ledger_entry_is_appended_with_the_refund(self, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=700, actor="cli:ops")
+        refund = create_refund(charge_id=succeeded_charge.id, amount=700, actor="cli:ops").item
 
         entry = LedgerEntry.objects.get(refund=refund)
         assert (entry.kind, entry.amount, entry.refunded_delta, entry.charge_id, entry.actor) == (
@@ -423,7 +436,7 @@ class TestCreatedRefund:
         )
 
     def test_key_record_keeps_the_request_as_sent(self, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, idempotency_key="k-sent")
+        refund = create_refund(charge_id=succeeded_charge.id, idempotency_key="k-sent").item
 
         record = IdempotencyRecord.objects.get(key="k-sent")
         assert record.operation == "refund.create"

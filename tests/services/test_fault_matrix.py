@@ -77,7 +77,7 @@ def test_the_matrix_covers_every_checkpoint_in_the_code():
 @pytest.mark.parametrize("point", faults.REFUND_POINTS)
 def test_refund_process_killed_at_every_step(inline_dispatch, point):
     charge = ChargeFactory(amount=5_000)
-    told = create_refund(charge_id=charge.id, amount=500, idempotency_key="told-first")
+    told = create_refund(charge_id=charge.id, amount=500, idempotency_key="told-first").item
     assert told.status == "succeeded"  # a refund the client was told about, before the crash
     request = ("refund", charge.id, "--amount", "1200", "--idempotency-key", "crash-key")
 
@@ -117,13 +117,13 @@ def test_refund_process_killed_at_every_step(inline_dispatch, point):
 CHARGE_SCRIPT = (
     "from ledger_app.services.charges import create_charge; "
     "c = create_charge(amount=3000, currency='usd', idempotency_key='crash-charge'); "
-    "print(c.id, c.status, c.replayed)"
+    "print(c.item.id, c.item.status, c.replayed)"
 )
 
 
 @pytest.mark.parametrize("point", faults.CHARGE_POINTS)
 def test_charge_process_killed_at_every_step(point):
-    told = create_charge(amount=900, currency="usd", idempotency_key="told-charge")
+    told = create_charge(amount=900, currency="usd", idempotency_key="told-charge").item
     assert told.status == "succeeded"
 
     kill_at(point, "shell", "-c", CHARGE_SCRIPT, REFUND_DISPATCH_LEASE_SECONDS="1")
@@ -311,7 +311,7 @@ def test_refund_through_a_failing_provider(stripe_stub, behaviour):
     Charge.objects.filter(pk=charge.pk).update(provider_charge_id=provider_charge)
     stripe_stub.script("POST", "/v1/refunds", behaviour)
 
-    refund = create_refund(charge_id=charge.id, amount=800, idempotency_key="flaky")
+    refund = create_refund(charge_id=charge.id, amount=800, idempotency_key="flaky").item
 
     assert refund.status == "unknown"  # never failed: the provider may have acted
     assert Charge.objects.get(pk=charge.pk).amount_refunded == 800  # still reserved
@@ -334,7 +334,7 @@ def test_refund_through_a_failing_provider(stripe_stub, behaviour):
 def test_charge_through_a_failing_provider(stripe_stub, behaviour):
     stripe_stub.script("POST", "/v1/charges", behaviour)
 
-    charge = create_charge(amount=1_500, currency="usd", idempotency_key="flaky-charge")
+    charge = create_charge(amount=1_500, currency="usd", idempotency_key="flaky-charge").item
 
     assert charge.status == "unknown"
     if behaviour == "sleep":

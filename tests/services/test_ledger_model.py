@@ -166,13 +166,14 @@ class LedgerModel(RuleBasedStateMachine):
                         )
                     self.step()
                     return key
-                charge = create_charge(
+                result = create_charge(
                     amount=amount, currency="usd", metadata=metadata, idempotency_key=key
                 )
+                charge, replayed = result.item, result.replayed
             except Crash:
                 charge = None
         if known is not None:  # the same request again: the same charge, nothing new
-            assert charge is None or (charge.replayed and charge.id == known[2])
+            assert charge is None or (replayed and charge.id == known[2])
             assert set(Charge.objects.values_list("id", flat=True)) == before
             self.step()
             return key
@@ -183,7 +184,7 @@ class LedgerModel(RuleBasedStateMachine):
                 status = Charge.objects.get(pk=charge_id).status
                 assert status in SETTLES_AS[capture] | {"pending"}, (crash, capture, status)
         else:
-            assert created == {charge.id} and not charge.replayed
+            assert created == {charge.id} and not replayed
             assert charge.status in SETTLES_AS[capture], (capture, charge.status)
         for charge_id in created:
             status = Charge.objects.get(pk=charge_id).status
@@ -222,7 +223,7 @@ class LedgerModel(RuleBasedStateMachine):
             operation, sent, refund_id = self.requests[key]
             if (operation, sent) == ("refund", params):
                 result = create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
-                assert result.replayed and result.id == refund_id
+                assert result.replayed and result.item.id == refund_id
             else:  # another request, whichever charge or operation: the key is the ledger's
                 with pytest.raises(errors.IdempotencyKeyReused):
                     create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
@@ -240,8 +241,9 @@ class LedgerModel(RuleBasedStateMachine):
             assert not IdempotencyRecord.objects.filter(key=key or "").exists()
             self.step(faults=1)
             return key or "unused"
-        refund = create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
-        assert not refund.replayed and refund.amount == outcome and refund.status == "pending"
+        result = create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
+        refund = result.item
+        assert not result.replayed and refund.amount == outcome and refund.status == "pending"
         self.charges[charge_id]["refunded"] += outcome
         self.refunds[refund.id] = {"charge": charge_id, "amount": outcome, "status": "pending"}
         if key is not None:

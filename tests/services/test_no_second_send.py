@@ -51,7 +51,7 @@ def applied_but_unrecorded():
     """A refund the provider applied while the ledger still says pending: its sender was
     killed right after the provider answered, and its one-second lease has run out."""
     charge = ChargeFactory(amount=4_000, metadata={"simulate_lookup": "slow"})
-    refund = create_refund(charge_id=charge.pk, amount=1_500)
+    refund = create_refund(charge_id=charge.pk, amount=1_500).item
     kill_at("refund.after_provider_call", "process_refunds", "--once", "--lease-seconds", "1")
     refund.refresh_from_db()
     assert (refund.status, refund.dispatch_attempts) == ("pending", 1)

@@ -10,6 +10,7 @@ from django.db import transaction
 from ledger_app import errors
 from ledger_app.models import Charge, IdempotencyRecord, Refund
 from ledger_app.services import idempotency
+from ledger_app.services.idempotency import Created
 from ledger_app.services.refunds import create_refund
 from tests.concurrency import run_at_once
 from tests.factories import ChargeFactory
@@ -19,7 +20,7 @@ THREADS = 16
 
 
 def refund_call(**kwargs):
-    return lambda: create_refund(**kwargs)
+    return lambda: create_refund(**kwargs).item
 
 
 def split(results):
@@ -89,16 +90,17 @@ class TestConcurrentRefunds:
         charge = ChargeFactory(amount=10_000)
 
         results = run_at_once(
-            [refund_call(charge_id=charge.id, amount=2_500, idempotency_key="k-same")] * THREADS
+            [lambda: create_refund(charge_id=charge.id, amount=2_500, idempotency_key="k-same")]
+            * THREADS
         )
 
-        assert all(isinstance(r, Refund) for r in results), results
-        assert len({r.id for r in results}) == 1
+        assert all(isinstance(r, Created) for r in results), results
+        assert len({r.item.id for r in results}) == 1
         assert sum(not r.replayed for r in results) == 1
         charge.refresh_from_db()
         assert charge.amount_refunded == 2_500
         assert Refund.objects.count() == 1
-        assert IdempotencyRecord.objects.get(key="k-same").refund_id == results[0].id
+        assert IdempotencyRecord.objects.get(key="k-same").refund_id == results[0].item.id
         assert_ledger_invariants()
 
     @pytest.mark.postgres
@@ -145,8 +147,8 @@ class TestConcurrentRefunds:
         holding = threading.Event()
         real_claim = idempotency.claim
 
-        def claim_then_dawdle(request, *, refund_id):
-            holder = real_claim(request, refund_id=refund_id)
+        def claim_then_dawdle(request, *, new_id):
+            holder = real_claim(request, new_id=new_id)
             if request.params["amount"] == 5_000:
                 holding.set()
                 time.sleep(0.5)  # the second request reaches the key and waits on it
@@ -163,8 +165,8 @@ class TestConcurrentRefunds:
         )
 
         assert isinstance(results[0], errors.AmountTooLarge), results
-        assert isinstance(results[1], Refund) and results[1].replayed is False, results
-        assert IdempotencyRecord.objects.get(key="k-fix").refund_id == results[1].id
+        assert isinstance(results[1], Created) and results[1].replayed is False, results
+        assert IdempotencyRecord.objects.get(key="k-fix").refund_id == results[1].item.id
         charge.refresh_from_db()
         assert charge.amount_refunded == 400
         assert_ledger_invariants()

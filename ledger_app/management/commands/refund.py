@@ -45,7 +45,7 @@ class Command(ExitsByOutcome):
         try:
             if amount is not None and not DIGITS.match(amount):
                 raise InvalidAmount(f"{amount[:30]!r} is not a whole number of minor units.")
-            refund = create_refund(
+            result = create_refund(
                 charge_id=charge_id,
                 amount=None if amount is None else int(amount),
                 idempotency_key=idempotency_key,
@@ -56,7 +56,8 @@ class Command(ExitsByOutcome):
             )
         except LedgerError as exc:
             raise CommandError(f"{exc.code}: {exc.message}", returncode=1) from exc
-        replayed = " (replayed)" if refund.replayed else ""
+        refund = result.item
+        replayed = " (replayed)" if result.replayed else ""
         detail = f" ({refund.status_detail})" if refund.status_detail else ""
         self.stdout.write(
             f"{refund.id} {refund.amount} {refund.currency} {refund.status}{detail}{replayed}"

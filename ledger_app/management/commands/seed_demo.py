@@ -107,7 +107,7 @@ class Command(BaseCommand):
         """A refund queued for the worker an hour ago that no worker sent: the third kind
         the needs-attention queue shows (with unknown and declined ones)."""
         with override_settings(REFUND_DISPATCH="worker"):
-            refund = create_refund(
+            result = create_refund(
                 charge_id=QUEUED_CHARGE,
                 amount=500,
                 idempotency_key=f"demo:{QUEUED_CHARGE}:1",
@@ -115,9 +115,9 @@ class Command(BaseCommand):
                 actor="seed_demo",
                 source=Refund.Source.CLI,
             )
-        if not refund.replayed:
+        if not result.replayed:
             # Only its age is made up; it was reserved through the service like any other.
-            Refund.objects.filter(pk=refund.pk).update(
+            Refund.objects.filter(pk=result.item.pk).update(
                 created_at=timezone.now() - timedelta(hours=1)
             )
 

@@ -1,0 +1,18 @@
+"""Database helpers that are about the connection, not about money."""
+
+from __future__ import annotations
+
+from django.db import OperationalError, connection
+
+
+def is_lock_timeout(exc: OperationalError) -> bool:
+    """PostgreSQL gave up waiting for a row lock (lock_timeout, SQLSTATE 55P03)."""
+    return getattr(exc.__cause__, "sqlstate", None) == "55P03"
+
+
+def drop_broken_connection() -> None:
+    """After a DatabaseError outside any transaction: if the connection no longer works
+    (the server ended it, the network dropped), close it so the next query opens a new
+    one instead of failing on the dead one."""
+    if not connection.in_atomic_block and not connection.is_usable():
+        connection.close()

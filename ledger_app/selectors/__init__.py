@@ -1,0 +1,118 @@
+"""Reads shared by admin, API, commands and services: every query they filter by is
+defined here once (the books' self-check is in `drift`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Max, Q, QuerySet
+from django.utils import timezone
+
+from ledger_app.errors import ResourceMissing
+from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, MovementStatus, Refund
+from ledger_app.selectors.drift import Drift, find_ledger_drift
+
+__all__ = ["Drift", "find_ledger_drift"]
+
+
+def idempotency_record(key: str) -> IdempotencyRecord | None:
+    """The record for this key, if any. Most keys are new, so this asks for no more than
+    the comparison needs; a replay then loads its refund or charge."""
+    return (
+        IdempotencyRecord.objects.filter(key=key)
+        .only("key", "operation", "fingerprint", "refund_id", "charge_id")
+        .order_by()
+        .first()
+    )
+
+
+def charges_for_update() -> QuerySet[Charge]:
+    """Charges to lock. Lock order everywhere: the idempotency key, then charges in
+    primary-key order, then a charge's refunds."""
+    return Charge.objects.order_by("pk").select_for_update(of=("self",))
+
+
+def lease_free(now: datetime) -> Q:
+    """Refunds or charges no sender holds: never leased, or the lease ran out."""
+    return Q(leased_until__isnull=True) | Q(leased_until__lte=now)
+
+
+def waiting_to_send(now: datetime) -> Q:
+    """Pending refunds or charges no sender holds: what the worker sends next."""
+    return Q(status=MovementStatus.PENDING) & lease_free(now)
+
+
+def stale_pending(now: datetime | None = None, lease_seconds: int | None = None) -> Q:
+    """Pending refunds or charges nobody is sending: a lease that ran out, or none taken
+    within a lease's length of being created (a process died between commit and send)."""
+    now = now or timezone.now()
+    if lease_seconds is None:
+        lease_seconds = settings.REFUND_DISPATCH_LEASE_SECONDS
+    stale = now - timedelta(seconds=lease_seconds)
+    return Q(status=MovementStatus.PENDING) & (
+        Q(leased_until__lte=now) | Q(leased_until__isnull=True, created_at__lte=stale)
+    )
+
+
+def in_doubt(now: datetime | None = None, lease_seconds: int | None = None) -> Q:
+    """Refunds or charges the reconciler asks the provider about: unknown, or pending with
+    no sender."""
+    return Q(status=MovementStatus.UNKNOWN) | stale_pending(now, lease_seconds)
+
+
+def needing_attention(now: datetime | None = None) -> Q:
+    """The support queue: refunds in doubt, and declines nobody has marked handled."""
+    return in_doubt(now) | Q(status=Refund.Status.FAILED, handled_at__isnull=True)
+
+
+def charge_state(charge_id: str) -> int:
+    """A number that changes whenever the charge's books do: the id of its newest ledger
+    entry (entries are append-only, one for every money-moving moment), 0 when none."""
+    return charge_states([charge_id])[charge_id]
+
+
+def charge_states(charge_ids: list[str]) -> dict[str, int]:
+    """charge_state for many charges in one query."""
+    newest = (
+        LedgerEntry.objects.filter(charge_id__in=charge_ids)
+        .order_by()
+        .values("charge_id")
+        .annotate(newest=Max("id"))
+        .values_list("charge_id", "newest")
+    )
+    return {pk: 0 for pk in charge_ids} | dict(newest)
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list
+    has_more: bool
+
+
+def page_newest_first(
+    queryset, *, limit: int, starting_after: str | None = None, ending_before: str | None = None
+) -> Page:
+    """One page of a list, newest first, by cursor: the id of an object on the previous page.
+
+    Cursors compare (created_at, id), so a page does not shift when new objects are
+    inserted while a client walks the list.
+    """
+    model = queryset.model
+    cursor_id = starting_after or ending_before
+    if cursor_id is None:
+        rows = list(queryset.order_by("-created_at", "-id")[: limit + 1])
+        return Page(rows[:limit], len(rows) > limit)
+    cursor = model.objects.filter(pk=cursor_id).values("created_at", "id").first()
+    if cursor is None:
+        param = "starting_after" if starting_after else "ending_before"
+        raise ResourceMissing(f"No such {model._meta.model_name}: '{cursor_id}'", param=param)
+    at, pk = cursor["created_at"], cursor["id"]
+    if starting_after:
+        older = queryset.filter(Q(created_at__lt=at) | Q(created_at=at, id__lt=pk))
+        rows = list(older.order_by("-created_at", "-id")[: limit + 1])
+        return Page(rows[:limit], len(rows) > limit)
+    newer = queryset.filter(Q(created_at__gt=at) | Q(created_at=at, id__gt=pk))
+    rows = list(newer.order_by("created_at", "id")[: limit + 1])
+    return Page(list(reversed(rows[:limit])), len(rows) > limit)

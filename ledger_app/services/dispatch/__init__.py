@@ -1,0 +1,35 @@
+"""Sending refunds and charges to the provider, and settling what it answers.
+
+Reserve (create_refund / create_charge, one transaction) -> send (`send.py`: the one
+guarded send, no transaction, no lock held, the stored provider key on every attempt)
+-> settle (`settle.py`: one transaction, with its ledger entry). A timeout is `unknown`,
+never `failed`: only the provider's own "no" releases money. `worker.py` sends what is
+pending; `reconcile.py` asks the provider about what is unknown or stale, through the
+same guarded send.
+"""
+
+from ledger_app.services.dispatch.reconcile import (
+    reconcile_charge,
+    reconcile_charges,
+    reconcile_refund,
+    reconcile_refunds,
+)
+from ledger_app.services.dispatch.send import Sent, lease_expiry, send_charge, send_refund
+from ledger_app.services.dispatch.settle import Outcome, settle_charge, settle_refund
+from ledger_app.services.dispatch.worker import Tally, process_pending_refunds
+
+__all__ = [
+    "Outcome",
+    "Sent",
+    "Tally",
+    "lease_expiry",
+    "process_pending_refunds",
+    "reconcile_charge",
+    "reconcile_charges",
+    "reconcile_refund",
+    "reconcile_refunds",
+    "send_charge",
+    "send_refund",
+    "settle_charge",
+    "settle_refund",
+]

@@ -1,0 +1,240 @@
+"""The one guarded send: the only code that reaches the provider's refund and charge calls.
+
+Everything that talks to the provider (inline dispatch after a reserve, the worker, the
+reconciler, every admin button) calls `send_refund` or `send_charge`, and both run
+`_guarded_send`, which enforces the lease, the attempt on record before the call, and the
+lookup before any possible resend itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ledger_app import faults
+from ledger_app.gateways import get_gateway
+from ledger_app.gateways.base import Gateway, OutcomeUnknown, ProviderAnswer
+from ledger_app.models import Charge, ProviderMovement, Refund
+from ledger_app.selectors import lease_free
+from ledger_app.services.dispatch.settle import (
+    FAILED,
+    SUCCEEDED,
+    UNKNOWN,
+    Outcome,
+    settle_charge,
+    settle_refund,
+)
+
+log = logging.getLogger("ledger_app.dispatch")
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What one pass of the guarded send did.
+
+    step: `sent` (the provider was asked to act and answered or timed out), `looked_up`
+    (its record settled the item, nothing was sent), `no_answer` (the lookup could not say;
+    nothing was sent, the lease runs out and a later pass asks again), `busy` (another
+    sender holds the lease), `final` (already settled; nothing to do).
+    """
+
+    item: Refund | Charge
+    step: str
+
+    @property
+    def acted(self) -> bool:
+        """False when this pass left the item to another sender or found it settled."""
+        return self.step not in ("busy", "final")
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What differs between sending a refund and capturing a charge."""
+
+    name: str  # "refund" or "charge": log lines
+    model: type[Refund] | type[Charge]
+    fetch: Callable[[str], Refund | Charge]
+    call: Callable[[Gateway, ProviderMovement], ProviderAnswer]
+    lookup: Callable[[Gateway, ProviderMovement], ProviderAnswer | None]
+    settle: Callable[[str, Outcome, str], Refund | Charge]
+    before_call_point: str  # fault checkpoints around the provider call (ledger_app.faults)
+    after_call_point: str
+
+
+def _guarded_send(
+    kind: _Kind,
+    pk: str,
+    *,
+    gateway: Gateway | None,
+    ask_first: bool,
+    lease_seconds: int | None,
+    actor: str,
+) -> Sent:
+    """The only code path to the provider's refund and charge calls. In order:
+
+    1. Take the lease and record the attempt, in one committed UPDATE, before anything
+       reaches the provider: only an open item whose lease is free (none, or run out) is
+       taken, so no two processes send one item at once, and a process that dies after
+       this leaves `dispatch_attempts` counting the attempt it may have made.
+    2. If an attempt may already have reached the provider (an earlier attempt was
+       recorded, the item is unknown, or the caller asks to), look it up first: its record
+       settles the item; no record means it never applied, so send; no answer means
+       nothing is sent and the lease runs out before anyone tries again.
+    3. Send with the item's stored provider key and settle what the provider says.
+    """
+    gateway = gateway or get_gateway()
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        taken = kind.model.objects.filter(
+            lease_free(now), pk=pk, status__in=ProviderMovement.OPEN_STATUSES
+        ).update(
+            leased_until=lease_expiry(now, lease_seconds),
+            dispatch_attempts=F("dispatch_attempts") + 1,
+        )
+    item = kind.fetch(pk)
+    if not taken:
+        return Sent(item, "busy" if item.status in item.OPEN_STATUSES else "final")
+    if ask_first or item.status == UNKNOWN or item.dispatch_attempts > 1:
+        try:
+            answer = kind.lookup(gateway, item)
+        except OutcomeUnknown as exc:
+            log.info("%s %s: provider cannot say (%s); left %s", kind.name, pk, exc, item.status)
+            return Sent(item, "no_answer")
+        if answer is not None:
+            return Sent(kind.settle(pk, _outcome_of(answer), actor), "looked_up")
+    faults.checkpoint(kind.before_call_point)
+    outcome = _ask(lambda: kind.call(gateway, item))
+    faults.checkpoint(kind.after_call_point)
+    return Sent(kind.settle(pk, outcome, actor), "sent")
+
+
+def _outcome_of(answer: ProviderAnswer) -> Outcome:
+    if answer.verdict == "succeeded":
+        return Outcome(SUCCEEDED, answer.provider_id)
+    return Outcome(FAILED, answer.provider_id, answer.decline_reason or "declined")
+
+
+def _ask(call: Callable[[], ProviderAnswer]) -> Outcome:
+    try:
+        answer = call()
+    except OutcomeUnknown as exc:
+        return Outcome(UNKNOWN, detail=str(exc) or type(exc).__name__)
+    except Exception as exc:  # noqa: BLE001 - whatever broke, the provider may have acted
+        log.exception("gateway call failed unexpectedly; outcome unknown")
+        return Outcome(UNKNOWN, detail=f"unexpected {type(exc).__name__}")
+    return _outcome_of(answer)
+
+
+def lease_expiry(now: datetime | None = None, lease_seconds: int | None = None) -> datetime:
+    if lease_seconds is None:
+        lease_seconds = settings.REFUND_DISPATCH_LEASE_SECONDS
+    return (now or timezone.now()) + timedelta(seconds=lease_seconds)
+
+
+def send_refund(
+    refund_id: str,
+    *,
+    gateway: Gateway | None = None,
+    ask_first: bool = False,
+    lease_seconds: int | None = None,
+    actor: str = "",
+) -> Sent:
+    """The one way a refund reaches the provider. See `_guarded_send` for the guards.
+    `actor` goes on the ledger entry of the settlement."""
+    return _guarded_send(
+        _REFUND,
+        refund_id,
+        gateway=gateway,
+        ask_first=ask_first,
+        lease_seconds=lease_seconds,
+        actor=actor,
+    )
+
+
+def send_charge(
+    charge_id: str,
+    *,
+    gateway: Gateway | None = None,
+    ask_first: bool = False,
+    lease_seconds: int | None = None,
+    actor: str = "",
+) -> Sent:
+    """The one way a capture reaches the provider: the same guards as send_refund."""
+    return _guarded_send(
+        _CHARGE,
+        charge_id,
+        gateway=gateway,
+        ask_first=ask_first,
+        lease_seconds=lease_seconds,
+        actor=actor,
+    )
+
+
+# --- the provider calls: used only through _REFUND and _CHARGE, by _guarded_send ------
+
+
+def _refund_call(gateway: Gateway, refund: Refund) -> ProviderAnswer:
+    return gateway.refund(
+        provider_key=refund.provider_idempotency_key,
+        charge_reference=refund.charge.provider_reference,
+        amount=refund.amount,
+        currency=refund.currency,
+        metadata={"ledger_refund_id": refund.id, "ledger_charge_id": refund.charge_id},
+        timeout=settings.GATEWAY_TIMEOUT_SECONDS,
+    )
+
+
+def _refund_lookup(gateway: Gateway, refund: Refund) -> ProviderAnswer | None:
+    return gateway.lookup_refund(
+        provider_key=refund.provider_idempotency_key,
+        charge_reference=refund.charge.provider_reference,
+        ledger_refund_id=refund.id,
+    )
+
+
+def _charge_call(gateway: Gateway, charge: Charge) -> ProviderAnswer:
+    return gateway.charge(
+        provider_key=charge.provider_idempotency_key,
+        amount=charge.amount,
+        currency=charge.currency,
+        description=charge.description,
+        metadata={**charge.metadata, "ledger_charge_id": charge.id},
+        timeout=settings.GATEWAY_TIMEOUT_SECONDS,
+    )
+
+
+def _charge_lookup(gateway: Gateway, charge: Charge) -> ProviderAnswer | None:
+    return gateway.lookup_charge(
+        provider_key=charge.provider_idempotency_key, ledger_charge_id=charge.id
+    )
+
+
+_REFUND = _Kind(
+    name="refund",
+    model=Refund,
+    fetch=lambda pk: Refund.objects.select_related("charge").get(pk=pk),
+    call=_refund_call,
+    lookup=_refund_lookup,
+    settle=lambda pk, outcome, actor: settle_refund(refund_id=pk, outcome=outcome, actor=actor),
+    before_call_point="refund.before_provider_call",
+    after_call_point="refund.after_provider_call",
+)
+
+_CHARGE = _Kind(
+    name="charge",
+    model=Charge,
+    # Only charges created here have a provider key; recorded ones are never sent.
+    fetch=lambda pk: Charge.objects.get(pk=pk, provider_idempotency_key__isnull=False),
+    call=_charge_call,
+    lookup=_charge_lookup,
+    settle=lambda pk, outcome, actor: settle_charge(charge_id=pk, outcome=outcome, actor=actor),
+    before_call_point="charge.before_provider_call",
+    after_call_point="charge.after_provider_call",
+)

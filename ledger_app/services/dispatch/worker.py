@@ -1,0 +1,103 @@
+"""The worker: every pending refund whose lease is free goes through the guarded send."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import DatabaseError, connection
+from django.db.models import Q
+from django.utils import timezone
+
+from ledger_app.models import Refund
+from ledger_app.selectors import waiting_to_send
+from ledger_app.services.dispatch.send import Gateway, Sent, send_refund
+
+log = logging.getLogger("ledger_app.dispatch")
+
+
+@dataclass
+class Tally:
+    """How many ended in each status, and the items that could not be finished."""
+
+    statuses: Counter = field(default_factory=Counter)
+    errors: int = 0
+
+    def add(self, status: str) -> None:
+        self.statuses[status] += 1
+
+    def summary(self) -> str:
+        parts = [f"{n} {s}" for s, n in sorted(self.statuses.items())]
+        if self.errors:
+            parts.append(f"{self.errors} interrupted by database errors (retried later)")
+        return ", ".join(parts) or "nothing to do"
+
+    def survive_database_error(self, what: str) -> None:
+        """The database went away mid-item. The item stays leased until its lease runs out
+        and is then sent again (looked up first) with the same key; drop the broken
+        connection and go on."""
+        log.exception("%s interrupted by a database error; it will be retried", what)
+        self.errors += 1
+        connection.close()
+
+    def send_each(
+        self, pks: Iterable[str], send: Callable[[str], Sent], on_item: Callable, what: str
+    ) -> None:
+        """send(pk) for each; a database error costs only that one; what another sender
+        holds or what is already settled is not counted."""
+        for pk in pks:
+            try:
+                sent = send(pk)
+            except DatabaseError:
+                self.survive_database_error(f"{what} {pk}")
+                continue
+            if sent.acted:
+                self.add(sent.item.status)
+                on_item(sent.item)
+
+
+def process_pending_refunds(
+    *,
+    batch_size: int = 100,
+    lease_seconds: int | None = None,
+    gateway: Gateway | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_refund: Callable[[Refund], None] = lambda refund: None,
+) -> Tally:
+    """Send every pending refund whose lease is free, oldest first, through send_refund.
+
+    Any number of workers may run side by side: each refund's lease is taken by one
+    conditional UPDATE, so a refund another worker holds is skipped, not waited for.
+    Each run walks the queue once (keyset order), so a refund left to a lease that has
+    not run out is not retried in a tight loop.
+    """
+    tally = Tally()
+    after: tuple[datetime, str] | None = None
+    while not should_stop():
+        try:
+            batch = _next_batch(after, batch_size)
+        except DatabaseError:
+            tally.survive_database_error("reading the queue")
+            break
+        if not batch:
+            break
+        after = batch[-1]
+        pks = (pk for _, pk in batch if not should_stop())
+        tally.send_each(
+            pks,
+            lambda pk: send_refund(pk, gateway=gateway, lease_seconds=lease_seconds),
+            on_refund,
+            "refund",
+        )
+    return tally
+
+
+def _next_batch(after: tuple[datetime, str] | None, size: int) -> list[tuple[datetime, str]]:
+    """The next (created_at, id) keys of pending refunds waiting to be sent, after `after`."""
+    queue = Refund.objects.filter(waiting_to_send(timezone.now()))
+    if after is not None:
+        queue = queue.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
+    return list(queue.order_by("created_at", "id").values_list("created_at", "id")[:size])
