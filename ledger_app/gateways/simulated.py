@@ -51,15 +51,10 @@ class SimulatedGateway(Gateway):
             },
             charge_reference=charge_reference,
         )
-        return ProviderAnswer(record.status, record.provider_id, record.decline_reason)
+        return _answer(record)
 
     def lookup_refund(self, *, provider_key, charge_reference, ledger_refund_id):
-        _lookup_allowed(_charge_metadata(charge_reference), provider_key, "refund_lookup")
-        record = ProviderRefund.objects.filter(idempotency_key=provider_key).first()
-        _log("refund_lookup", provider_key, "answer", "found" if record else "not_found")
-        if record is None:
-            return None
-        return ProviderAnswer(record.status, record.provider_id, record.decline_reason)
+        return _lookup(ProviderRefund, "refund_lookup", provider_key, charge_reference)
 
     def charge(self, *, provider_key, amount, currency, description, metadata, timeout):
         behaviour = metadata.get("simulate_charge", "succeed")
@@ -77,15 +72,10 @@ class SimulatedGateway(Gateway):
             },
             description=description,
         )
-        return ProviderAnswer(record.status, record.provider_id, record.decline_reason)
+        return _answer(record)
 
     def lookup_charge(self, *, provider_key, ledger_charge_id):
-        _lookup_allowed(_charge_metadata(ledger_charge_id), provider_key, "charge_lookup")
-        record = ProviderCharge.objects.filter(idempotency_key=provider_key).first()
-        _log("charge_lookup", provider_key, "answer", "found" if record else "not_found")
-        if record is None:
-            return None
-        return ProviderAnswer(record.status, record.provider_id, record.decline_reason)
+        return _lookup(ProviderCharge, "charge_lookup", provider_key, ledger_charge_id)
 
     def _apply(self, model, operation, key, behaviour, timeout, *, params, **fields):
         if behaviour not in BEHAVIOURS:
@@ -127,6 +117,19 @@ class SimulatedGateway(Gateway):
             raise GatewayTimeout("simulated provider: applied, but the answer was lost")
         _log(operation, key, behaviour, record.status)
         return record
+
+
+def _answer(record: ProviderRefund | ProviderCharge) -> ProviderAnswer:
+    return ProviderAnswer(record.status, record.provider_id, record.decline_reason)
+
+
+def _lookup(model, operation: str, key: str, charge_reference: str) -> ProviderAnswer | None:
+    """The provider's record under that key, None when it has none; the charge's
+    `simulate_lookup` can make the lookup slow or unavailable."""
+    _lookup_allowed(_charge_metadata(charge_reference), key, operation)
+    record = model.objects.filter(idempotency_key=key).first()
+    _log(operation, key, "answer", "found" if record else "not_found")
+    return None if record is None else _answer(record)
 
 
 def _charge_metadata(reference: str) -> dict:

@@ -71,15 +71,9 @@ class StripeGateway(Gateway):
 
     def refund(self, *, provider_key, charge_reference, amount, currency, metadata, timeout):
         params = {"charge": charge_reference, "amount": amount, "metadata": _metadata(metadata)}
-        try:
-            refund = self._client(timeout).v1.refunds.create(
-                params=params, options={"idempotency_key": provider_key}
-            )
-        except (stripe.CardError, stripe.InvalidRequestError) as exc:
-            return ProviderAnswer("declined", decline_reason=_reason(exc))
-        except stripe.StripeError as exc:
-            raise _unknown(exc, f"refund {provider_key}") from exc
-        return _refund_answer(refund)
+        return self._create(
+            self._client(timeout).v1.refunds, params, provider_key, _refund_answer, "refund"
+        )
 
     def lookup_refund(self, *, provider_key, charge_reference, ledger_refund_id):
         def matches():
@@ -107,16 +101,9 @@ class StripeGateway(Gateway):
             "metadata": _metadata(metadata),
             "source": source,
         }
-        try:
-            charge = self._client(timeout).v1.charges.create(
-                params=params, options={"idempotency_key": provider_key}
-            )
-        except (stripe.CardError, stripe.InvalidRequestError) as exc:
-            failed_charge = getattr(exc.error, "charge", None) or ""
-            return ProviderAnswer("declined", failed_charge, _reason(exc))
-        except stripe.StripeError as exc:
-            raise _unknown(exc, f"charge {provider_key}") from exc
-        return _charge_answer(charge)
+        return self._create(
+            self._client(timeout).v1.charges, params, provider_key, _charge_answer, "charge"
+        )
 
     def lookup_charge(self, *, provider_key, ledger_charge_id):
         def matches():
@@ -147,6 +134,20 @@ class StripeGateway(Gateway):
                 )
                 self._clients[timeout] = client
             return client
+
+    @staticmethod
+    def _create(service, params: dict, provider_key: str, answer, what: str) -> ProviderAnswer:
+        """Create under the provider key. Stripe's own refusal (a card or request error) is
+        a decline; any other error leaves the outcome unknown."""
+        try:
+            created = service.create(params=params, options={"idempotency_key": provider_key})
+        except (stripe.CardError, stripe.InvalidRequestError) as exc:
+            # A declined capture names the failed charge Stripe made; a refund has none.
+            failed = (getattr(exc.error, "charge", None) or "") if what == "charge" else ""
+            return ProviderAnswer("declined", failed, _reason(exc))
+        except stripe.StripeError as exc:
+            raise _unknown(exc, f"{what} {provider_key}") from exc
+        return answer(created)
 
     def _lookup(self, matches, what: str) -> Any | None:
         try:
@@ -189,22 +190,22 @@ def _reason(exc: stripe.StripeError) -> str:
     return exc.code or getattr(exc.error, "type", None) or type(exc).__name__
 
 
-def _refund_answer(refund) -> ProviderAnswer:
-    status = _field(refund, "status")
+def _answer(obj, what: str, declined: set[str], reason_field: str) -> ProviderAnswer:
+    """A Stripe refund or charge as the provider's word; still in flight: unknown."""
+    status = _field(obj, "status")
     if status in SUCCEEDED:
-        return ProviderAnswer("succeeded", refund.id)
-    if status in REFUND_DECLINED:
-        return ProviderAnswer("declined", refund.id, _field(refund, "failure_reason") or status)
-    raise OutcomeUnknown(f"Stripe refund {refund.id} is {status}; ask again later")
+        return ProviderAnswer("succeeded", obj.id)
+    if status in declined:
+        return ProviderAnswer("declined", obj.id, _field(obj, reason_field) or status)
+    raise OutcomeUnknown(f"Stripe {what} {obj.id} is {status}; ask again later")
+
+
+def _refund_answer(refund) -> ProviderAnswer:
+    return _answer(refund, "refund", REFUND_DECLINED, "failure_reason")
 
 
 def _charge_answer(charge) -> ProviderAnswer:
-    status = _field(charge, "status")
-    if status in SUCCEEDED:
-        return ProviderAnswer("succeeded", charge.id)
-    if status in CHARGE_DECLINED:
-        return ProviderAnswer("declined", charge.id, _field(charge, "failure_code") or status)
-    raise OutcomeUnknown(f"Stripe charge {charge.id} is {status}; ask again later")
+    return _answer(charge, "charge", CHARGE_DECLINED, "failure_code")
 
 
 def _unknown(exc: stripe.StripeError, what: str) -> OutcomeUnknown:

@@ -11,7 +11,14 @@ from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 
 from ledger_app.errors import ResourceMissing
-from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, MovementStatus, Refund
+from ledger_app.models import (
+    ApiKey,
+    Charge,
+    IdempotencyRecord,
+    LedgerEntry,
+    MovementStatus,
+    Refund,
+)
 from ledger_app.selectors.drift import Drift, find_ledger_drift
 
 __all__ = ["Drift", "find_ledger_drift"]
@@ -42,6 +49,42 @@ def lease_free(now: datetime) -> Q:
 def waiting_to_send(now: datetime) -> Q:
     """Pending refunds or charges no sender holds: what the worker sends next."""
     return Q(status=MovementStatus.PENDING) & lease_free(now)
+
+
+def next_to_send(after: tuple[datetime, str] | None, size: int) -> list[tuple[datetime, str]]:
+    """The worker's queue, one page at a time: (created_at, id) of the oldest pending
+    refunds no sender holds, after the key `after` (keyset order, so one pass walks the
+    queue once)."""
+    queue = Refund.objects.filter(waiting_to_send(timezone.now()))
+    if after is not None:
+        queue = queue.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
+    return list(queue.order_by("created_at", "id").values_list("created_at", "id")[:size])
+
+
+def in_doubt_ids(model: type[Refund] | type[Charge], lease_seconds: int | None) -> list[str]:
+    """Ids of the refunds or charges the reconciler asks about, oldest first. Charges
+    recorded here (imports, demo data) were never sent, so they are never in doubt."""
+    candidates = model.objects.filter(in_doubt(lease_seconds=lease_seconds))
+    if model is Charge:
+        candidates = candidates.filter(provider_idempotency_key__isnull=False)
+    return list(candidates.order_by("created_at", "id").values_list("pk", flat=True))
+
+
+def purgeable_keys(*, older_than_days: int) -> QuerySet[IdempotencyRecord]:
+    """Keys older than that whose refund or charge is final. A key whose refund is pending
+    or unknown is kept: a retry with it must still replay, not refund again."""
+    if older_than_days < 1:
+        raise ValueError("older_than_days must be at least 1")
+    cutoff = timezone.now() - timedelta(days=older_than_days)
+    final = Refund.FINAL_STATUSES
+    return IdempotencyRecord.objects.filter(created_at__lt=cutoff).filter(
+        Q(refund__status__in=final) | Q(charge__status__in=final)
+    )
+
+
+def active_api_key(prefix: str) -> ApiKey | None:
+    """The key with this prefix, unless it was revoked."""
+    return ApiKey.objects.filter(prefix=prefix, revoked_at__isnull=True).first()
 
 
 def stale_pending(now: datetime | None = None, lease_seconds: int | None = None) -> Q:

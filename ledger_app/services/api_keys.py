@@ -11,6 +11,7 @@ import string
 from django.utils import timezone
 
 from ledger_app.models import ApiKey
+from ledger_app.selectors import active_api_key
 
 ALPHABET = string.ascii_letters + string.digits
 PREFIX_LENGTH = 11  # "sk_" and 8 characters: enough to tell keys apart, useless to an attacker
@@ -40,7 +41,7 @@ def authenticate_api_key(secret: str) -> ApiKey | None:
     """The active key with this secret, or None. Compares digests in constant time."""
     if not isinstance(secret, str) or not KEY_FORMAT.match(secret):
         return None
-    key = ApiKey.objects.filter(prefix=secret[:PREFIX_LENGTH], revoked_at__isnull=True).first()
+    key = active_api_key(secret[:PREFIX_LENGTH])
     if key is None or not hmac.compare_digest(key.secret_hash, _digest(secret)):
         return None
     return key

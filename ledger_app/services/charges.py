@@ -43,18 +43,11 @@ def create_charge(
     currency = normalize_currency(currency)
     description = validate_text(description, errors.InvalidDescription)
     metadata = validate_metadata(metadata)
-    keyed = None
-    if idempotency_key is not None:
-        keyed = idempotency.IdempotentRequest.build(
-            key=idempotency_key,
-            operation=IdempotencyRecord.Operation.CHARGE_CREATE,
-            params={
-                "amount": amount,
-                "currency": currency,
-                "description": description,
-                "metadata": metadata,
-            },
-        )
+    keyed = idempotency.keyed_request(
+        idempotency_key,
+        IdempotencyRecord.Operation.CHARGE_CREATE,
+        {"amount": amount, "currency": currency, "description": description, "metadata": metadata},
+    )
     charge_id = new_charge_id()
 
     def write() -> Charge:

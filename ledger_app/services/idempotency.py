@@ -55,6 +55,14 @@ class IdempotentRequest:
         )
 
 
+def keyed_request(key: object, operation: str, params: dict[str, Any]) -> IdempotentRequest | None:
+    """The keyed form of a request, or None when it was sent without a key (then nothing
+    deduplicates it). `params` are the request as sent: an omitted field is None."""
+    if key is None:
+        return None
+    return IdempotentRequest.build(key=key, operation=operation, params=params)
+
+
 def validate_key(key: object) -> str:
     if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH:
         raise InvalidIdempotencyKey()

@@ -104,43 +104,29 @@ def create_refund(
 def _build_request(
     *,
     charge_id: object,
-    amount: object,
-    idempotency_key: object,
-    reason: object,
-    metadata: object,
-    note: object,
-    actor: object,
-    source: str,
+    amount: object = None,
+    idempotency_key: object = None,
+    reason: object = None,
+    metadata: object = None,
+    note: object = "",
+    actor: object = None,
+    source: str = Refund.Source.SYSTEM,
     unchanged_since: int | None = None,
 ) -> RefundRequest:
     if source not in Refund.Source.values:
         raise ValueError(f"unknown refund source {source!r}")
     if amount is not None:
         validate_amount(amount)
-    if (
-        not isinstance(charge_id, str)
-        or not 0 < len(charge_id) <= MAX_CHARGE_ID_LENGTH
-        or has_unstorable_characters(charge_id)
-    ):
-        raise errors.ResourceMissing("No such charge.")
+    _validate_charge_id(charge_id)
     reason = _validate_reason(reason)
     metadata = validate_metadata(metadata)
     note = validate_text(note, errors.InvalidNote)
     created_by, actor_label = _describe_actor(actor)
-    keyed = None
-    if idempotency_key is not None:
-        keyed = idempotency.IdempotentRequest.build(
-            key=idempotency_key,
-            operation=IdempotencyRecord.Operation.REFUND_CREATE,
-            # As sent: an omitted amount is null, which no number equals.
-            params={
-                "charge": charge_id,
-                "amount": amount,
-                "reason": reason,
-                "metadata": metadata,
-                "note": note,
-            },
-        )
+    # As sent: an omitted amount is null, which no number equals.
+    sent = dict(charge=charge_id, amount=amount, reason=reason, metadata=metadata, note=note)
+    keyed = idempotency.keyed_request(
+        idempotency_key, IdempotencyRecord.Operation.REFUND_CREATE, sent
+    )
     return RefundRequest(
         charge_id=charge_id,
         amount=amount,  # type: ignore[arg-type]  # validated above
@@ -243,31 +229,12 @@ class RefundPreview:
     replay_of: Refund | None = None
 
 
-def preview_refund(
-    *,
-    charge_id: str,
-    amount: int | None = None,
-    idempotency_key: str | None = None,
-    reason: str | None = None,
-    metadata: dict[str, str] | None = None,
-    note: str = "",
-    actor: AbstractBaseUser | str | None = None,
-    source: str = Refund.Source.SYSTEM,
-    also_reserved: int = 0,
-) -> RefundPreview:
-    """create_refund's checks without its writes (for dry runs). `also_reserved` is money
-    that earlier requests of the same dry run would already have taken from the charge.
-    Raises the same LedgerError create_refund would."""
-    request = _build_request(
-        charge_id=charge_id,
-        amount=amount,
-        idempotency_key=idempotency_key,
-        reason=reason,
-        metadata=metadata,
-        note=note,
-        actor=actor,
-        source=source,
-    )
+def preview_refund(*, also_reserved: int = 0, **arguments: Any) -> RefundPreview:
+    """create_refund's checks, with create_refund's keyword arguments, without its writes
+    (for dry runs). `also_reserved` is money that earlier requests of the same dry run
+    would already have taken from the charge. Raises the same LedgerError create_refund
+    would."""
+    request = _build_request(**arguments)
     replay = None if request.keyed is None else idempotency.find_replay(request.keyed)
     if replay is not None:
         return RefundPreview(replay.item.charge, replay.item.amount, replay_of=replay.item)
@@ -293,6 +260,16 @@ def _after_reserve(refund: Refund) -> Refund:
         return refund
     faults.checkpoint("refund.settled")  # settled, the client not yet told
     return dispatched
+
+
+def _validate_charge_id(charge_id: object) -> None:
+    """An id no charge can have is a missing charge, refused before any lock."""
+    if (
+        not isinstance(charge_id, str)
+        or not 0 < len(charge_id) <= MAX_CHARGE_ID_LENGTH
+        or has_unstorable_characters(charge_id)
+    ):
+        raise errors.ResourceMissing("No such charge.")
 
 
 def _validate_reason(reason: object) -> str:

@@ -350,6 +350,12 @@ class TestCharges:
             ("charge_succeeded", 1_500)
         ]
 
+    def test_the_charges_actor_is_named_on_its_ledger_entry(self, db):
+        charge = create_charge(amount=1_500, currency="usd", actor="api_key:sk_test_ab12").item
+
+        entry = LedgerEntry.objects.get(charge=charge)
+        assert (entry.kind, entry.actor) == ("charge_succeeded", "api_key:sk_test_ab12")
+
     def test_declined_charge_is_failed_and_cannot_be_refunded(self, db):
         charge = create_charge(
             amount=1_500, currency="usd", metadata={"simulate_charge": "decline"}

@@ -2,7 +2,8 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger_app.services.retention import purge_idempotency_keys, purgeable_keys
+from ledger_app.selectors import purgeable_keys
+from ledger_app.services.retention import purge_idempotency_keys
 
 
 class Command(BaseCommand):

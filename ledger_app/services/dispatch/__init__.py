@@ -14,13 +14,14 @@ from ledger_app.services.dispatch.reconcile import (
     reconcile_refund,
     reconcile_refunds,
 )
-from ledger_app.services.dispatch.send import Sent, lease_expiry, send_charge, send_refund
+from ledger_app.services.dispatch.send import Sent, Step, lease_expiry, send_charge, send_refund
 from ledger_app.services.dispatch.settle import Outcome, settle_charge, settle_refund
 from ledger_app.services.dispatch.worker import Tally, process_pending_refunds
 
 __all__ = [
     "Outcome",
     "Sent",
+    "Step",
     "Tally",
     "lease_expiry",
     "process_pending_refunds",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ledger_app.models import Charge, Refund
-from ledger_app.selectors import in_doubt
+from ledger_app.selectors import in_doubt_ids
 from ledger_app.services.dispatch.send import Gateway, Sent, send_charge, send_refund
 from ledger_app.services.dispatch.worker import Tally
 
@@ -54,13 +54,9 @@ def reconcile_charges(
 
 
 def _reconcile_all(model, reconcile_one, gateway, lease_seconds, on_item) -> Tally:
-    candidates = model.objects.filter(in_doubt(lease_seconds=lease_seconds))
-    if model is Charge:  # recorded charges (imports, demo data) were never sent here
-        candidates = candidates.filter(provider_idempotency_key__isnull=False)
-    pks = list(candidates.order_by("created_at", "id").values_list("pk", flat=True))
     tally = Tally()
     tally.send_each(
-        pks,
+        in_doubt_ids(model, lease_seconds),
         lambda pk: reconcile_one(pk, gateway=gateway, lease_seconds=lease_seconds),
         on_item,
         model._meta.model_name,

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from django.conf import settings
 from django.db import transaction
@@ -35,23 +36,25 @@ from ledger_app.services.dispatch.settle import (
 log = logging.getLogger("ledger_app.dispatch")
 
 
+class Step(StrEnum):
+    """What one pass of the guarded send did."""
+
+    SENT = "sent"  # the provider was asked to act, and answered or timed out
+    LOOKED_UP = "looked_up"  # its record settled the item; nothing was sent
+    NO_ANSWER = "no_answer"  # the lookup could not say; nothing sent, the lease runs out
+    BUSY = "busy"  # another sender holds the lease
+    FINAL = "final"  # already settled; nothing to do
+
+
 @dataclass(frozen=True)
 class Sent:
-    """What one pass of the guarded send did.
-
-    step: `sent` (the provider was asked to act and answered or timed out), `looked_up`
-    (its record settled the item, nothing was sent), `no_answer` (the lookup could not say;
-    nothing was sent, the lease runs out and a later pass asks again), `busy` (another
-    sender holds the lease), `final` (already settled; nothing to do).
-    """
-
     item: Refund | Charge
-    step: str
+    step: Step
 
     @property
     def acted(self) -> bool:
         """False when this pass left the item to another sender or found it settled."""
-        return self.step not in ("busy", "final")
+        return self.step not in (Step.BUSY, Step.FINAL)
 
 
 @dataclass(frozen=True)
@@ -100,19 +103,19 @@ def _guarded_send(
         )
     item = kind.fetch(pk)
     if not taken:
-        return Sent(item, "busy" if item.status in item.OPEN_STATUSES else "final")
+        return Sent(item, Step.BUSY if item.status in item.OPEN_STATUSES else Step.FINAL)
     if ask_first or item.status == UNKNOWN or item.dispatch_attempts > 1:
         try:
             answer = kind.lookup(gateway, item)
         except OutcomeUnknown as exc:
             log.info("%s %s: provider cannot say (%s); left %s", kind.name, pk, exc, item.status)
-            return Sent(item, "no_answer")
+            return Sent(item, Step.NO_ANSWER)
         if answer is not None:
-            return Sent(kind.settle(pk, _outcome_of(answer), actor), "looked_up")
+            return Sent(kind.settle(pk, _outcome_of(answer), actor), Step.LOOKED_UP)
     faults.checkpoint(kind.before_call_point)
     outcome = _ask(lambda: kind.call(gateway, item))
     faults.checkpoint(kind.after_call_point)
-    return Sent(kind.settle(pk, outcome, actor), "sent")
+    return Sent(kind.settle(pk, outcome, actor), Step.SENT)
 
 
 def _outcome_of(answer: ProviderAnswer) -> Outcome:

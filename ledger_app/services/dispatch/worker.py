@@ -9,11 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import DatabaseError, connection
-from django.db.models import Q
-from django.utils import timezone
 
 from ledger_app.models import Refund
-from ledger_app.selectors import waiting_to_send
+from ledger_app.selectors import next_to_send
 from ledger_app.services.dispatch.send import Gateway, Sent, send_refund
 
 log = logging.getLogger("ledger_app.dispatch")
@@ -78,7 +76,7 @@ def process_pending_refunds(
     after: tuple[datetime, str] | None = None
     while not should_stop():
         try:
-            batch = _next_batch(after, batch_size)
+            batch = next_to_send(after, batch_size)
         except DatabaseError:
             tally.survive_database_error("reading the queue")
             break
@@ -93,11 +91,3 @@ def process_pending_refunds(
             "refund",
         )
     return tally
-
-
-def _next_batch(after: tuple[datetime, str] | None, size: int) -> list[tuple[datetime, str]]:
-    """The next (created_at, id) keys of pending refunds waiting to be sent, after `after`."""
-    queue = Refund.objects.filter(waiting_to_send(timezone.now()))
-    if after is not None:
-        queue = queue.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
-    return list(queue.order_by("created_at", "id").values_list("created_at", "id")[:size])
