@@ -13,8 +13,11 @@ import csv
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
+from typing import Any, TextIO
 
 from ledger_app.errors import IdempotencyKeyReused, LedgerError
 from ledger_app.models import Refund
@@ -28,6 +31,31 @@ DIGITS = re.compile(r"^[0-9]{1,19}\Z")  # \Z, not $: "5\n" is not a number of mi
 
 class UnusableFile(Exception):
     """The file cannot be processed at all; nothing was written."""
+
+
+class RowOutcome(StrEnum):
+    """How a row ended: the word in the summary line and the report's outcome column."""
+
+    # A real run
+    REFUNDED = "refunded"  # the provider made the refund
+    PENDING = "pending"  # written, not sent yet: process_refunds sends it (worker mode)
+    UNKNOWN = "unknown"  # sent, no answer: the amount stays reserved until reconcile
+    FAILED = "failed"  # the provider declined; nothing was refunded
+    REPLAYED = "replayed"  # the row's key had already made its refund; nothing written
+    REFUSED = "refused"  # create_refund (or its checks, in a dry run) refused the row
+    # A dry run
+    WOULD_REFUND = "would_refund"
+    WOULD_REPLAY = "would_replay"
+
+
+OUTCOME_BY_STATUS = {
+    Refund.Status.SUCCEEDED: RowOutcome.REFUNDED,
+    Refund.Status.PENDING: RowOutcome.PENDING,
+    Refund.Status.UNKNOWN: RowOutcome.UNKNOWN,
+    Refund.Status.FAILED: RowOutcome.FAILED,
+}
+# Rows whose amount is (or, in a dry run, would be) taken from the charge.
+RESERVING = {RowOutcome.REFUNDED, RowOutcome.PENDING, RowOutcome.UNKNOWN, RowOutcome.WOULD_REFUND}
 
 
 @dataclass(frozen=True)
@@ -44,7 +72,7 @@ class BulkRow:
 class RowResult:
     row: BulkRow
     key: str
-    outcome: str  # refunded, replayed, refused, failed, unknown, pending (+ would_* in dry runs)
+    outcome: RowOutcome
     refund_id: str = ""
     amount: int | None = None
     currency: str = ""
@@ -65,59 +93,74 @@ class BulkSummary:
         self.outcomes[result.outcome] += 1
         if result.code:
             self.refused_by_code[result.code] += 1
-        if result.outcome in {"refunded", "pending", "unknown", "would_refund"}:
+        if result.outcome in RESERVING:
             self.totals[result.currency] += result.amount or 0
 
     @property
     def refused(self) -> int:
-        return self.outcomes["refused"] + self.outcomes["failed"]
+        return self.outcomes[RowOutcome.REFUSED] + self.outcomes[RowOutcome.FAILED]
+
+
+@contextmanager
+def open_csv(path: Path) -> Iterator[TextIO]:
+    """Open a CSV file to read. While it is read, a file that is not UTF-8 or not valid
+    CSV raises UnusableFile."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            yield handle
+    except UnicodeDecodeError as exc:
+        raise UnusableFile(f"the file is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except csv.Error as exc:
+        raise UnusableFile(f"the file is not valid CSV: {exc}") from None
 
 
 def read_rows(path: Path) -> Iterator[BulkRow]:
     """Stream the file's rows, raising UnusableFile for what makes the whole file unusable:
     not UTF-8, no header or missing or unknown columns, an amount that is not a whole
     number of minor units (a sign that the file is in the wrong unit)."""
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(handle)
-            header = next(reader, None)
-            if header is None:
-                raise UnusableFile("the file is empty")
-            columns = [name.strip().lower() for name in header]
-            missing = REQUIRED_COLUMNS - set(columns)
-            unknown = set(columns) - COLUMNS
-            if missing or unknown or len(set(columns)) != len(columns):
-                raise UnusableFile(
-                    f"the header must name the columns {sorted(COLUMNS)} (charge required, "
-                    f"each once); missing {sorted(missing)}, unknown {sorted(unknown)}"
-                )
-            for number, values in enumerate(reader, start=1):
-                if not any(v.strip() for v in values):
-                    continue  # blank line
-                if len(values) != len(columns):
-                    raise UnusableFile(
-                        f"line {reader.line_num}: {len(values)} fields, the header has "
-                        f"{len(columns)}"
-                    )
-                row = dict(zip(columns, (v.strip() for v in values), strict=True))
-                amount = row.get("amount", "")
-                if amount and not DIGITS.match(amount):
-                    raise UnusableFile(
-                        f"line {reader.line_num}: amount {amount[:30]!r} is not a whole number "
-                        "of minor units (cents; 1234 for $12.34)"
-                    )
-                yield BulkRow(
-                    number=number,
-                    charge=row["charge"],
-                    amount=int(amount) if amount else None,
-                    reason=row.get("reason", ""),
-                    note=row.get("note", ""),
-                    idempotency_key=row.get("idempotency_key", ""),
-                )
-    except UnicodeDecodeError as exc:
-        raise UnusableFile(f"the file is not UTF-8 ({exc.reason} at byte {exc.start})") from None
-    except csv.Error as exc:
-        raise UnusableFile(f"the file is not valid CSV: {exc}") from None
+    with open_csv(path) as handle:
+        reader = csv.reader(handle)
+        columns = _columns(next(reader, None))
+        for number, values in enumerate(reader, start=1):
+            if not any(v.strip() for v in values):
+                continue  # blank line
+            yield _bulk_row(number, columns, values, line=reader.line_num)
+
+
+def _columns(header: list[str] | None) -> list[str]:
+    """The header's column names, each known and named once, charge among them."""
+    if header is None:
+        raise UnusableFile("the file is empty")
+    columns = [name.strip().lower() for name in header]
+    missing = REQUIRED_COLUMNS - set(columns)
+    unknown = set(columns) - COLUMNS
+    if missing or unknown or len(set(columns)) != len(columns):
+        raise UnusableFile(
+            f"the header must name the columns {sorted(COLUMNS)} (charge required, "
+            f"each once); missing {sorted(missing)}, unknown {sorted(unknown)}"
+        )
+    return columns
+
+
+def _bulk_row(number: int, columns: list[str], values: list[str], *, line: int) -> BulkRow:
+    """One row of values under the header's columns; `line` is where it ends in the file."""
+    if len(values) != len(columns):
+        raise UnusableFile(f"line {line}: {len(values)} fields, the header has {len(columns)}")
+    row = dict(zip(columns, (v.strip() for v in values), strict=True))
+    amount = row.get("amount", "")
+    if amount and not DIGITS.match(amount):
+        raise UnusableFile(
+            f"line {line}: amount {amount[:30]!r} is not a whole number "
+            "of minor units (cents; 1234 for $12.34)"
+        )
+    return BulkRow(
+        number=number,
+        charge=row["charge"],
+        amount=int(amount) if amount else None,
+        reason=row.get("reason", ""),
+        note=row.get("note", ""),
+        idempotency_key=row.get("idempotency_key", ""),
+    )
 
 
 def check_file(path: Path) -> int:
@@ -143,9 +186,8 @@ def run_bulk_refund(
     if not batch_id.strip() or len(batch_id) > 200 or has_control_characters(batch_id):
         raise UnusableFile("the batch id must be 1 to 200 characters, no control characters")
     on_start(check_file(path))
+    do_row = DryRun().check_row if dry_run else refund_row
     summary = BulkSummary()
-    reserved: dict[str, int] = defaultdict(int)  # dry run: what earlier rows would take
-    keys_seen: dict[str, tuple] = {}  # dry run: what each key was first used for
     for row in read_rows(path):
         key = row.idempotency_key or f"bulk:{batch_id}:{row.number}"
         request = {
@@ -158,50 +200,57 @@ def run_bulk_refund(
             "source": Refund.Source.BULK,
         }
         try:
-            if dry_run:
-                sent = (row.charge, row.amount, row.reason, row.note)
-                if key in keys_seen:  # as the real run would: replay, or refuse a reuse
-                    if keys_seen[key] != sent:
-                        raise IdempotencyKeyReused()
-                    result = RowResult(row, key, "would_replay")
-                    summary.add(result)
-                    on_row(result)
-                    continue
-                keys_seen[key] = sent
-                preview = preview_refund(**request, also_reserved=reserved[row.charge])
-                if preview.replay_of is None:
-                    reserved[row.charge] += preview.amount
-                result = RowResult(
-                    row,
-                    key,
-                    "would_replay" if preview.replay_of else "would_refund",
-                    refund_id=preview.replay_of.id if preview.replay_of else "",
-                    amount=preview.amount,
-                    currency=preview.charge.currency,
-                )
-            else:
-                created = create_refund(**request)
-                refund = created.item
-                outcome = (
-                    "replayed"
-                    if created.replayed
-                    else {
-                        Refund.Status.SUCCEEDED: "refunded",
-                        Refund.Status.FAILED: "failed",
-                    }.get(refund.status, refund.status)
-                )
-                result = RowResult(
-                    row,
-                    key,
-                    outcome,
-                    refund_id=refund.id,
-                    amount=refund.amount,
-                    currency=refund.currency,
-                    status=refund.status,
-                    code=refund.status_detail if outcome == "failed" else "",
-                )
+            result = do_row(row, key, request)
         except LedgerError as exc:
-            result = RowResult(row, key, "refused", code=exc.code, message=exc.message)
+            result = RowResult(row, key, RowOutcome.REFUSED, code=exc.code, message=exc.message)
         summary.add(result)
         on_row(result)
     return summary
+
+
+def refund_row(row: BulkRow, key: str, request: dict[str, Any]) -> RowResult:
+    """The real run's step: refund one row through create_refund; raises the LedgerError
+    that refuses it."""
+    created = create_refund(**request)
+    refund = created.item
+    outcome = RowOutcome.REPLAYED if created.replayed else OUTCOME_BY_STATUS[refund.status]
+    return RowResult(
+        row,
+        key,
+        outcome,
+        refund_id=refund.id,
+        amount=refund.amount,
+        currency=refund.currency,
+        status=refund.status,
+        code=refund.status_detail if outcome == RowOutcome.FAILED else "",
+    )
+
+
+class DryRun:
+    """The dry run's step: one row at a time, what refund_row would do, without writing.
+    create_refund's checks (preview_refund) see only the database, so this remembers what
+    the earlier rows of the run would have done there."""
+
+    def __init__(self) -> None:
+        self.reserved: dict[str, int] = defaultdict(int)  # what earlier rows would take
+        self.keys_seen: dict[str, tuple] = {}  # what each key was first used for
+
+    def check_row(self, row: BulkRow, key: str, request: dict[str, Any]) -> RowResult:
+        """The row's would_* result; raises the LedgerError the real run would refuse with."""
+        sent = (row.charge, row.amount, row.reason, row.note)
+        if key in self.keys_seen:  # as the real run would: replay, or refuse a reuse
+            if self.keys_seen[key] != sent:
+                raise IdempotencyKeyReused()
+            return RowResult(row, key, RowOutcome.WOULD_REPLAY)
+        self.keys_seen[key] = sent
+        preview = preview_refund(**request, also_reserved=self.reserved[row.charge])
+        if preview.replay_of is None:
+            self.reserved[row.charge] += preview.amount
+        return RowResult(
+            row,
+            key,
+            RowOutcome.WOULD_REPLAY if preview.replay_of else RowOutcome.WOULD_REFUND,
+            refund_id=preview.replay_of.id if preview.replay_of else "",
+            amount=preview.amount,
+            currency=preview.charge.currency,
+        )

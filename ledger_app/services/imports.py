@@ -13,7 +13,7 @@ from django.db import IntegrityError
 from ledger_app import errors
 from ledger_app.models import Charge
 from ledger_app.money import normalize_currency
-from ledger_app.services.bulk import DIGITS, UnusableFile
+from ledger_app.services.bulk import DIGITS, UnusableFile, open_csv
 from ledger_app.services.charges import record_charge
 from ledger_app.services.text import has_unstorable_characters
 from ledger_app.services.validation import validate_text
@@ -31,27 +31,25 @@ class ImportRow:
 
 
 def read_charge_rows(path: Path) -> Iterator[ImportRow]:
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
-            header = [name.strip().lower() for name in (reader.fieldnames or [])]
-            if not header:
-                raise UnusableFile("the file is empty")
-            missing, unknown = REQUIRED - set(header), set(header) - set(COLUMNS)
-            if missing or unknown:
-                raise UnusableFile(
-                    f"the header must name the columns {COLUMNS} (id, amount, currency and "
-                    f"status required); missing {sorted(missing)}, unknown {sorted(unknown)}"
-                )
-            reader.fieldnames = header
-            for row in reader:
-                if None in row or any(v is None for v in row.values()):
-                    raise UnusableFile(f"line {reader.line_num}: wrong number of fields")
-                yield ImportRow(reader.line_num, {k: v.strip() for k, v in row.items()})
-    except UnicodeDecodeError as exc:
-        raise UnusableFile(f"the file is not UTF-8 ({exc.reason} at byte {exc.start})") from None
-    except csv.Error as exc:
-        raise UnusableFile(f"the file is not valid CSV: {exc}") from None
+    """Stream the file's rows, raising UnusableFile for what makes the whole file unusable:
+    not UTF-8 or not CSV, no header or missing or unknown columns, a row with another
+    number of fields than the header."""
+    with open_csv(path) as handle:
+        reader = csv.DictReader(handle)
+        header = [name.strip().lower() for name in (reader.fieldnames or [])]
+        if not header:
+            raise UnusableFile("the file is empty")
+        missing, unknown = REQUIRED - set(header), set(header) - set(COLUMNS)
+        if missing or unknown:
+            raise UnusableFile(
+                f"the header must name the columns {COLUMNS} (id, amount, currency and "
+                f"status required); missing {sorted(missing)}, unknown {sorted(unknown)}"
+            )
+        reader.fieldnames = header
+        for row in reader:
+            if None in row or any(v is None for v in row.values()):
+                raise UnusableFile(f"line {reader.line_num}: wrong number of fields")
+            yield ImportRow(reader.line_num, {k: v.strip() for k, v in row.items()})
 
 
 def _created(text: str) -> datetime | None:

@@ -132,6 +132,29 @@ class TestBulkRefund:
         ]
         assert out.startswith("bulk_refund (dry run): 2 rows")
 
+    def test_dry_run_treats_a_repeated_key_as_the_real_run_does(self, tmp_path):
+        charge = ChargeFactory(amount=1_000)
+        file = write_csv(
+            tmp_path / "in.csv",
+            [[charge.pk, "600", "k1"], [charge.pk, "600", "k1"], [charge.pk, "300", "k1"]],
+            header=("charge", "amount", "idempotency_key"),
+        )
+
+        def outcomes(*extra):
+            report = tmp_path / f"report{len(extra)}.csv"
+            bulk(file, "--batch-id", "b", "--report", report, *extra)
+            return [(r["outcome"], r["code"]) for r in report_rows(report)]
+
+        dry = outcomes("--dry-run")
+        real = outcomes()
+
+        assert dry == [
+            ("would_refund", ""),
+            ("would_replay", ""),
+            ("refused", "idempotency_key_reused"),
+        ]
+        assert real == [("refunded", ""), ("replayed", ""), ("refused", "idempotency_key_reused")]
+
     def test_rows_with_their_own_key_use_it(self, tmp_path):
         charge = ChargeFactory(amount=1_000)
         file = write_csv(

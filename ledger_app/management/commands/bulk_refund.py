@@ -7,9 +7,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger_app.errors import IdempotencyKeyReused
 from ledger_app.management.commands._output import Progress, cli_actor
 from ledger_app.money import format_money
-from ledger_app.services.bulk import RowResult, UnusableFile, run_bulk_refund
+from ledger_app.services.bulk import BulkSummary, RowResult, UnusableFile, run_bulk_refund
 
 REPORT_COLUMNS = [
     "row",
@@ -52,6 +53,15 @@ class Command(BaseCommand):
     ):
         if not file.is_file():
             raise CommandError(f"unusable file: {file} does not exist", returncode=2)
+        summary = self.run_batch(file, batch_id=batch_id, dry_run=dry_run, report=report)
+        self.stdout.write(summary_line(summary, dry_run=dry_run))
+        if summary.refused:
+            raise CommandError(f"{summary.refused} rows were refused", returncode=1)
+
+    def run_batch(
+        self, file: Path, *, batch_id: str, dry_run: bool, report: Path | None
+    ) -> BulkSummary:
+        """Refund the file's rows, telling of each as it ends; an unusable file is exit 2."""
         progress = Progress()
         report_file = report.open("w", newline="", encoding="utf-8") if report else None
         writer = csv.writer(report_file) if report_file else None
@@ -60,32 +70,12 @@ class Command(BaseCommand):
 
         def on_row(result: RowResult) -> None:
             progress.step()
-            if result.code == "idempotency_key_reused":
-                self.stderr.write(
-                    f"row {result.row.number}: REFUSED, key {result.key} was used for a "
-                    "different request. The row changed since this batch ran; give the "
-                    "changed file a new --batch-id if it really is a new refund."
-                )
+            self.warn_if_key_reused(result)
             if writer:
-                row = result.row
-                writer.writerow(
-                    [
-                        row.number,
-                        row.charge,
-                        "" if row.amount is None else row.amount,
-                        result.key,
-                        result.outcome,
-                        result.refund_id,
-                        "" if result.amount is None else result.amount,
-                        result.currency,
-                        result.status,
-                        result.code,
-                        result.message,
-                    ]
-                )
+                writer.writerow(report_line(result))
 
         try:
-            summary = run_bulk_refund(
+            return run_bulk_refund(
                 file,
                 batch_id=batch_id,
                 actor=cli_actor(),
@@ -99,17 +89,45 @@ class Command(BaseCommand):
             progress.close()
             if report_file:
                 report_file.close()
-        outcomes = ", ".join(f"{n} {name}" for name, n in sorted(summary.outcomes.items()))
-        codes = ", ".join(f"{code} {n}" for code, n in sorted(summary.refused_by_code.items()))
-        totals = ", ".join(
-            f"{currency} {format_money(amount, currency)}"
-            for currency, amount in sorted(summary.totals.items())
-        )
-        prefix = "bulk_refund (dry run)" if dry_run else "bulk_refund"
-        self.stdout.write(
-            f"{prefix}: {summary.rows} rows: {outcomes}"
-            + (f"; refused by code: {codes}" if codes else "")
-            + (f"; refunded: {totals}" if totals else "")
-        )
-        if summary.refused:
-            raise CommandError(f"{summary.refused} rows were refused", returncode=1)
+
+    def warn_if_key_reused(self, result: RowResult) -> None:
+        if result.code == IdempotencyKeyReused.code:
+            self.stderr.write(
+                f"row {result.row.number}: REFUSED, key {result.key} was used for a "
+                "different request. The row changed since this batch ran; give the "
+                "changed file a new --batch-id if it really is a new refund."
+            )
+
+
+def report_line(result: RowResult) -> list:
+    """The --report CSV's line for one row, in the order of REPORT_COLUMNS."""
+    row = result.row
+    return [
+        row.number,
+        row.charge,
+        "" if row.amount is None else row.amount,
+        result.key,
+        result.outcome,
+        result.refund_id,
+        "" if result.amount is None else result.amount,
+        result.currency,
+        result.status,
+        result.code,
+        result.message,
+    ]
+
+
+def summary_line(summary: BulkSummary, *, dry_run: bool) -> str:
+    """The last line on stdout: rows by outcome, refusals by code, amounts by currency."""
+    outcomes = ", ".join(f"{n} {name}" for name, n in sorted(summary.outcomes.items()))
+    codes = ", ".join(f"{code} {n}" for code, n in sorted(summary.refused_by_code.items()))
+    totals = ", ".join(
+        f"{currency} {format_money(amount, currency)}"
+        for currency, amount in sorted(summary.totals.items())
+    )
+    prefix = "bulk_refund (dry run)" if dry_run else "bulk_refund"
+    return (
+        f"{prefix}: {summary.rows} rows: {outcomes}"
+        + (f"; refused by code: {codes}" if codes else "")
+        + (f"; refunded: {totals}" if totals else "")
+    )
