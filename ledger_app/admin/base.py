@@ -1,4 +1,5 @@
-"""Shared admin pieces: read-only by default, money display, paging that scales."""
+"""Shared admin pieces: read-only by default, amounts in their currency, paging that scales,
+the pages admin actions draw."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db import connection
 from django.http import Http404, HttpResponseBadRequest
+from django.template.response import TemplateResponse
 from django.utils.functional import cached_property
 
 from ledger_app.money import format_money
@@ -73,6 +75,32 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def has_refund_permission(self, request, obj=None) -> bool:
         return request.user.has_perm(REFUND_PERMISSION)
 
+    def page_context(self, request, title: str) -> dict:
+        """What every admin page of this model needs: the site's context, opts, a title."""
+        return {**self.admin_site.each_context(request), "opts": self.opts, "title": title}
 
-def money(amount: int, currency: str) -> str:
-    return format_money(amount, currency)
+    def action_confirmation(
+        self, request, template: str, *, title: str, form, selected: list, **context
+    ) -> TemplateResponse:
+        """The page an action that needs input draws before it acts: `form` and the
+        `selected` objects, posted back by includes/action_confirmation_form.html."""
+        return TemplateResponse(
+            request,
+            template,
+            {
+                **self.page_context(request, title),
+                "form": form,
+                "queryset": selected,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "media": self.media,
+                **context,
+            },
+        )
+
+
+class AmountColumn:
+    """An admin for a model with `amount` and `currency`: the amount, formatted."""
+
+    @admin.display(description="Amount", ordering="amount")
+    def amount_display(self, obj) -> str:
+        return format_money(obj.amount, obj.currency)

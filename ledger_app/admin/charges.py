@@ -14,21 +14,27 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import quote, unquote
 from django.core.cache import cache as django_cache
 from django.core.exceptions import PermissionDenied
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, models
 from django.db.models import F, Q
 from django.http import Http404
 from django.shortcuts import redirect
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
-from ledger_app.admin.base import ReadOnlyAdmin, money
-from ledger_app.admin.forms import FORM_KEY, BulkRefundForm, RefundForm, new_form_key
+from ledger_app.admin.base import AmountColumn, ReadOnlyAdmin
+from ledger_app.admin.forms import (
+    FORM_KEY,
+    BulkRefundForm,
+    ReasonAndNote,
+    RefundForm,
+    new_form_key,
+)
 from ledger_app.db import drop_broken_connection
 from ledger_app.errors import ChargeChanged, IdempotencyKeyReused, LedgerError
 from ledger_app.models import Charge, Refund
-from ledger_app.money import MAJOR_AMOUNT
+from ledger_app.money import MAJOR_AMOUNT, format_money
 from ledger_app.selectors import charge_state, charge_states, idempotency_record
 from ledger_app.services.idempotency import Created
 from ledger_app.services.refunds import create_refund
@@ -109,7 +115,7 @@ def amount_search(term: str) -> Q | None:
 
 
 @admin.register(Charge)
-class ChargeAdmin(ReadOnlyAdmin):
+class ChargeAdmin(AmountColumn, ReadOnlyAdmin):
     list_display = [
         "id",
         "created_at",
@@ -150,20 +156,16 @@ class ChargeAdmin(ReadOnlyAdmin):
     ]
     readonly_fields = fields
 
-    @admin.display(description="Amount", ordering="amount")
-    def amount_display(self, obj: Charge) -> str:
-        return money(obj.amount, obj.currency)
-
     @admin.display(description="Refunded", ordering="amount_refunded")
     def refunded_display(self, obj: Charge) -> str:
-        return money(obj.amount_refunded, obj.currency)
+        return format_money(obj.amount_refunded, obj.currency)
 
     @admin.display(description="Refundable")
     def refundable_display(self, obj: Charge) -> str:
         """Only a succeeded charge with something left shows an amount here."""
         if not is_refundable(obj):
             return f"— ({why_not_refundable(obj)})"
-        return money(obj.amount_refundable, obj.currency)
+        return format_money(obj.amount_refundable, obj.currency)
 
     @admin.display(description="Refunds")
     def refund_history(self, obj: Charge):
@@ -171,39 +173,17 @@ class ChargeAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Ledger entries")
     def ledger_history(self, obj: Charge):
-        entries = list(obj.ledger_entries.order_by("-id")[:SHOWN_ON_PAGE])
-        if not entries:
-            return "None"
-        rows = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            (
-                (
-                    e.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-                    e.kind,
-                    e.refund_id or "",
-                    money(e.amount, e.currency),
-                    e.actor,
-                )
-                for e in entries
-            ),
-        )
-        url = (
-            reverse("admin:ledger_app_ledgerentry_changelist")
-            + "?"
-            + urlencode({"charge__id__exact": obj.pk})
-        )
-        return format_html(
-            '<div class="history-table"><table><tr><th>When</th><th>Kind</th><th>Refund</th>'
-            "<th>Amount</th><th>By</th></tr>{}</table></div>"
-            '<a href="{}">All ledger entries of this charge</a>',
-            rows,
-            url,
+        entries = obj.ledger_entries.order_by("-id")[:SHOWN_ON_PAGE]
+        return history_table(
+            "admin/ledger_app/charge/ledger_history.html",
+            [(e, format_money(e.amount, e.currency)) for e in entries],
+            "admin:ledger_app_ledgerentry_changelist",
+            obj,
         )
 
     @admin.display(description="Admin history")
     def admin_history(self, obj: Charge):
-        entries = (
+        entries = list(
             LogEntry.objects.filter(
                 content_type__app_label="ledger_app",
                 content_type__model="charge",
@@ -212,19 +192,9 @@ class ChargeAdmin(ReadOnlyAdmin):
             .select_related("user")
             .order_by("-action_time")[:SHOWN_ON_PAGE]
         )
-        rows = format_html_join(
-            "",
-            "<li>{} {}: {}</li>",
-            (
-                (
-                    e.action_time.strftime("%Y-%m-%d %H:%M"),
-                    e.user.get_username(),
-                    e.get_change_message(),
-                )
-                for e in entries
-            ),
-        )
-        return format_html("<ul>{}</ul>", rows) if rows else "None"
+        if not entries:
+            return "None"
+        return render_to_string("admin/ledger_app/charge/admin_history.html", {"entries": entries})
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
@@ -250,12 +220,13 @@ class ChargeAdmin(ReadOnlyAdmin):
         )
         return [refund_url, *super().get_urls()]
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        extra_context = {
-            **(extra_context or {}),
-            "can_refund": self.has_refund_permission(request),
-        }
-        return super().change_view(request, object_id, form_url, extra_context)
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        """The charge page offers "Refund…" to those who may refund, when there is something
+        left to refund."""
+        context["refund_offered"] = (
+            self.has_refund_permission(request) and obj is not None and is_refundable(obj)
+        )
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def refund_view(self, request, object_id):
         """One refund from a form that cannot move money twice, whatever the browser does.
@@ -270,70 +241,86 @@ class ChargeAdmin(ReadOnlyAdmin):
         if not self.has_refund_permission(request):
             raise PermissionDenied
         charge = self._charge_or_404(object_id)
-        here = reverse("admin:ledger_app_charge_refund", args=[quote(charge.pk)])
         if request.method == "POST":
-            form = RefundForm(request.POST, charge=charge)
-            key = request.POST.get("idempotency_key", "")
+            return self._refund_form_submitted(request, charge)
+        return self._refund_form_opened(request, charge)
+
+    def _refund_form_opened(self, request, charge: Charge):
+        """The form under the key in its URL; without a key, a redirect to a new one."""
+        key = f"admin:{request.GET.get('form', '')}"
+        if not FORM_KEY.match(key):
+            return redirect(f"{refund_url(charge)}?{urlencode({'form': uuid.uuid4().hex})}")
+        used = refund_made_with(key)
+        if used is not None:
+            return self._used_form_page(request, charge, used)
+        return self._refund_form_page(request, charge, self._fresh_form(charge, key))
+
+    def _refund_form_submitted(self, request, charge: Charge):
+        """A valid form goes to the service. An invalid one of a used key shows what the
+        key made (e.g. Back, then reload); otherwise it is drawn again with its errors,
+        against the charge as it is now, and goes to the service if that makes it valid."""
+        form = RefundForm(request.POST, charge=charge)
+        key = request.POST.get("idempotency_key", "")
+        if not form.is_valid():
+            used = refund_made_with(key) if FORM_KEY.match(key) else None
+            if used is not None:
+                return self._used_form_page(request, charge, used)
+            data = request.POST.copy()
+            data["charge_state"] = str(charge_state(charge.pk))
+            form = RefundForm(data, charge=charge)
             if not form.is_valid():
-                record = idempotency_record(key) if FORM_KEY.match(key) else None
-                if record is not None and record.refund_id:  # e.g. Back, then reload
-                    return self._used_form_page(request, charge, record.refund)
-                # Drawn again with the errors, against the charge as it is now.
-                data = request.POST.copy()
-                data["charge_state"] = str(charge_state(charge.pk))
-                form = RefundForm(data, charge=charge)
-                form.is_valid()
-        else:
-            key = f"admin:{request.GET.get('form', '')}"
-            if not FORM_KEY.match(key):
-                return redirect(f"{here}?{urlencode({'form': uuid.uuid4().hex})}")
-            record = idempotency_record(key)
-            if record is not None and record.refund_id:
-                return self._used_form_page(request, charge, record.refund)
-            form = self._fresh_form(charge, key)
+                return self._refund_form_page(request, charge, form)
+        return self._refund_from_form(request, charge, form, key)
+
+    def _refund_from_form(self, request, charge: Charge, form: RefundForm, key: str):
+        """The refund a valid form asks for; a refusal is shown on the form."""
         notice = ""
-        if request.method == "POST" and form.is_valid():
-            try:
-                result = create_refund(
-                    charge_id=charge.pk,
-                    amount=form.cleaned_data["amount"],
-                    idempotency_key=form.cleaned_data["idempotency_key"],
-                    reason=form.service_reason(),
-                    note=form.cleaned_data["note"],
-                    actor=request.user,
-                    source=Refund.Source.ADMIN,
-                    unchanged_since=form.cleaned_data["charge_state"],
-                )
-            except ChargeChanged as exc:
-                # Drawn again from the charge as it is now; the amount is asked for anew.
-                charge.refresh_from_db()
-                notice = f"{exc.message} ({exc.code})"
-                form = self._fresh_form(charge, key, form.cleaned_data)
-            except IdempotencyKeyReused as exc:
-                record = idempotency_record(key)
-                if record is not None and record.refund_id:
-                    return self._used_form_page(request, charge, record.refund, exc.code)
-                form.add_error(None, f"{exc.message} ({exc.code})")
-            except LedgerError as exc:
-                form.add_error(
-                    exc.param if exc.param in form.fields else None, f"{exc.message} ({exc.code})"
-                )
-            except (OperationalError, InterfaceError):
-                log.exception("database unavailable during an admin refund of %s", charge.pk)
-                drop_broken_connection()
-                form.add_error(None, DATABASE_UNAVAILABLE)
-            else:
-                self._report(request, charge, result)
-                return redirect("admin:ledger_app_charge_change", quote(charge.pk))
-        context = {
-            **self._refund_page_context(request, charge),
-            "form": form,
-            "notice": notice,
-            "refundable_now": charge.status == Charge.Status.SUCCEEDED
-            and charge.amount_refundable > 0,
-            "media": self.media + form.media,
-        }
-        return TemplateResponse(request, "admin/ledger_app/charge/refund_form.html", context)
+        try:
+            result = self._create_refund(
+                request,
+                charge,
+                form,
+                amount=form.cleaned_data["amount"],
+                key=form.cleaned_data["idempotency_key"],
+                state=form.cleaned_data["charge_state"],
+            )
+        except ChargeChanged as exc:
+            # Drawn again from the charge as it is now; the amount is asked for anew.
+            charge.refresh_from_db()
+            notice = f"{exc.message} ({exc.code})"
+            form = self._fresh_form(charge, key, form.cleaned_data)
+        except IdempotencyKeyReused as exc:
+            used = refund_made_with(key)
+            if used is not None:
+                return self._used_form_page(request, charge, used, exc.code)
+            form.add_error(None, f"{exc.message} ({exc.code})")
+        except LedgerError as exc:
+            form.add_error(
+                exc.param if exc.param in form.fields else None, f"{exc.message} ({exc.code})"
+            )
+        except (OperationalError, InterfaceError):
+            log.exception("database unavailable during an admin refund of %s", charge.pk)
+            drop_broken_connection()
+            form.add_error(None, DATABASE_UNAVAILABLE)
+        else:
+            self._report(request, charge, result)
+            return redirect("admin:ledger_app_charge_change", quote(charge.pk))
+        return self._refund_form_page(request, charge, form, notice)
+
+    def _create_refund(
+        self, request, charge: Charge, form: ReasonAndNote, *, amount: int, key: str, state: int
+    ) -> Created[Refund]:
+        """A refund through the service, by this person, with the form's reason and note."""
+        return create_refund(
+            charge_id=charge.pk,
+            amount=amount,
+            idempotency_key=key,
+            reason=form.service_reason(),
+            note=form.cleaned_data["note"],
+            actor=request.user,
+            source=Refund.Source.ADMIN,
+            unchanged_since=state,
+        )
 
     def _fresh_form(self, charge: Charge, key: str, kept: dict | None = None) -> RefundForm:
         kept = kept or {}
@@ -349,24 +336,32 @@ class ChargeAdmin(ReadOnlyAdmin):
 
     def _refund_page_context(self, request, charge: Charge) -> dict:
         return {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": f"Refund {charge.pk}",
+            **self.page_context(request, f"Refund {charge.pk}"),
             "charge": charge,
-            "amount": money(charge.amount, charge.currency),
-            "refunded": money(charge.amount_refunded, charge.currency),
-            "refundable": money(charge.amount_refundable, charge.currency),
+            "amount": format_money(charge.amount, charge.currency),
+            "refunded": format_money(charge.amount_refunded, charge.currency),
+            "refundable": format_money(charge.amount_refundable, charge.currency),
+            "refundable_now": is_refundable(charge),
             "refunds": refunds_table(charge),
         }
+
+    def _refund_form_page(self, request, charge: Charge, form: RefundForm, notice: str = ""):
+        context = {
+            **self._refund_page_context(request, charge),
+            "form": form,
+            "notice": notice,
+            "media": self.media + form.media,
+        }
+        return TemplateResponse(request, "admin/ledger_app/charge/refund_form.html", context)
 
     def _used_form_page(self, request, charge: Charge, refund: Refund, code: str = ""):
         """What Back, reload or a second tab of an already used form shows: what it did."""
         context = {
             **self._refund_page_context(request, charge),
             "used_refund": refund,
-            "used_amount": money(refund.amount, refund.currency),
+            "used_amount": format_money(refund.amount, refund.currency),
             "code": code,
-            "new_form_url": reverse("admin:ledger_app_charge_refund", args=[quote(charge.pk)]),
+            "new_form_url": refund_url(charge),
         }
         return TemplateResponse(request, "admin/ledger_app/charge/refund_form_used.html", context)
 
@@ -381,7 +376,7 @@ class ChargeAdmin(ReadOnlyAdmin):
 
     def _report(self, request, charge: Charge, result: Created[Refund]) -> str:
         refund = result.item
-        amount = money(refund.amount, refund.currency)
+        amount = format_money(refund.amount, refund.currency)
         if result.replayed:
             self.message_user(
                 request,
@@ -404,6 +399,8 @@ class ChargeAdmin(ReadOnlyAdmin):
         )
         return "refunded"
 
+    # --- refunding in bulk -------------------------------------------------------------
+
     @admin.action(permissions=["refund"], description="Refund selected charges in full…")
     def refund_in_full(self, request, queryset):
         """Refund what is left on each selected charge, after a confirmation page.
@@ -423,107 +420,122 @@ class ChargeAdmin(ReadOnlyAdmin):
             if form.is_valid():
                 self._refund_in_full(request, charges, form)
                 return None
-        else:  # drawn now: what it shows is what confirming it refunds
-            states = charge_states([c.pk for c in refundable])
-            form = BulkRefundForm(
-                initial={
-                    "batch_key": new_form_key("admin-bulk"),
-                    "confirmed": BulkRefundForm.sign(
-                        {c.pk: (states[c.pk], c.amount_refundable) for c in refundable}
-                    ),
-                }
-            )
+        else:
+            form = confirmation_form(refundable)
+        return self._refund_in_full_confirmation(request, charges, refundable, form)
+
+    def _refund_in_full_confirmation(
+        self, request, charges: list[Charge], refundable: list[Charge], form: BulkRefundForm
+    ):
         totals: dict[str, int] = defaultdict(int)
         for charge in refundable:
             totals[charge.currency] += charge.amount_refundable
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": "Refund charges in full",
-            "rows": [
-                (c, money(c.amount, c.currency), money(c.amount_refundable, c.currency))
+        return self.action_confirmation(
+            request,
+            "admin/ledger_app/charge/refund_in_full_confirmation.html",
+            title="Refund charges in full",
+            form=form,
+            selected=charges,
+            rows=[
+                (
+                    c,
+                    format_money(c.amount, c.currency),
+                    format_money(c.amount_refundable, c.currency),
+                )
                 for c in refundable
             ],
-            "not_refundable": [
-                (c, money(c.amount, c.currency), why_not_refundable(c))
+            not_refundable=[
+                (c, format_money(c.amount, c.currency), why_not_refundable(c))
                 for c in charges
                 if not is_refundable(c)
             ],
-            "totals": [(c.upper(), money(t, c)) for c, t in sorted(totals.items())],
-            "form": form,
-            "queryset": charges,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            "media": self.media,
-        }
-        return TemplateResponse(
-            request, "admin/ledger_app/charge/refund_in_full_confirmation.html", context
+            totals=[(c.upper(), format_money(t, c)) for c, t in sorted(totals.items())],
         )
 
     def _refund_in_full(self, request, charges: list[Charge], form: BulkRefundForm) -> None:
-        outcomes: dict[str, list[str]] = defaultdict(list)
+        """Refund each charge the confirmation page showed, then say what became of each."""
+        outcomes: dict[BulkOutcome, list[str]] = defaultdict(list)
         shown = form.cleaned_data["confirmed"]
         for charge in charges:
             if charge.pk not in shown:
-                outcomes["skipped"].append(f"{charge.pk} ({why_not_refundable(charge)})")
-                continue
-            state, amount = shown[charge.pk]
-            try:
-                result = create_refund(
-                    charge_id=charge.pk,
-                    amount=amount,
-                    idempotency_key=f"{form.cleaned_data['batch_key']}:{charge.pk}",
-                    reason=form.service_reason(),
-                    note=form.cleaned_data["note"],
-                    actor=request.user,
-                    source=Refund.Source.ADMIN,
-                    unchanged_since=state,
-                )
-            except ChargeChanged:
-                outcomes["changed"].append(charge.pk)
-                continue
-            except LedgerError as exc:
-                outcomes["refused"].append(f"{charge.pk} ({exc.code})")
-                continue
-            except (OperationalError, InterfaceError):
-                log.exception("database unavailable during a bulk refund of %s", charge.pk)
-                drop_broken_connection()
-                outcomes["interrupted"].append(f"{charge.pk} (database_unavailable)")
-                continue
-            refund = result.item
-            amount_text = money(refund.amount, refund.currency)
-            if result.replayed:
-                outcomes["replayed"].append(f"{charge.pk} {amount_text} ({refund.id})")
-                continue
-            self.log_change(
-                request, charge, f"Refunded {amount_text} as {refund.id} in a bulk refund."
-            )
-            outcomes[refund.status].append(f"{charge.pk} {amount_text} ({refund.id})")
-        for outcome, level, label in BULK_OUTCOMES:
+                outcome, line = BulkOutcome.SKIPPED, f"{charge.pk} ({why_not_refundable(charge)})"
+            else:
+                state, amount = shown[charge.pk]
+                outcome, line = self._refund_one_in_full(request, charge, form, state, amount)
+            outcomes[outcome].append(line)
+        for outcome, level in BULK_OUTCOMES:
             if outcomes[outcome]:
-                self.message_user(request, f"{label}: {', '.join(outcomes[outcome])}", level)
+                self.message_user(
+                    request, f"{outcome.label}: {', '.join(outcomes[outcome])}", level
+                )
+
+    def _refund_one_in_full(
+        self, request, charge: Charge, form: BulkRefundForm, state: int, amount: int
+    ) -> tuple[BulkOutcome, str]:
+        """One charge of a bulk refund: its outcome, and the line that names it."""
+        try:
+            result = self._create_refund(
+                request,
+                charge,
+                form,
+                amount=amount,
+                key=f"{form.cleaned_data['batch_key']}:{charge.pk}",
+                state=state,
+            )
+        except ChargeChanged:
+            return BulkOutcome.CHANGED, charge.pk
+        except LedgerError as exc:
+            return BulkOutcome.REFUSED, f"{charge.pk} ({exc.code})"
+        except (OperationalError, InterfaceError):
+            log.exception("database unavailable during a bulk refund of %s", charge.pk)
+            drop_broken_connection()
+            return BulkOutcome.INTERRUPTED, f"{charge.pk} (database_unavailable)"
+        refund = result.item
+        amount_text = format_money(refund.amount, refund.currency)
+        line = f"{charge.pk} {amount_text} ({refund.id})"
+        if result.replayed:
+            return BulkOutcome.REPLAYED, line
+        self.log_change(request, charge, f"Refunded {amount_text} as {refund.id} in a bulk refund.")
+        return BulkOutcome(refund.status), line
 
 
-# What the bulk refund tells the person, per outcome, in this order.
-BULK_OUTCOMES = [
-    ("succeeded", messages.SUCCESS, "Refunded"),
-    ("pending", messages.INFO, "Refunded, waiting for the provider"),
-    ("unknown", messages.WARNING, "Refunded, provider outcome unknown (the reconciler will ask)"),
-    ("failed", messages.ERROR, "Declined by the provider"),
-    ("replayed", messages.WARNING, "Already refunded by this confirmation (replayed)"),
-    (
+class BulkOutcome(models.TextChoices):
+    """What became of one selected charge in a bulk refund: a new refund's status, or one
+    of the reasons none was made. The label is what the person is told."""
+
+    SUCCEEDED = Refund.Status.SUCCEEDED, "Refunded"
+    PENDING = Refund.Status.PENDING, "Refunded, waiting for the provider"
+    UNKNOWN = (
+        Refund.Status.UNKNOWN,
+        "Refunded, provider outcome unknown (the reconciler will ask)",
+    )
+    FAILED = Refund.Status.FAILED, "Declined by the provider"
+    REPLAYED = "replayed", "Already refunded by this confirmation (replayed)"
+    CHANGED = (
         "changed",
-        messages.ERROR,
         "Not refunded, because the charge changed after the confirmation page was shown "
         "(charge_changed); select it again to see what is left",
-    ),
-    ("skipped", messages.WARNING, "Not refunded, nothing to refund"),
-    ("refused", messages.ERROR, "Refused"),
-    (
+    )
+    SKIPPED = "skipped", "Not refunded, nothing to refund"
+    REFUSED = "refused", "Refused"
+    INTERRUPTED = (
         "interrupted",
-        messages.ERROR,
         "The database did not answer; these may or may not be refunded. Go Back and confirm "
         "the same page again: it replays what was made and never refunds twice",
-    ),
+    )
+
+
+# How the bulk refund tells the person about each outcome, in this order.
+BULK_OUTCOMES = [
+    (BulkOutcome.SUCCEEDED, messages.SUCCESS),
+    (BulkOutcome.PENDING, messages.INFO),
+    (BulkOutcome.UNKNOWN, messages.WARNING),
+    (BulkOutcome.FAILED, messages.ERROR),
+    (BulkOutcome.REPLAYED, messages.WARNING),
+    (BulkOutcome.CHANGED, messages.ERROR),
+    (BulkOutcome.SKIPPED, messages.WARNING),
+    (BulkOutcome.REFUSED, messages.ERROR),
+    (BulkOutcome.INTERRUPTED, messages.ERROR),
 ]
 
 
@@ -537,37 +549,44 @@ def why_not_refundable(charge: Charge) -> str:
     return "fully refunded"
 
 
-def refunds_table(charge: Charge):
-    refunds = list(charge.refunds.order_by("-created_at", "-id")[:SHOWN_ON_PAGE])
-    if not refunds:
+def refund_url(charge: Charge) -> str:
+    """The refund page of a charge; without `?form=`, it redirects to a new form."""
+    return reverse("admin:ledger_app_charge_refund", args=[quote(charge.pk)])
+
+
+def refund_made_with(key: str) -> Refund | None:
+    """The refund an already used form key made, if it made one."""
+    record = idempotency_record(key)
+    return record.refund if record is not None and record.refund_id else None
+
+
+def confirmation_form(refundable: list[Charge]) -> BulkRefundForm:
+    """The bulk refund form as drawn now: what it shows is what confirming it refunds."""
+    states = charge_states([c.pk for c in refundable])
+    return BulkRefundForm(
+        initial={
+            "batch_key": new_form_key("admin-bulk"),
+            "confirmed": BulkRefundForm.sign(
+                {c.pk: (states[c.pk], c.amount_refundable) for c in refundable}
+            ),
+        }
+    )
+
+
+def history_table(template: str, rows: list[tuple], changelist: str, charge: Charge) -> str:
+    """The newest of a charge's refunds or ledger entries (each row: the object and its
+    amount, formatted) and a link to all of them; "None" when it has none."""
+    if not rows:
         return "None"
-    rows = format_html_join(
-        "",
-        '<tr><td><a href="{}">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
-        "<td>{}</td><td>{}</td></tr>",
-        (
-            (
-                reverse("admin:ledger_app_refund_change", args=[quote(r.pk)]),
-                r.pk,
-                r.created_at.strftime("%Y-%m-%d %H:%M"),
-                money(r.amount, r.currency),
-                r.status,
-                r.get_reason_display() or "other",
-                r.actor,
-                r.note,
-            )
-            for r in refunds
-        ),
-    )
-    url = (
-        reverse("admin:ledger_app_refund_changelist")
-        + "?"
-        + urlencode({"charge__id__exact": charge.pk})
-    )
-    return format_html(
-        '<div class="history-table"><table><tr><th>Refund</th><th>When</th><th>Amount</th>'
-        "<th>Status</th><th>Reason</th><th>By</th><th>Note</th></tr>{}</table></div>"
-        '<a href="{}">All refunds of this charge</a>',
-        rows,
-        url,
+    all_url = reverse(changelist) + "?" + urlencode({"charge__id__exact": charge.pk})
+    return render_to_string(template, {"rows": rows, "all_url": all_url})
+
+
+def refunds_table(charge: Charge) -> str:
+    refunds = charge.refunds.order_by("-created_at", "-id")[:SHOWN_ON_PAGE]
+    return history_table(
+        "admin/ledger_app/charge/refund_history.html",
+        [(r, format_money(r.amount, r.currency)) for r in refunds],
+        "admin:ledger_app_refund_changelist",
+        charge,
     )

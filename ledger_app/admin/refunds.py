@@ -5,17 +5,19 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.db.models import Q
-from django.template.response import TemplateResponse
 
-from ledger_app.admin.base import ReadOnlyAdmin, money
+from ledger_app.admin.base import AmountColumn, ReadOnlyAdmin
 from ledger_app.admin.forms import HandledForm
 from ledger_app.errors import LedgerError
 from ledger_app.models import ApiKey, IdempotencyRecord, LedgerEntry, Refund, RefundAttention
+from ledger_app.money import format_money
 from ledger_app.selectors import needing_attention
 from ledger_app.services.attention import mark_refund_handled
 from ledger_app.services.dispatch import send_refund
 from ledger_app.services.refunds import actor_label
 from ledger_app.services.text import has_unstorable_characters
+
+MAX_SELECTED = 500  # refunds one queue action acts on
 
 
 class IssuedByFilter(admin.SimpleListFilter):
@@ -48,7 +50,7 @@ def exact_id_search(queryset, term: str, *fields: str):
 
 
 @admin.register(Refund)
-class RefundAdmin(ReadOnlyAdmin):
+class RefundAdmin(AmountColumn, ReadOnlyAdmin):
     list_display = [
         "id",
         "created_at",
@@ -96,10 +98,6 @@ class RefundAdmin(ReadOnlyAdmin):
     ]
     fields = readonly_fields
 
-    @admin.display(description="Amount", ordering="amount")
-    def amount_display(self, obj: Refund) -> str:
-        return money(obj.amount, obj.currency)
-
     def get_search_results(self, request, queryset, search_term):
         return exact_id_search(queryset, search_term, "pk", "charge_id", "provider_idempotency_key")
 
@@ -138,7 +136,7 @@ class RefundAttentionAdmin(RefundAdmin):
         if status == Refund.Status.FAILED:
             actions.pop("reconcile_now", None)
             actions.pop("retry_dispatch", None)
-        elif status in (Refund.Status.PENDING, Refund.Status.UNKNOWN):
+        elif status in Refund.OPEN_STATUSES:
             actions.pop("mark_handled", None)
         return actions
 
@@ -156,13 +154,13 @@ class RefundAttentionAdmin(RefundAdmin):
     def _send_each(self, request, queryset, *, ask_first: bool, verb: str) -> None:
         actor = actor_label(request.user)
         done, skipped = [], []
-        for refund in Refund.objects.filter(pk__in=queryset.values("pk")).order_by("pk")[:500]:
-            if refund.status not in refund.OPEN_STATUSES:
+        for refund in selected_refunds(queryset):
+            if refund.status not in Refund.OPEN_STATUSES:
                 skipped.append(f"{refund.pk} ({refund.status})")
                 continue
             sent = send_refund(refund.pk, ask_first=ask_first, actor=actor)
-            line = f"{refund.pk} {money(refund.amount, refund.currency)}: {sent.item.status} "
-            line += f"({STEP_WORDS[sent.step]})"
+            amount = format_money(refund.amount, refund.currency)
+            line = f"{refund.pk} {amount}: {sent.item.status} ({STEP_WORDS[sent.step]})"
             if sent.acted:
                 self.log_change(request, refund, f"{verb}: {line}")
             done.append(line)
@@ -181,54 +179,56 @@ class RefundAttentionAdmin(RefundAdmin):
     @admin.action(permissions=["refund"], description="Mark declined refunds handled…")
     def mark_handled(self, request, queryset):
         """Close declines support has dealt with, after a page that asks what was done."""
-        refunds = list(Refund.objects.filter(pk__in=queryset.values("pk")).order_by("pk")[:500])
+        refunds = selected_refunds(queryset)
         declined = [r for r in refunds if r.status == Refund.Status.FAILED]
         others = [r for r in refunds if r.status != Refund.Status.FAILED]
         form = HandledForm(request.POST if request.POST.get("post") == "yes" else None)
         if form.is_bound and form.is_valid():
-            actor = actor_label(request.user)
-            handled, refused = [], []
-            for refund in declined:
-                try:
-                    mark_refund_handled(
-                        refund_id=refund.pk, note=form.cleaned_data["note"], actor=actor
-                    )
-                except LedgerError as exc:
-                    refused.append(f"{refund.pk} ({exc.code})")
-                    continue
-                self.log_change(request, refund, f"Marked handled: {form.cleaned_data['note']}")
-                handled.append(refund.pk)
-            if handled:
-                self.message_user(
-                    request, f"Marked handled: {', '.join(handled)}", messages.SUCCESS
-                )
-            if refused or others:
-                not_done = refused + [f"{r.pk} ({r.status})" for r in others]
-                self.message_user(
-                    request,
-                    "Not marked handled (only declines can be; the others are settled by "
-                    f"asking the provider): {', '.join(not_done)}",
-                    messages.WARNING,
-                )
+            self._mark_each_handled(request, declined, others, form.cleaned_data["note"])
             return None
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": "Mark declined refunds handled",
-            "declined": [(r, money(r.amount, r.currency)) for r in declined],
-            "others": [(r, money(r.amount, r.currency)) for r in others],
-            "form": form,
-            "queryset": refunds,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            "media": self.media,
-        }
-        return TemplateResponse(
-            request, "admin/ledger_app/refundattention/mark_handled.html", context
+        return self.action_confirmation(
+            request,
+            "admin/ledger_app/refundattention/mark_handled.html",
+            title="Mark declined refunds handled",
+            form=form,
+            selected=refunds,
+            declined=[(r, format_money(r.amount, r.currency)) for r in declined],
+            others=[(r, format_money(r.amount, r.currency)) for r in others],
         )
+
+    def _mark_each_handled(
+        self, request, declined: list[Refund], others: list[Refund], note: str
+    ) -> None:
+        """Mark each decline handled with the note, then say which were and which not."""
+        actor = actor_label(request.user)
+        handled, refused = [], []
+        for refund in declined:
+            try:
+                mark_refund_handled(refund_id=refund.pk, note=note, actor=actor)
+            except LedgerError as exc:
+                refused.append(f"{refund.pk} ({exc.code})")
+                continue
+            self.log_change(request, refund, f"Marked handled: {note}")
+            handled.append(refund.pk)
+        if handled:
+            self.message_user(request, f"Marked handled: {', '.join(handled)}", messages.SUCCESS)
+        if refused or others:
+            not_done = refused + [f"{r.pk} ({r.status})" for r in others]
+            self.message_user(
+                request,
+                "Not marked handled (only declines can be; the others are settled by "
+                f"asking the provider): {', '.join(not_done)}",
+                messages.WARNING,
+            )
+
+
+def selected_refunds(queryset) -> list[Refund]:
+    """The refunds an action was asked to act on (at most MAX_SELECTED), in id order."""
+    return list(Refund.objects.filter(pk__in=queryset.values("pk")).order_by("pk")[:MAX_SELECTED])
 
 
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(ReadOnlyAdmin):
+class LedgerEntryAdmin(AmountColumn, ReadOnlyAdmin):
     list_display = [
         "id",
         "created_at",
@@ -245,10 +245,6 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
     search_help_text = "A charge id or a refund id, exactly."
     ordering = ["-id"]
     raw_id_fields = ["charge", "refund"]
-
-    @admin.display(description="Amount", ordering="amount")
-    def amount_display(self, obj: LedgerEntry) -> str:
-        return money(obj.amount, obj.currency)
 
     def get_search_results(self, request, queryset, search_term):
         return exact_id_search(queryset, search_term, "charge_id", "refund_id")

@@ -1,6 +1,5 @@
 import pytest
 from django.contrib.auth.models import Group
-from django.test import Client
 
 
 @pytest.fixture
@@ -12,7 +11,7 @@ def support_agent(django_user_model):
 
 
 @pytest.fixture
-def agent_client(support_agent):
-    client = Client()
+def agent_client(client, support_agent):
+    """pytest-django's test client, logged in as the support agent."""
     client.force_login(support_agent)
     return client

@@ -51,16 +51,14 @@ def encode(pairs: list[tuple[str, str]]) -> bytes:
     return "&".join(f"{url_quote(k)}={url_quote(v)}" for k, v in pairs).encode("ascii")
 
 
-@pytest.mark.parametrize("case", hostile.cases("admin"))
-def test_hostile_input_on_the_admin_refund_form(agent_client, settings, case):
-    settings.SIMULATED_GATEWAY_LATENCY_MS = 0
-    agent_client.raise_request_exception = False  # a 500 must show up as a response here
-    charge = hostile.target_charge(case)
+def hostile_submission(client, case, charge) -> tuple[str, list[tuple[str, str]]]:
+    """Where the case posts, and what: the refund form as drawn, with the case's value in
+    its field (or in the URL), padded to the case's number of fields if it has one."""
     url = refund_url(case.value if case.field == "charge" else charge.pk)
     drawn = (
         {"idempotency_key": "", "charge_state": "0"}
         if case.field == "charge"
-        else drawn_form(agent_client, charge.pk)
+        else drawn_form(client, charge.pk)
     )
     fields = {
         "amount": case.amount,
@@ -73,6 +71,15 @@ def test_hostile_input_on_the_admin_refund_form(agent_client, settings, case):
     pairs = list(fields.items())
     if "fields" in case.expect:  # too many fields
         pairs += [(f"x{i}", "v") for i in range(case.expect["fields"] - len(pairs))]
+    return url, pairs
+
+
+@pytest.mark.parametrize("case", hostile.cases("admin"))
+def test_hostile_input_on_the_admin_refund_form(agent_client, settings, case):
+    settings.SIMULATED_GATEWAY_LATENCY_MS = 0
+    agent_client.raise_request_exception = False  # a 500 must show up as a response here
+    charge = hostile.target_charge(case)
+    url, pairs = hostile_submission(agent_client, case, charge)
     before = hostile.snapshot(charge)
 
     response = agent_client.post(url, encode(pairs), content_type=FORM)

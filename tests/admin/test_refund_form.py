@@ -7,6 +7,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
+from ledger_app.admin.charges import BULK_OUTCOMES, BulkOutcome
 from ledger_app.admin.forms import new_form_key
 from ledger_app.models import Charge, Refund
 from ledger_app.selectors import charge_state
@@ -33,6 +34,12 @@ def form_key(response) -> str:
 def open_form(client, charge):
     """The refund page as a person reaches it: the plain URL redirects to a form of its own."""
     return client.get(refund_url(charge), follow=True)
+
+
+def drawn_form(client, charge) -> tuple[str, str]:
+    """The key and the charge state of a refund form as drawn for a person."""
+    page = open_form(client, charge)
+    return form_key(page), hidden(page, "charge_state")
 
 
 def submit(client, charge, key=None, state=None, **fields):
@@ -172,8 +179,7 @@ class TestRefundForm:
 
     def test_submitting_one_rendered_form_twice_refunds_once(self, agent_client):
         charge = ChargeFactory(amount=5_000)
-        page = open_form(agent_client, charge)
-        key, state = form_key(page), hidden(page, "charge_state")
+        key, state = drawn_form(agent_client, charge)
 
         first = submit(agent_client, charge, key=key, state=state, amount="10.00")
         second = submit(agent_client, charge, key=key, state=state, amount="10.00")
@@ -187,8 +193,7 @@ class TestRefundForm:
 
     def test_an_invalid_resubmission_of_a_used_form_shows_what_it_made(self, agent_client):
         charge = ChargeFactory(amount=5_000)
-        page = open_form(agent_client, charge)
-        key, state = form_key(page), hidden(page, "charge_state")
+        key, state = drawn_form(agent_client, charge)
         submit(agent_client, charge, key=key, state=state, amount="1.50")
 
         again = submit(agent_client, charge, key=key, state=state, amount="")  # Back, reload
@@ -199,12 +204,10 @@ class TestRefundForm:
 
     def test_a_form_drawn_again_with_errors_carries_the_charge_as_shown(self, agent_client):
         charge = ChargeFactory(amount=5_000)
-        page = open_form(agent_client, charge)
+        key, state = drawn_form(agent_client, charge)
         create_refund(charge_id=charge.pk, amount=100)  # elsewhere, meanwhile
 
-        redrawn = submit(
-            agent_client, charge, key=form_key(page), state=hidden(page, "charge_state")
-        )
+        redrawn = submit(agent_client, charge, key=key, state=state)
 
         assert "amount_required" in redrawn.content.decode()
         assert hidden(redrawn, "charge_state") == str(charge_state(charge.pk))
@@ -212,8 +215,7 @@ class TestRefundForm:
 
     def test_a_refused_submission_binds_nothing_so_the_corrected_one_works(self, agent_client):
         charge = ChargeFactory(amount=5_000)
-        page = open_form(agent_client, charge)
-        key, state = form_key(page), hidden(page, "charge_state")
+        key, state = drawn_form(agent_client, charge)
 
         submit(agent_client, charge, key=key, state=state, amount="60.00")
         submit(agent_client, charge, key=key, state=state, amount="40.00")
@@ -341,6 +343,10 @@ class TestBulkRefund:
             and f"{fully_refunded_charge.pk} (fully refunded)" in m
             for m in messages
         )
+
+    def test_every_outcome_has_one_message_and_every_refund_status_is_an_outcome(self):
+        assert [outcome for outcome, _level in BULK_OUTCOMES] == list(BulkOutcome)
+        assert set(Refund.Status) <= set(BulkOutcome)
 
 
 class TestPermissions:

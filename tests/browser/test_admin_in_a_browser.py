@@ -32,18 +32,10 @@ from tests.browser.conftest import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_support_agent_issues_a_partial_refund_from_the_charge_page(
-    agent_page, support_agent, screenshot
-):
-    page = agent_page
-    charge = new_charge(description="Blue teapot")
-
-    page.goto(change_url(charge))
-    link = page.locator("a.refund-link")
-    assert link.text_content() == "Refund…"  # the admin's CSS shows it in capitals
-    link.click()
-    page.wait_for_url(at(refund_url(charge)))
-    # The link lands on the form's own URL: its key is in the query, for Back and reload.
+def assert_a_new_form_for_fifty_dollars(page) -> None:
+    """The refund form a link lands on: its own key, for Back and reload, and no amount
+    drawn in, for a charge of $50.00 with nothing refunded."""
+    # The link lands on the form's own URL: its key is in the query.
     assert re.fullmatch(r"form=[0-9a-f]{32}", urlsplit(page.url).query)
     key = page.get_attribute("input[name=idempotency_key]", "value")
     assert key == "admin:" + urlsplit(page.url).query.removeprefix("form=")
@@ -55,6 +47,20 @@ def test_a_support_agent_issues_a_partial_refund_from_the_charge_page(
     assert page.inner_text("label[for=id_refund_all]") == "Refund everything left ($50.00):"
     assert not page.is_checked("#id_refund_all")
     assert page.get_attribute("#id_refund_all", "value") == "5000"
+
+
+def test_a_support_agent_issues_a_partial_refund_from_the_charge_page(
+    agent_page, support_agent, screenshot
+):
+    page = agent_page
+    charge = new_charge(description="Blue teapot")
+
+    page.goto(change_url(charge))
+    link = page.locator("a.refund-link")
+    assert link.text_content() == "Refund…"  # the admin's CSS shows it in capitals
+    link.click()
+    page.wait_for_url(at(refund_url(charge)))
+    assert_a_new_form_for_fifty_dollars(page)
     fill_refund_form(page, "12.34")
     screenshot(page, "refund-form")
     page.click(REFUND_BUTTON)
@@ -76,6 +82,15 @@ def test_a_support_agent_issues_a_partial_refund_from_the_charge_page(
     assert refund.created_by == support_agent
     assert charge.amount_refunded == 1_234
     assert LogEntry.objects.filter(object_id=charge.pk, user=support_agent).count() == 1
+
+
+def assert_refunded_in_full_as_a_duplicate(charge) -> None:
+    """Once its refund has settled: one refund of the whole charge, succeeded."""
+    wait_until(lambda: settled(charge))
+    charge.refresh_from_db()
+    refund = Refund.objects.get(charge=charge)
+    assert refund.amount == charge.amount == charge.amount_refunded
+    assert (refund.status, refund.reason) == (Refund.Status.SUCCEEDED, "duplicate")
 
 
 def test_the_bulk_action_refunds_three_selected_charges_in_full_after_a_confirmation(
@@ -114,11 +129,7 @@ def test_the_bulk_action_refunds_three_selected_charges_in_full_after_a_confirma
     assert message.startswith("Refunded:")
     assert all(charge.pk in message for charge in chosen)
     for charge in chosen:
-        wait_until(lambda charge=charge: settled(charge))
-        charge.refresh_from_db()
-        refund = Refund.objects.get(charge=charge)
-        assert refund.amount == charge.amount == charge.amount_refunded
-        assert (refund.status, refund.reason) == (Refund.Status.SUCCEEDED, "duplicate")
+        assert_refunded_in_full_as_a_duplicate(charge)
     assert Refund.objects.count() == 3
     untouched.refresh_from_db()
     assert untouched.amount_refunded == 0

@@ -55,12 +55,31 @@ def provider_refund_requests() -> int:
     return ProviderRequest.objects.filter(operation="refund").count()
 
 
+def refunds_made(charge) -> tuple[int, int, int]:
+    """books(charge), then every refund request that reached the provider."""
+    return (*books(charge), provider_refund_requests())
+
+
 def form_key(page) -> str:
     return page.get_attribute("#refund-form input[name=idempotency_key]", "value")
 
 
 def left_to_refund(page) -> str:
     return page.inner_text(".refund-summary tr:has(th:text-is('Left to refund')) td")
+
+
+def open_a_new_charges_refund_form(page, **fields) -> Charge:
+    """A new charge (see new_charge), its refund form open on `page`."""
+    charge = new_charge(**fields)
+    page.goto(refund_url(charge))
+    return charge
+
+
+def another_tab(page, browser_problems):
+    """A second tab of the same browser, its problems watched like the first's."""
+    tab = page.context.new_page()
+    browser_problems.watch(tab)
+    return tab
 
 
 def submit(page, button: str = REFUND_BUTTON) -> str:
@@ -76,6 +95,24 @@ def refund_on_the_form(page, charge, amount: str, note: str = "") -> Refund:
     page.click(REFUND_BUTTON)
     page.wait_for_url(at_charge_page(charge))
     return Refund.objects.filter(charge=charge).latest("created_at")
+
+
+def back_to_a_page_that_answered_a_post(page, browser_problems, while_asked=None) -> None:
+    """Press Back to a page that answered a POST. What Chromium did: it would not post
+    again on its own, and showed its "Confirm Form Resubmission" page (net::ERR_CACHE_MISS)
+    telling the person to reload to post again; this then reloads, which posts. A browser
+    may instead show a restored copy, with no error. `while_asked`, if given, checks what
+    must hold while the resubmission page is shown."""
+    browser_problems.expect_failure("net::ERR_CACHE_MISS")
+    try:
+        page.go_back()
+    except PlaywrightError as exc:
+        assert "net::ERR_CACHE_MISS" in exc.message
+        assert "Confirm Form Resubmission" in page.inner_text("body")
+        if while_asked is not None:
+            while_asked()
+        response = page.reload()
+        assert response.request.method == "POST"
 
 
 def press_whatever_submit_is_there(page, charge, refund: Refund) -> None:
@@ -112,8 +149,9 @@ def test_back_after_a_refund_then_submitting_what_is_there_refunds_nothing_more(
 ):
     page = agent_page
     declines = provider == "declines"
-    charge = new_charge(metadata={"simulate_refund": "decline"} if declines else {})
-    page.goto(refund_url(charge))
+    charge = open_a_new_charges_refund_form(
+        page, metadata={"simulate_refund": "decline"} if declines else {}
+    )
     form_url = page.url
 
     refund = refund_on_the_form(page, charge, "1.50", note="The lid was chipped.")
@@ -136,15 +174,13 @@ def test_back_after_a_refund_then_submitting_what_is_there_refunds_nothing_more(
     page.reload()
     press_whatever_submit_is_there(page, charge, refund)
 
-    assert books(charge) == (1, 0 if declines else 150)
-    assert provider_refund_requests() == 1
+    assert refunds_made(charge) == (1, 0 if declines else 150, 1)
 
 
 @in_both_browsers
 def test_back_after_a_refused_then_accepted_form_refunds_nothing_more(agent_page, browser_problems):
     page = agent_page
-    charge = new_charge()
-    page.goto(refund_url(charge))
+    charge = open_a_new_charges_refund_form(page)
     form_url = page.url
     page.select_option("#id_reason", "requested_by_customer")
     assert submit(page) == form_url  # blank amount: refused, the answer to a POST
@@ -153,15 +189,7 @@ def test_back_after_a_refused_then_accepted_form_refunds_nothing_more(agent_page
     assert page.inner_text(".messagelist .success") == f"Refund {refund.pk} of $1.50: succeeded."
 
     # Back lands on the refused submission, the answer to a POST.
-    browser_problems.expect_failure("net::ERR_CACHE_MISS")
-    try:
-        page.go_back()
-    except PlaywrightError as exc:
-        # What Chromium did: its "Confirm Form Resubmission" page; reload posts again.
-        assert "net::ERR_CACHE_MISS" in exc.message
-        assert "Confirm Form Resubmission" in page.inner_text("body")
-        response = page.reload()
-        assert response.request.method == "POST"
+    back_to_a_page_that_answered_a_post(page, browser_problems)
     assert page.url == form_url
 
     if page.locator(REFUND_BUTTON).is_visible():
@@ -177,8 +205,7 @@ def test_back_after_a_refused_then_accepted_form_refunds_nothing_more(agent_page
         assert used.endswith("Nothing more is refunded from it (idempotency_key_reused)."), used
     else:
         press_whatever_submit_is_there(page, charge, refund)
-    assert books(charge) == (1, 150)
-    assert provider_refund_requests() == 1
+    assert refunds_made(charge) == (1, 150, 1)
 
 
 # --- b. Reload -------------------------------------------------------------------------
@@ -187,8 +214,7 @@ def test_back_after_a_refused_then_accepted_form_refunds_nothing_more(agent_page
 @in_both_browsers
 def test_reloading_the_charge_page_after_a_refund_refunds_nothing_more(agent_page):
     page = agent_page
-    charge = new_charge()
-    page.goto(refund_url(charge))
+    charge = open_a_new_charges_refund_form(page)
     refund = refund_on_the_form(page, charge, "1.50", note="The lid was chipped.")
     assert page.inner_text(".messagelist .success") == f"Refund {refund.pk} of $1.50: succeeded."
 
@@ -199,15 +225,13 @@ def test_reloading_the_charge_page_after_a_refund_refunds_nothing_more(agent_pag
     assert page.locator(".messagelist").count() == 0  # the message was shown once
     assert page.inner_text(".field-refunded_display .readonly") == "$1.50"
     assert page.inner_text(".field-refundable_display .readonly") == "$48.50"
-    assert books(charge) == (1, 150)
-    assert provider_refund_requests() == 1
+    assert refunds_made(charge) == (1, 150, 1)
 
 
 @in_both_browsers
 def test_reloading_a_refused_form_posts_it_again_and_refunds_nothing(agent_page):
     page = agent_page
-    charge = new_charge()
-    page.goto(refund_url(charge))
+    charge = open_a_new_charges_refund_form(page)
     form_url = page.url
     page.fill("#id_amount", "1.50")  # and no reason chosen
     assert submit(page) == form_url
@@ -220,8 +244,7 @@ def test_reloading_a_refused_form_posts_it_again_and_refunds_nothing(agent_page)
     assert page.url == form_url
     assert page.inner_text("#refund-form .errorlist") == refusal
     assert page.inner_text("p.errornote") == "Please correct the errors below."
-    assert books(charge) == (0, 0)
-    assert provider_refund_requests() == 0
+    assert refunds_made(charge) == (0, 0, 0)
 
 
 # --- c. One rendering of the form in two tabs -------------------------------------------
@@ -232,10 +255,8 @@ def test_one_rendered_form_open_in_two_tabs_refunds_once(
     agent_page, browser_problems, second_amount
 ):
     first = agent_page
-    charge = new_charge()
-    first.goto(refund_url(charge))
-    second = first.context.new_page()
-    browser_problems.watch(second)
+    charge = open_a_new_charges_refund_form(first)
+    second = another_tab(first, browser_problems)
     first_url = first.url
     second.goto(first_url)  # the same ?form= URL, so the same key
     assert form_key(second) == form_key(first)
@@ -261,21 +282,35 @@ def test_one_rendered_form_open_in_two_tabs_refunds_once(
         ), used
         assert used.endswith("Nothing more is refunded from it (idempotency_key_reused)."), used
         assert second.locator(REFUND_BUTTON).count() == 0
-    assert books(charge) == (1, 100)
-    assert provider_refund_requests() == 1
+    assert refunds_made(charge) == (1, 100, 1)
 
 
 # --- d. Two tabs, each drawn on its own ---------------------------------------------------
+
+
+def assert_drawn_again_from_the_charge_now(second, charge, refund) -> None:
+    """The second tab's form, refused because the first tab refunded $1.00 of $50.00: the
+    notice says so, and the form is drawn again from the charge as it is now, the amount
+    asked for anew and the note kept."""
+    notice = second.locator("p.errornote.charge-changed")
+    assert notice.inner_text() == (
+        f"Charge {charge.pk} changed since this form was shown: $1.00 is refunded now and "
+        "$49.00 is left. Nothing was refunded; check the charge and submit again. "
+        "(charge_changed)"
+    )
+    assert left_to_refund(second) == "$49.00"
+    assert second.inner_text("label[for=id_refund_all]") == "Refund everything left ($49.00):"
+    assert refund.pk in second.inner_text("#content .history-table")
+    assert second.input_value("#id_amount") == ""
+    assert second.input_value("#id_note") == "Second tab."
 
 
 def test_two_forms_drawn_separately_cannot_both_refund_what_they_showed(
     agent_page, browser_problems
 ):
     first = agent_page
-    charge = new_charge()
-    first.goto(refund_url(charge))
-    second = first.context.new_page()
-    browser_problems.watch(second)
+    charge = open_a_new_charges_refund_form(first)
+    second = another_tab(first, browser_problems)
     second.goto(refund_url(charge))  # a GET of its own: another key, the same charge state
     second_url = second.url
     assert form_key(second) != form_key(first)
@@ -286,18 +321,7 @@ def test_two_forms_drawn_separately_cannot_both_refund_what_they_showed(
     assert first.inner_text(".messagelist .success") == f"Refund {refund.pk} of $1.00: succeeded."
 
     assert submit(second) == second_url, "the second tab must not refund"
-    notice = second.locator("p.errornote.charge-changed")
-    assert notice.inner_text() == (
-        f"Charge {charge.pk} changed since this form was shown: $1.00 is refunded now and "
-        "$49.00 is left. Nothing was refunded; check the charge and submit again. "
-        "(charge_changed)"
-    )
-    # Drawn again from the charge as it is now: the amount is asked for anew.
-    assert left_to_refund(second) == "$49.00"
-    assert second.inner_text("label[for=id_refund_all]") == "Refund everything left ($49.00):"
-    assert refund.pk in second.inner_text("#content .history-table")
-    assert second.input_value("#id_amount") == ""
-    assert second.input_value("#id_note") == "Second tab."
+    assert_drawn_again_from_the_charge_now(second, charge, refund)
     assert form_key(second) == second_key
     assert books(charge) == (1, 100)
 
@@ -314,8 +338,7 @@ def test_two_forms_drawn_separately_cannot_both_refund_what_they_showed(
     newer = Refund.objects.exclude(pk=refund.pk).get(charge=charge)
     assert second.inner_text(".messagelist .success") == f"Refund {newer.pk} of $1.00: succeeded."
     assert newer.note == "Second tab."
-    assert books(charge) == (2, 200)
-    assert provider_refund_requests() == 2
+    assert refunds_made(charge) == (2, 200, 2)
 
 
 # --- e. Double click ----------------------------------------------------------------------
@@ -378,14 +401,9 @@ def refundable_column(page, charge) -> str:
     return row.locator("td.field-refundable_display").inner_text()
 
 
-@in_both_browsers
-def test_back_after_a_bulk_refund_refunds_nothing_more(agent_page, browser_problems):
-    page = agent_page
-    first = new_charge(amount=2_500)
-    second = new_charge(amount=1_050)
-    failed = new_charge(amount=700, status=Charge.Status.FAILED)
-    untouched = new_charge(amount=9_999)
-
+def confirm_a_bulk_refund(page, first, second, failed) -> None:
+    """Select the three charges for a bulk refund, see what the confirmation page lists
+    (two to refund, the failed one apart), and confirm it."""
     choose_bulk_refund(page, [first, second, failed])
     refundable = page.inner_text("table.refundable-charges")
     assert first.pk in refundable and second.pk in refundable
@@ -398,6 +416,9 @@ def test_back_after_a_bulk_refund_refunds_nothing_more(agent_page, browser_probl
     page.fill("#id_note", "Charged twice by the checkout bug.")
     page.click(CONFIRM_BUTTON)
 
+
+def assert_the_charge_list_shows_the_bulk_refund(page, first, second, failed, untouched):
+    """After confirming: back on the charge list, which says what was refunded and not."""
     page.wait_for_url(at(reverse(CHANGELIST)))
     done = page.inner_text(".messagelist .success")
     assert done.startswith("Refunded: ")
@@ -408,20 +429,38 @@ def test_back_after_a_bulk_refund_refunds_nothing_more(agent_page, browser_probl
     assert refundable_column(page, first) == "— (fully refunded)"
     assert refundable_column(page, failed) == "— (charge is failed)"
     assert refundable_column(page, untouched) == "$99.99"
+
+
+def assert_a_new_confirmation_offers_nothing(page, first, second, failed) -> None:
+    """The confirmation drawn again from the charges as they are now: all refunded."""
+    assert page.inner_text("#content p.errornote") == (
+        "None of the selected charges has anything left to refund."
+    )
+    apart = page.inner_text("table.not-refundable-charges")
+    assert f"{first.pk}\tsucceeded\t$25.00\tfully refunded" in apart
+    assert f"{second.pk}\tsucceeded\t$10.50\tfully refunded" in apart
+    assert f"{failed.pk}\tfailed\t$7.00\tcharge is failed" in apart
+    assert page.locator("ul.refund-totals").count() == 0
+    assert page.locator("#content input[type=submit]").count() == 0
+
+
+@in_both_browsers
+def test_back_after_a_bulk_refund_refunds_nothing_more(agent_page, browser_problems):
+    page = agent_page
+    first = new_charge(amount=2_500)
+    second = new_charge(amount=1_050)
+    failed = new_charge(amount=700, status=Charge.Status.FAILED)
+    untouched = new_charge(amount=9_999)
+    confirm_a_bulk_refund(page, first, second, failed)
+    assert_the_charge_list_shows_the_bulk_refund(page, first, second, failed, untouched)
     assert Refund.objects.count() == 2
 
-    # Back to the confirmation page, which answered a POST.
-    browser_problems.expect_failure("net::ERR_CACHE_MISS")
-    try:
-        page.go_back()
-    except PlaywrightError as exc:
-        # What Chromium did: it would not post again on its own, and showed its
-        # "Confirm Form Resubmission" page telling the person to reload to post again.
-        assert "net::ERR_CACHE_MISS" in exc.message
-        assert "Confirm Form Resubmission" in page.inner_text("body")
+    # Back to the confirmation page, which answered a POST; the reload its resubmission
+    # page asks for posts the selection again.
+    def nothing_more_refunded():
         assert Refund.objects.count() == 2
-        response = page.reload()  # as that page says: the selection is posted again
-        assert response.request.method == "POST"
+
+    back_to_a_page_that_answered_a_post(page, browser_problems, nothing_more_refunded)
     page.wait_for_selector("body.refund-in-full-confirmation")
 
     if page.locator(CONFIRM_BUTTON).is_visible():
@@ -432,15 +471,7 @@ def test_back_after_a_bulk_refund_refunds_nothing_more(agent_page, browser_probl
         assert first.pk in messages and second.pk in messages
     else:
         # The reposted selection drew a new confirmation from the charges as they are now.
-        assert page.inner_text("#content p.errornote") == (
-            "None of the selected charges has anything left to refund."
-        )
-        apart = page.inner_text("table.not-refundable-charges")
-        assert f"{first.pk}\tsucceeded\t$25.00\tfully refunded" in apart
-        assert f"{second.pk}\tsucceeded\t$10.50\tfully refunded" in apart
-        assert f"{failed.pk}\tfailed\t$7.00\tcharge is failed" in apart
-        assert page.locator("ul.refund-totals").count() == 0
-        assert page.locator("#content input[type=submit]").count() == 0
+        assert_a_new_confirmation_offers_nothing(page, first, second, failed)
 
     assert Refund.objects.count() == 2
     for charge in (first, second):
@@ -483,8 +514,7 @@ def test_a_double_click_on_the_bulk_confirmation_refunds_each_charge_once(agent_
 
 def test_a_blank_amount_with_the_box_unticked_is_refused_and_refunds_nothing(agent_page):
     page = agent_page
-    charge = new_charge()
-    page.goto(refund_url(charge))
+    charge = open_a_new_charges_refund_form(page)
     form_url = page.url
     page.select_option("#id_reason", "requested_by_customer")
     page.fill("#id_note", "Never delivered.")
@@ -492,8 +522,7 @@ def test_a_blank_amount_with_the_box_unticked_is_refused_and_refunds_nothing(age
     assert page.inner_text("#refund-form .errorlist") == (
         "Type an amount, or tick “Refund everything left” (amount_required)."
     )
-    assert books(charge) == (0, 0)
-    assert provider_refund_requests() == 0
+    assert refunds_made(charge) == (0, 0, 0)
 
     # The box is drawn unticked again and names the exact amount left: ticking it is how
     # everything is refunded.
