@@ -9,6 +9,8 @@ import time
 
 from django.core.management.base import BaseCommand
 
+from ledger_app.models import Refund
+
 
 def cli_actor() -> str:
     try:
@@ -51,12 +53,12 @@ class Progress:
 EXIT_FAILED = 3
 EXIT_UNKNOWN = 4
 UNSETTLED = {
-    "failed": (
+    Refund.Status.FAILED: (
         EXIT_FAILED,
         "failed: the provider declined {what}; nothing was refunded and the amount is "
         "released (listed under Refunds needing attention).",
     ),
-    "unknown": (
+    Refund.Status.UNKNOWN: (
         EXIT_UNKNOWN,
         "unknown: the provider did not say whether it made {what}; the amount stays "
         "reserved. Do not refund again: run `manage.py reconcile`, which asks the provider "
