@@ -76,53 +76,61 @@ def ledger_error_response(exc: errors.LedgerError, *, path_param: str | None = N
     return response
 
 
-def _drf_error(exc: drf.APIException) -> tuple[int, str, str, str]:
-    """(status, type, code, message) for DRF's own exceptions."""
-    if isinstance(exc, drf.NotAuthenticated):
-        return (
-            401,
-            INVALID_REQUEST,
-            "api_key_missing",
-            (
-                "You did not provide an API key. Send it as 'Authorization: Bearer sk_...' "
-                "or as the user name of HTTP Basic authentication."
-            ),
-        )
-    if isinstance(exc, drf.AuthenticationFailed):
-        return 401, INVALID_REQUEST, "api_key_invalid", "Invalid or revoked API key provided."
-    if isinstance(exc, drf.PermissionDenied):
-        return (
-            403,
-            INVALID_REQUEST,
-            "api_key_read_only",
-            ("This API key is read-only; it cannot create charges or refunds."),
-        )
-    if isinstance(exc, drf.Throttled):
-        return (
-            429,
-            "rate_limit_error",
-            "rate_limit",
-            ("Too many requests hit the API too quickly. Retry after a short pause."),
-        )
-    if isinstance(exc, drf.MethodNotAllowed):
-        return 405, INVALID_REQUEST, "method_not_allowed", str(exc.detail)
-    if isinstance(exc, drf.UnsupportedMediaType):
-        return (
-            415,
-            INVALID_REQUEST,
-            "content_type_unsupported",
-            ("Send application/x-www-form-urlencoded or application/json."),
-        )
-    if isinstance(exc, drf.ParseError):
-        return (
-            400,
-            INVALID_REQUEST,
-            "body_invalid",
-            f"The request body could not be parsed: {exc.detail}",
-        )
-    if isinstance(exc, drf.NotFound):
-        return 404, INVALID_REQUEST, "resource_missing", "Unrecognized request URL."
-    return exc.status_code, INVALID_REQUEST, "invalid_request", str(exc.detail)
+# DRF's own refusals, the first class that matches: (class, status, type, code, message).
+# `{detail}` in a message is DRF's own detail.
+DRF_ERRORS = [
+    (
+        drf.NotAuthenticated,
+        401,
+        INVALID_REQUEST,
+        "api_key_missing",
+        "You did not provide an API key. Send it as 'Authorization: Bearer sk_...' "
+        "or as the user name of HTTP Basic authentication.",
+    ),
+    (
+        drf.AuthenticationFailed,
+        401,
+        INVALID_REQUEST,
+        "api_key_invalid",
+        "Invalid or revoked API key provided.",
+    ),
+    (
+        drf.PermissionDenied,
+        403,
+        INVALID_REQUEST,
+        "api_key_read_only",
+        "This API key is read-only; it cannot create charges or refunds.",
+    ),
+    (
+        drf.Throttled,
+        429,
+        "rate_limit_error",
+        "rate_limit",
+        "Too many requests hit the API too quickly. Retry after a short pause.",
+    ),
+    (drf.MethodNotAllowed, 405, INVALID_REQUEST, "method_not_allowed", "{detail}"),
+    (
+        drf.UnsupportedMediaType,
+        415,
+        INVALID_REQUEST,
+        "content_type_unsupported",
+        "Send application/x-www-form-urlencoded or application/json.",
+    ),
+    (
+        drf.ParseError,
+        400,
+        INVALID_REQUEST,
+        "body_invalid",
+        "The request body could not be parsed: {detail}",
+    ),
+    (drf.NotFound, 404, INVALID_REQUEST, "resource_missing", "Unrecognized request URL."),
+]
+# Django's refusals of the request itself, before any view: (class, status, code, message).
+DJANGO_ERRORS = [
+    (RequestDataTooBig, 413, "body_too_large", "The request body is too large."),
+    (TooManyFieldsSent, 400, "too_many_parameters", "Too many parameters."),
+    (SuspiciousOperation, 400, "request_invalid", "The request was refused."),
+]
 
 
 def exception_handler(exc: Exception, context: dict) -> Response:
@@ -135,37 +143,15 @@ def exception_handler(exc: Exception, context: dict) -> Response:
     if isinstance(exc, errors.LedgerError):
         view = context.get("view")
         return ledger_error_response(exc, path_param=getattr(view, "path_param", None))
+    if isinstance(exc, drf.ValidationError):
+        return parameter_error_response(exc)
     if isinstance(exc, Http404):
         exc = drf.NotFound()
-    if isinstance(exc, RequestDataTooBig):
-        return Response(
-            body(
-                type=INVALID_REQUEST,
-                code="body_too_large",
-                message="The request body is too large.",
-            ),
-            status=413,
-        )
-    if isinstance(exc, TooManyFieldsSent):
-        return Response(
-            body(type=INVALID_REQUEST, code="too_many_parameters", message="Too many parameters."),
-            status=400,
-        )
-    if isinstance(exc, SuspiciousOperation):
-        return Response(
-            body(type=INVALID_REQUEST, code="request_invalid", message="The request was refused."),
-            status=400,
-        )
+    for cls, status, code, message in DJANGO_ERRORS:
+        if isinstance(exc, cls):
+            return Response(body(type=INVALID_REQUEST, code=code, message=message), status=status)
     if isinstance(exc, drf.APIException):
-        status, type_, code, message = _drf_error(exc)
-        response = Response(body(type=type_, code=code, message=message), status=status)
-        if status == 401:
-            response["WWW-Authenticate"] = 'Bearer realm="refund-backoffice"'
-        if status == 429:
-            wait = getattr(exc, "wait", None)
-            if wait:
-                response["Retry-After"] = str(max(1, int(wait)))
-        return response
+        return _drf_error_response(exc)
     if isinstance(exc, OperationalError | InterfaceError):
         return _database_unavailable(context)
     log.exception("unexpected error in the API")
@@ -173,6 +159,37 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         body(type="api_error", code="internal_error", message="An unexpected error occurred."),
         status=500,
     )
+
+
+def parameter_error_response(exc: drf.ValidationError) -> Response:
+    """A parameter an endpoint's serializer refused (params.py): the first problem, with
+    the code and message its field gave and the parameter's name as `param`. (Rules
+    across parameters raise an ApiError instead, so every key here names a parameter.)"""
+    param, problems = None, exc.detail
+    if isinstance(problems, dict):
+        param, problems = next(iter(problems.items()))
+    problem = problems[0] if isinstance(problems, list) else problems
+    return Response(
+        body(type=INVALID_REQUEST, code=problem.code, message=str(problem), param=param),
+        status=400,
+    )
+
+
+def _drf_error_response(exc: drf.APIException) -> Response:
+    status, type_, code, message = exc.status_code, INVALID_REQUEST, "invalid_request", "{detail}"
+    for cls, *known in DRF_ERRORS:
+        if isinstance(exc, cls):
+            status, type_, code, message = known
+            break
+    response = Response(
+        body(type=type_, code=code, message=message.format(detail=exc.detail)), status=status
+    )
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="refund-backoffice"'
+    wait = getattr(exc, "wait", None)
+    if status == 429 and wait:
+        response["Retry-After"] = str(max(1, int(wait)))
+    return response
 
 
 @csrf_exempt

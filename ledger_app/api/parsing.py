@@ -1,10 +1,11 @@
-"""Turning Stripe-style requests into plain values, and refusing what does not fit.
+"""Turning Stripe-style requests into one dict of parameters, before any is checked.
 
 Form bodies and query strings arrive as flat keys: `metadata[order]=A-17`,
 `expand[0]=refunds`, `expand[]=refunds`. They are folded into `{"metadata": {...}}` and
-`{"expand": [...]}`; anything else with brackets is refused. JSON bodies are taken as
-they are. Integers in forms and queries are strings of ASCII digits: "500" is 500;
-"5.5", "1e3", " 5", "+5" and "" are not integers.
+`{"expand": [...]}`; anything else with brackets, and any key sent twice, is refused.
+JSON bodies are taken as they are, once they are known to be an object of valid Unicode
+that names no key twice and nests no deeper than MAX_JSON_DEPTH. What each endpoint
+accepts is then checked by its serializer (params.py).
 """
 
 from __future__ import annotations
@@ -20,12 +21,10 @@ from rest_framework import exceptions as drf_exceptions
 from rest_framework import parsers
 from rest_framework.utils import json as drf_json
 
-from ledger_app import errors
 from ledger_app.api.errors import ApiError
 from ledger_app.services.text import has_unstorable_characters
 
 BRACKETED = re.compile(r"^([A-Za-z_]+)\[([^\[\]]*)\]$")
-INTEGER = re.compile(r"^-?[0-9]{1,30}\Z")  # \Z: "$" would let "5\n" through, and int() takes it
 LIST_PARAMS = {"expand"}
 DICT_PARAMS = {"metadata"}
 # The deepest a JSON body may nest. A valid request nests 2 deep (metadata, expand); far
@@ -35,58 +34,69 @@ MAX_JSON_DEPTH = 32
 TOO_DEEP = f"nested more than {MAX_JSON_DEPTH} levels deep"
 
 
-class Params(dict):
+class Folded(dict):
     """Parameters after folding; remembers whether they came as JSON (typed values)."""
 
     from_json = False
 
 
-def fold(data: QueryDict | Mapping) -> Params:
-    if not isinstance(data, QueryDict):
-        if not isinstance(data, Mapping):
-            raise ApiError("The request body must be an object.", code="body_invalid")
-        if not _storable(data):
-            raise ApiError(
-                "The request body holds text that is not valid Unicode.", code="body_invalid"
-            )
-        params = Params(data)
-        params.from_json = True
-        return params
-    folded = Params()
+def fold(data: QueryDict | Mapping) -> Folded:
+    """The parameters of a request as one dict, for the endpoint's serializer to check."""
+    if isinstance(data, QueryDict):
+        return _fold_form(data)
+    if not isinstance(data, Mapping):
+        raise ApiError("The request body must be an object.", code="body_invalid")
+    if not _storable(data):
+        raise ApiError(
+            "The request body holds text that is not valid Unicode.", code="body_invalid"
+        )
+    params = Folded(data)
+    params.from_json = True
+    return params
+
+
+def _fold_form(data: QueryDict) -> Folded:
+    folded = Folded()
     for raw_key, values in data.lists():
         match = BRACKETED.match(raw_key)
-        if match is None:
-            if "[" in raw_key or "]" in raw_key:
-                raise ApiError(
-                    f"Invalid parameter name: {raw_key}", code="parameter_invalid", param=raw_key
-                )
-            if len(values) != 1:
-                raise ApiError(
-                    f"{raw_key} was sent more than once.", code="parameter_invalid", param=raw_key
-                )
-            if raw_key in DICT_PARAMS and values[0] == "":
-                folded[raw_key] = {}  # Stripe's way to send an empty hash
-                continue
-            _put(folded, raw_key, values[0])
-            continue
-        name, inner = match.groups()
-        if name in LIST_PARAMS and (inner == "" or inner.isdigit()):
-            existing = folded.setdefault(name, [])
-            if not isinstance(existing, list):
-                raise ApiError(f"{name} must be a list.", code="parameter_invalid", param=name)
-            existing.extend(values)
-        elif name in DICT_PARAMS and inner != "":
-            existing = folded.setdefault(name, {})
-            if not isinstance(existing, dict) or inner in existing or len(values) != 1:
-                raise ApiError(
-                    f"Invalid {name}[{inner}].", code="parameter_invalid", param=f"{name}[{inner}]"
-                )
-            existing[inner] = values[0]
+        if match is not None:
+            _fold_bracketed(folded, raw_key, *match.groups(), values)
+        elif "[" in raw_key or "]" in raw_key:
+            raise _invalid_name(raw_key)
         else:
-            raise ApiError(
-                f"Invalid parameter name: {raw_key}", code="parameter_invalid", param=raw_key
-            )
+            _fold_plain(folded, raw_key, values)
     return folded
+
+
+def _fold_plain(folded: Folded, key: str, values: list[str]) -> None:
+    if len(values) != 1:
+        raise ApiError(f"{key} was sent more than once.", code="parameter_invalid", param=key)
+    if key in DICT_PARAMS and values[0] == "":
+        folded[key] = {}  # Stripe's way to send an empty hash
+        return
+    _put(folded, key, values[0])
+
+
+def _fold_bracketed(folded: Folded, raw_key: str, name: str, inner: str, values: list[str]) -> None:
+    """`expand[]=a`, `expand[0]=a` into a list; `metadata[k]=v` into a dict."""
+    if name in LIST_PARAMS and (inner == "" or inner.isdigit()):
+        existing = folded.setdefault(name, [])
+        if not isinstance(existing, list):
+            raise ApiError(f"{name} must be a list.", code="parameter_invalid", param=name)
+        existing.extend(values)
+    elif name in DICT_PARAMS and inner != "":
+        existing = folded.setdefault(name, {})
+        if not isinstance(existing, dict) or inner in existing or len(values) != 1:
+            raise ApiError(
+                f"Invalid {name}[{inner}].", code="parameter_invalid", param=f"{name}[{inner}]"
+            )
+        existing[inner] = values[0]
+    else:
+        raise _invalid_name(raw_key)
+
+
+def _invalid_name(raw_key: str) -> ApiError:
+    return ApiError(f"Invalid parameter name: {raw_key}", code="parameter_invalid", param=raw_key)
 
 
 def _storable(value: Any) -> bool:
@@ -104,91 +114,6 @@ def _put(folded: dict, key: str, value: Any) -> None:
     if key in folded:
         raise ApiError(f"{key} was sent more than once.", code="parameter_invalid", param=key)
     folded[key] = value
-
-
-def only(params: dict[str, Any], allowed: set[str]) -> None:
-    for name in params:
-        if name not in allowed:
-            raise ApiError(
-                f"Received unknown parameter: {name}", code="parameter_unknown", param=name
-            )
-
-
-def required(params: dict[str, Any], name: str) -> Any:
-    if name not in params or params[name] is None:
-        raise ApiError(f"Missing required param: {name}.", code="parameter_missing", param=name)
-    return params[name]
-
-
-def integer(value: Any, name: str, params: Params | None = None) -> int:
-    """An int: a string of digits in a form or query, a JSON integer in a JSON body.
-    Floats and bools are never integers."""
-    if type(value) is int:
-        return value
-    from_json = params is not None and params.from_json
-    if not from_json and isinstance(value, str) and INTEGER.match(value):
-        return int(value)
-    raise ApiError(
-        f"Invalid integer: {str(value)[:50]}", code="parameter_invalid_integer", param=name
-    )
-
-
-def string(value: Any, name: str, *, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        raise ApiError(
-            f"Invalid string: {name} must be a string.", code="parameter_invalid_string", param=name
-        )
-    return value
-
-
-def metadata(value: Any) -> dict | None:
-    """The service checks sizes and contents; here only the shape."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise ApiError(
-            "Invalid metadata: send metadata[key]=value pairs.",
-            code="invalid_metadata",
-            param="metadata",
-        )
-    return value
-
-
-def expand(params: dict[str, Any], allowed: set[str]) -> set[str]:
-    value = params.get("expand", [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ApiError(
-            "expand must be a list of strings.", code="parameter_invalid", param="expand"
-        )
-    for item in value:
-        if item not in allowed:
-            raise ApiError(
-                f"This property cannot be expanded ({item}).",
-                code="parameter_invalid",
-                param="expand",
-            )
-    return set(value)
-
-
-def limit(params: dict[str, Any]) -> int:
-    if "limit" not in params:
-        return 10
-    value = integer(params["limit"], "limit")
-    if not 1 <= value <= 100:
-        raise ApiError(
-            "limit must be between 1 and 100.", code="parameter_invalid_integer", param="limit"
-        )
-    return value
-
-
-def object_id(value: Any, name: str) -> str:
-    """An id to look up; one that no object could have is simply missing."""
-    value = string(value, name)
-    if not 0 < len(value) <= 64 or has_unstorable_characters(value):
-        raise errors.ResourceMissing(f"No such object: '{value[:64]}'", param=name)
-    return value
 
 
 class _JsonObject(dict):

@@ -17,8 +17,15 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 
 
 def optional_expansions(result, generator, request, public):
-    """`refunds` appears on a charge only with expand[]=refunds."""
+    """Expansions as clients use them: `refunds` appears on a charge only with
+    expand[]=refunds, and a list in a query is sent with brackets (expand[]=refunds, as
+    parsing.fold reads it) where the serializer's field is plain `expand`."""
     charge = result.get("components", {}).get("schemas", {}).get("Charge", {})
     if "refunds" in charge.get("required", []):
         charge["required"].remove("refunds")
+    for path_item in result.get("paths", {}).values():
+        for operation in path_item.values():
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "query" and parameter["schema"].get("type") == "array":
+                    parameter["name"] += "[]"
     return result

@@ -1,4 +1,5 @@
-"""Charges and refunds as Stripe shapes them. Our `unknown` status is an extension."""
+"""Charges and refunds as Stripe shapes them, in answers. Our `unknown` status is an
+extension. What the endpoints accept is in params.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,29 @@ def unix(moment) -> int:
     return int(moment.timestamp())
 
 
+class BlankAsNull(serializers.CharField):
+    """Text a model keeps blank when there is none, which Stripe shows as null."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def to_representation(self, value: str) -> str | None:
+        return value or None
+
+
+@extend_schema_field(serializers.CharField(allow_null=True))
+class FailureDetail(serializers.Field):
+    """Why the provider said no: a charge's failure_message, a refund's failure_reason."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(source="*", read_only=True, **kwargs)
+
+    def to_representation(self, movement) -> str | None:
+        if movement.status != movement.Status.FAILED:
+            return None
+        return movement.status_detail or None
+
+
 class RefundSerializer(serializers.Serializer):
     id = serializers.CharField()
     object = serializers.SerializerMethodField()
@@ -20,13 +44,13 @@ class RefundSerializer(serializers.Serializer):
     created = serializers.SerializerMethodField()
     currency = serializers.CharField()
     metadata = serializers.DictField(child=serializers.CharField())
-    reason = serializers.SerializerMethodField()
+    reason = BlankAsNull()
     status = serializers.ChoiceField(
         choices=Refund.Status.choices,
         help_text="pending, succeeded, failed, or unknown (the provider's answer is not "
         "known yet; the amount stays reserved until the reconciler learns it).",
     )
-    failure_reason = serializers.SerializerMethodField()
+    failure_reason = FailureDetail()
 
     def get_object(self, refund) -> str:
         return "refund"
@@ -34,20 +58,17 @@ class RefundSerializer(serializers.Serializer):
     def get_created(self, refund) -> int:
         return unix(refund.created_at)
 
-    @extend_schema_field(serializers.CharField(allow_null=True))
-    def get_reason(self, refund) -> str | None:
-        return refund.reason or None
 
-    @extend_schema_field(serializers.CharField(allow_null=True))
-    def get_failure_reason(self, refund) -> str | None:
-        return refund.status_detail or None if refund.status == Refund.Status.FAILED else None
-
-
-class RefundListSerializer(serializers.Serializer):
+# Stripe's list object: a page of `data`, newest first. (A comment, not a docstring:
+# drf-spectacular would show it as the description of every list.)
+class StripeList(serializers.Serializer):
     object = serializers.CharField(default="list")
-    data = RefundSerializer(many=True)
     has_more = serializers.BooleanField()
     url = serializers.CharField()
+
+
+class RefundListSerializer(StripeList):
+    data = RefundSerializer(many=True)
 
 
 class ChargeSerializer(serializers.Serializer):
@@ -59,8 +80,8 @@ class ChargeSerializer(serializers.Serializer):
     captured = serializers.SerializerMethodField()
     created = serializers.SerializerMethodField()
     currency = serializers.CharField()
-    customer = serializers.SerializerMethodField()
-    description = serializers.SerializerMethodField()
+    customer = BlankAsNull()
+    description = BlankAsNull()
     metadata = serializers.DictField(child=serializers.CharField())
     paid = serializers.SerializerMethodField()
     refunded = serializers.BooleanField()
@@ -68,7 +89,7 @@ class ChargeSerializer(serializers.Serializer):
         choices=Charge.Status.choices,
         help_text="pending, succeeded, failed, or unknown (capture outcome not known yet).",
     )
-    failure_message = serializers.SerializerMethodField()
+    failure_message = FailureDetail()
     refunds = serializers.SerializerMethodField(
         help_text="Only with expand[]=refunds: the charge's refunds, newest first."
     )
@@ -87,18 +108,6 @@ class ChargeSerializer(serializers.Serializer):
 
     def get_created(self, charge) -> int:
         return unix(charge.created_at)
-
-    @extend_schema_field(serializers.CharField(allow_null=True))
-    def get_customer(self, charge) -> str | None:
-        return charge.customer or None
-
-    @extend_schema_field(serializers.CharField(allow_null=True))
-    def get_description(self, charge) -> str | None:
-        return charge.description or None
-
-    @extend_schema_field(serializers.CharField(allow_null=True))
-    def get_failure_message(self, charge) -> str | None:
-        return charge.status_detail or None if charge.status == Charge.Status.FAILED else None
 
     @extend_schema_field(RefundListSerializer(allow_null=True))
     def get_refunds(self, charge) -> dict | None:
@@ -119,11 +128,8 @@ class ChargeSerializer(serializers.Serializer):
         return data
 
 
-class ChargeListSerializer(serializers.Serializer):
-    object = serializers.CharField(default="list")
+class ChargeListSerializer(StripeList):
     data = ChargeSerializer(many=True)
-    has_more = serializers.BooleanField()
-    url = serializers.CharField()
 
 
 class ErrorDetailSerializer(serializers.Serializer):
@@ -135,26 +141,3 @@ class ErrorDetailSerializer(serializers.Serializer):
 
 class ErrorSerializer(serializers.Serializer):
     error = ErrorDetailSerializer()
-
-
-class RefundCreateSerializer(serializers.Serializer):
-    """For the schema only; the view parses Stripe's bracket notation itself."""
-
-    charge = serializers.CharField()
-    amount = serializers.IntegerField(
-        required=False, min_value=1, help_text="Minor units. Omitted: all that is left."
-    )
-    reason = serializers.ChoiceField(choices=Refund.Reason.choices, required=False)
-    metadata = serializers.DictField(child=serializers.CharField(), required=False)
-
-
-class ChargeCreateSerializer(serializers.Serializer):
-    """For the schema only."""
-
-    amount = serializers.IntegerField(min_value=1, help_text="Minor units.")
-    currency = serializers.CharField(help_text="ISO 4217 code, e.g. usd.")
-    description = serializers.CharField(required=False)
-    metadata = serializers.DictField(child=serializers.CharField(), required=False)
-    source = serializers.CharField(
-        required=False, help_text="A payment source for the provider (kept in metadata.source)."
-    )

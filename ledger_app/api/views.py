@@ -1,21 +1,29 @@
-"""The /v1/ endpoints. Each view parses, makes one service or selector call, and renders."""
+"""The /v1/ endpoints. Each view checks its parameters with its serializer (params.py),
+makes one service or selector call, and renders."""
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
+from typing import Any
+
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ledger_app import errors
 from ledger_app.api import parsing
-from ledger_app.api.errors import ApiError
+from ledger_app.api.fields import MAX_ID_LENGTH, could_be_an_id
+from ledger_app.api.params import (
+    ChargeCreateParams,
+    ChargeRetrieveParams,
+    ListParams,
+    Params,
+    RefundCreateParams,
+    RefundListParams,
+)
 from ledger_app.api.serializers import (
-    ChargeCreateSerializer,
     ChargeListSerializer,
     ChargeSerializer,
     ErrorSerializer,
-    RefundCreateSerializer,
     RefundListSerializer,
     RefundSerializer,
 )
@@ -34,16 +42,47 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     "result (header Idempotent-Replayed: true); the same key with another request is a 400 "
     "idempotency_error.",
 )
-EXPAND = OpenApiParameter("expand[]", OpenApiTypes.STR, many=True, required=False)
-LIST_PARAMS = [
-    OpenApiParameter(
-        "limit",
-        {"type": "integer", "minimum": 1, "maximum": 100},
-        description="1 to 100, default 10.",
-    ),
-    OpenApiParameter("starting_after", OpenApiTypes.STR, description="An id: the page after it."),
-    OpenApiParameter("ending_before", OpenApiTypes.STR, description="An id: the page before it."),
-]
+DEFAULT_LIMIT = 10
+
+
+def read_schema(operation_id: str, response_serializer, params_class=None):
+    """The schema of a GET: its query parameters (from the serializer that checks them)."""
+    return extend_schema(
+        operation_id=operation_id,
+        parameters=[params_class] if params_class else [],
+        responses={200: response_serializer, **ERRORS},
+    )
+
+
+def create_schema(operation_id: str, params_class, response_serializer):
+    """The schema of a POST that creates: a form or JSON body, and an Idempotency-Key."""
+    return extend_schema(
+        operation_id=operation_id,
+        request={
+            "application/x-www-form-urlencoded": params_class,
+            "application/json": params_class,
+        },
+        parameters=[IDEMPOTENCY_KEY],
+        responses={200: response_serializer, **ERRORS},
+    )
+
+
+def checked(params_class: type[Params], data) -> dict[str, Any]:
+    """The request's parameters, folded and checked by the endpoint's serializer."""
+    params = parsing.fold(data)
+    serializer = params_class(data=params, context={"from_json": params.from_json})
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def found(model, object_id: str, name: str):
+    """The object a URL names; 404 resource_missing when there is none."""
+    if not could_be_an_id(object_id):
+        raise errors.ResourceMissing(f"No such object: '{object_id[:MAX_ID_LENGTH]}'", param=name)
+    obj = model.objects.filter(pk=object_id).first()
+    if obj is None:
+        raise errors.ResourceMissing(f"No such {name}: '{object_id}'")
+    return obj
 
 
 def created(result: Created, serializer_class) -> Response:
@@ -53,18 +92,12 @@ def created(result: Created, serializer_class) -> Response:
     return response
 
 
-def cursor(params: dict, name: str) -> str | None:
-    return parsing.object_id(params[name], name) if params.get(name) else None
-
-
 def listing(queryset, params: dict, serializer_class, url: str) -> Response:
-    if params.get("starting_after") and params.get("ending_before"):
-        raise ApiError("Send starting_after or ending_before, not both.", code="parameter_invalid")
     page = page_newest_first(
         queryset,
-        limit=parsing.limit(params),
-        starting_after=cursor(params, "starting_after"),
-        ending_before=cursor(params, "ending_before"),
+        limit=params.get("limit", DEFAULT_LIMIT),
+        starting_after=params.get("starting_after"),
+        ending_before=params.get("ending_before"),
     )
     return Response(
         {
@@ -83,43 +116,19 @@ def idempotency_key(request) -> str | None:
 class ChargesView(APIView):
     path_param = None
 
-    @extend_schema(
-        operation_id="charges_list",
-        parameters=LIST_PARAMS,
-        responses={200: ChargeListSerializer, **ERRORS},
-    )
+    @read_schema("charges_list", ChargeListSerializer, ListParams)
     def get(self, request):
-        params = parsing.fold(request.query_params)
-        parsing.only(params, {"limit", "starting_after", "ending_before"})
+        params = checked(ListParams, request.query_params)
         return listing(Charge.objects.all(), params, ChargeSerializer, "/v1/charges")
 
-    @extend_schema(
-        operation_id="charges_create",
-        request={
-            "application/x-www-form-urlencoded": ChargeCreateSerializer,
-            "application/json": ChargeCreateSerializer,
-        },
-        parameters=[IDEMPOTENCY_KEY],
-        responses={200: ChargeSerializer, **ERRORS},
-    )
+    @create_schema("charges_create", ChargeCreateParams, ChargeSerializer)
     def post(self, request):
-        params = parsing.fold(request.data)
-        parsing.only(params, {"amount", "currency", "description", "metadata", "source", "expand"})
-        parsing.expand(params, set())
-        metadata = parsing.metadata(params.get("metadata")) or {}
-        if "source" in params:  # the payment source travels to the provider in metadata
-            if "source" in metadata:
-                raise ApiError(
-                    "Send the source once: as source, not also in metadata.",
-                    code="parameter_invalid",
-                    param="source",
-                )
-            metadata = {**metadata, "source": parsing.string(params["source"], "source")}
+        params = checked(ChargeCreateParams, request.data)
         result = create_charge(
-            amount=parsing.integer(parsing.required(params, "amount"), "amount", params),
-            currency=parsing.string(parsing.required(params, "currency"), "currency"),
-            description=parsing.string(params.get("description", ""), "description"),
-            metadata=metadata,
+            amount=params["amount"],
+            currency=params["currency"],
+            description=params.get("description", ""),
+            metadata=params["metadata"],
             idempotency_key=idempotency_key(request),
             actor=request.user.label,
         )
@@ -129,61 +138,34 @@ class ChargesView(APIView):
 class ChargeView(APIView):
     path_param = "charge"
 
-    @extend_schema(
-        operation_id="charges_retrieve",
-        parameters=[EXPAND],
-        responses={200: ChargeSerializer, **ERRORS},
-    )
+    @read_schema("charges_retrieve", ChargeSerializer, ChargeRetrieveParams)
     def get(self, request, charge_id: str):
-        params = parsing.fold(request.query_params)
-        parsing.only(params, {"expand"})
-        expand = parsing.expand(params, {"refunds"})
-        charge = Charge.objects.filter(pk=parsing.object_id(charge_id, "charge")).first()
-        if charge is None:
-            raise errors.ResourceMissing(f"No such charge: '{charge_id}'")
-        return Response(ChargeSerializer(charge, context={"expand": expand}).data)
+        params = checked(ChargeRetrieveParams, request.query_params)
+        charge = found(Charge, charge_id, "charge")
+        return Response(
+            ChargeSerializer(charge, context={"expand": params.get("expand", set())}).data
+        )
 
 
 class RefundsView(APIView):
     path_param = None
 
-    @extend_schema(
-        operation_id="refunds_list",
-        parameters=[
-            OpenApiParameter("charge", OpenApiTypes.STR, description="Only this charge's."),
-            *LIST_PARAMS,
-        ],
-        responses={200: RefundListSerializer, **ERRORS},
-    )
+    @read_schema("refunds_list", RefundListSerializer, RefundListParams)
     def get(self, request):
-        params = parsing.fold(request.query_params)
-        parsing.only(params, {"charge", "limit", "starting_after", "ending_before"})
+        params = checked(RefundListParams, request.query_params)
         refunds = Refund.objects.all()
         if "charge" in params:
-            refunds = refunds.filter(charge_id=parsing.object_id(params["charge"], "charge"))
+            refunds = refunds.filter(charge_id=params["charge"])
         return listing(refunds, params, RefundSerializer, "/v1/refunds")
 
-    @extend_schema(
-        operation_id="refunds_create",
-        request={
-            "application/x-www-form-urlencoded": RefundCreateSerializer,
-            "application/json": RefundCreateSerializer,
-        },
-        parameters=[IDEMPOTENCY_KEY],
-        responses={200: RefundSerializer, **ERRORS},
-    )
+    @create_schema("refunds_create", RefundCreateParams, RefundSerializer)
     def post(self, request):
-        params = parsing.fold(request.data)
-        parsing.only(params, {"charge", "amount", "reason", "metadata", "expand"})
-        parsing.expand(params, set())
-        # Only an absent amount means "all that is left"; an explicit JSON null is refused,
-        # so a client that writes a missing value as null never refunds everything.
-        amount = parsing.integer(params["amount"], "amount", params) if "amount" in params else None
+        params = checked(RefundCreateParams, request.data)
         result = create_refund(
-            charge_id=parsing.string(parsing.required(params, "charge"), "charge"),
-            amount=amount,
-            reason=parsing.string(params.get("reason"), "reason", optional=True),
-            metadata=parsing.metadata(params.get("metadata")),
+            charge_id=params["charge"],
+            amount=params.get("amount"),  # absent: all that is left
+            reason=params.get("reason"),
+            metadata=params.get("metadata"),
             idempotency_key=idempotency_key(request),
             actor=request.user.label,
             source=Refund.Source.API,
@@ -194,10 +176,7 @@ class RefundsView(APIView):
 class RefundView(APIView):
     path_param = "refund"
 
-    @extend_schema(operation_id="refunds_retrieve", responses={200: RefundSerializer, **ERRORS})
+    @read_schema("refunds_retrieve", RefundSerializer)
     def get(self, request, refund_id: str):
-        parsing.only(parsing.fold(request.query_params), set())
-        refund = Refund.objects.filter(pk=parsing.object_id(refund_id, "refund")).first()
-        if refund is None:
-            raise errors.ResourceMissing(f"No such refund: '{refund_id}'")
-        return Response(RefundSerializer(refund).data)
+        checked(Params, request.query_params)
+        return Response(RefundSerializer(found(Refund, refund_id, "refund")).data)

@@ -38,15 +38,16 @@ def post_at_once(url: str, key: str, bodies: list[dict], idem_keys: list[str]) -
     return results
 
 
+def refund_3000_at_once(live_server, api_key: str, charge, idem_keys: list[str]) -> list:
+    """CLIENTS requests to refund 3,000 of `charge`, one per key in `idem_keys`."""
+    body = {"charge": charge.id, "amount": "3000"}
+    return post_at_once(f"{live_server.url}/v1/refunds", api_key, [body] * CLIENTS, idem_keys)
+
+
 def test_sixteen_clients_with_one_key_at_the_same_moment_make_one_refund(live_server, api_key):
     charge = ChargeFactory(amount=10_000)
 
-    responses = post_at_once(
-        f"{live_server.url}/v1/refunds",
-        api_key,
-        [{"charge": charge.id, "amount": "3000"}] * CLIENTS,
-        ["same-key"] * CLIENTS,
-    )
+    responses = refund_3000_at_once(live_server, api_key, charge, ["same-key"] * CLIENTS)
 
     assert [r.status_code for r in responses] == [200] * CLIENTS, [r.text for r in responses]
     assert len({r.json()["id"] for r in responses}) == 1
@@ -61,11 +62,8 @@ def test_sixteen_clients_with_one_key_at_the_same_moment_make_one_refund(live_se
 def test_sixteen_clients_with_own_keys_never_over_refund(live_server, api_key):
     charge = ChargeFactory(amount=10_000)
 
-    responses = post_at_once(
-        f"{live_server.url}/v1/refunds",
-        api_key,
-        [{"charge": charge.id, "amount": "3000"}] * CLIENTS,
-        [f"key-{n}" for n in range(CLIENTS)],
+    responses = refund_3000_at_once(
+        live_server, api_key, charge, [f"key-{n}" for n in range(CLIENTS)]
     )
 
     statuses = sorted(r.status_code for r in responses)
@@ -98,7 +96,7 @@ def test_a_key_still_held_by_a_running_request_is_409_in_use(api, settings):
                         "note": "",
                     },
                 )
-                idempotency.claim(request, refund_id="re_placeholder")
+                idempotency.claim(request, new_id="re_placeholder")
                 holding.set()
                 release.wait(30)
                 transaction.set_rollback(True)

@@ -1,0 +1,154 @@
+"""The fields request parameters are checked with: DRF fields made strict.
+
+DRF's own fields coerce (its CharField takes 5 as "5", its IntegerField takes "5" and 5.0
+as 5) and answer in DRF's words. These take a value only if it already has the right
+type, and refuse with Stripe's codes and messages; errors.py puts the first refusal in
+Stripe's envelope, with the field's name as `param`.
+
+They check presence and type. Which values are valid (an amount's range, a reason,
+a currency, metadata sizes) is the ledger's rule, checked by the services for every
+caller; a field may still show it in the schema (Amount's minimum, Choice's choices).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NoReturn
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+from rest_framework.fields import SkipField, empty
+
+from ledger_app.services.text import has_unstorable_characters
+
+# \Z: "$" would let "5\n" through, and int() takes it
+DIGITS = re.compile(r"^-?[0-9]{1,30}\Z")
+MAX_ID_LENGTH = 64
+
+
+def refuse(code: str, message: str) -> NoReturn:
+    raise serializers.ValidationError(message, code=code)
+
+
+def could_be_an_id(value: str) -> bool:
+    """Whether any object could have this id; one that none could is simply missing."""
+    return 0 < len(value) <= MAX_ID_LENGTH and not has_unstorable_characters(value)
+
+
+class Strict:
+    """What the fields below share.
+
+    A required parameter that is absent or null is parameter_missing. An optional one
+    that is absent is left out of the validated data; null is a value of the wrong type,
+    unless `null_as_absent` (then it is the same as not sending it). DRF's validators do
+    not run: each field checks its values itself.
+    """
+
+    def __init__(self, *, null_as_absent: bool = False, **kwargs: Any) -> None:
+        self.null_as_absent = null_as_absent
+        super().__init__(**kwargs)
+
+    def run_validation(self, data: Any = empty) -> Any:
+        if data is None and self.null_as_absent:
+            data = empty
+        if data is empty or (data is None and self.required):
+            if self.required:
+                refuse("parameter_missing", f"Missing required param: {self.field_name}.")
+            raise SkipField()
+        return self.to_internal_value(data)
+
+
+class Integer(Strict, serializers.IntegerField):
+    """A whole number: in a JSON body a JSON integer; in a form or a query a string of
+    ASCII digits ("500" is 500; "5.5", "1e3", " 5", "+5" and "" are not). Floats and
+    bools are never integers. `min_value` and `max_value`, if given, are checked here."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if type(data) is int:
+            value = data
+        elif not self.context.get("from_json") and isinstance(data, str) and DIGITS.match(data):
+            value = int(data)
+        else:
+            refuse("parameter_invalid_integer", f"Invalid integer: {str(data)[:50]}")
+        low, high = self.min_value, self.max_value
+        if (low is not None and value < low) or (high is not None and value > high):
+            refuse(
+                "parameter_invalid_integer",
+                f"{self.field_name} must be between {low} and {high}.",
+            )
+        return value
+
+
+@extend_schema_field({"type": "integer", "minimum": 1})
+class Amount(Integer):
+    """Minor units. Its range (1 to 2**63 - 1) is the ledger's rule: the service checks
+    it, after every parameter has been found to have the right type."""
+
+
+class _String(Strict):
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            refuse(
+                "parameter_invalid_string",
+                f"Invalid string: {self.field_name} must be a string.",
+            )
+        return data
+
+
+class Text(_String, serializers.CharField):
+    """A string, exactly as sent: not trimmed, and blank allowed (the service decides)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_blank=True, trim_whitespace=False, **kwargs)
+
+
+class Choice(_String, serializers.ChoiceField):
+    """A string; the schema lists `choices`, the service refuses any other value."""
+
+
+class ObjectId(Text):
+    """An id to look up, as in ?charge=ch_...; one no object could have is missing."""
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if not could_be_an_id(value):
+            refuse("resource_missing", f"No such object: '{value[:MAX_ID_LENGTH]}'")
+        return value
+
+
+class Cursor(ObjectId):
+    """starting_after or ending_before: sent blank, it is the same as not sent."""
+
+    def run_validation(self, data: Any = empty) -> Any:
+        if data == "":
+            raise SkipField()
+        return super().run_validation(data)
+
+
+class Metadata(Strict, serializers.DictField):
+    """metadata[key]=value pairs. Only the shape is checked here: the service checks the
+    number of keys, their sizes and what they hold."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.CharField(), **kwargs)
+
+    def to_internal_value(self, data: Any) -> dict:
+        if not isinstance(data, dict):
+            refuse("invalid_metadata", "Invalid metadata: send metadata[key]=value pairs.")
+        return data
+
+
+class Expand(Strict, serializers.ListField):
+    """expand[]=...: which properties of the answer to expand, among `allowed`."""
+
+    def __init__(self, *, allowed: frozenset[str] = frozenset(), **kwargs: Any) -> None:
+        self.allowed = allowed
+        super().__init__(child=serializers.CharField(), required=False, **kwargs)
+
+    def to_internal_value(self, data: Any) -> set[str]:
+        if not isinstance(data, list) or not all(isinstance(item, str) for item in data):
+            refuse("parameter_invalid", "expand must be a list of strings.")
+        for item in data:
+            if item not in self.allowed:
+                refuse("parameter_invalid", f"This property cannot be expanded ({item}).")
+        return set(data)

@@ -1,0 +1,131 @@
+"""What each endpoint accepts: one serializer per endpoint, which checks the parameters
+(after parsing.fold) and describes them in the OpenAPI schema.
+
+A serializer checks that each parameter is there and has the right type (fields.py).
+Whether a value is acceptable (an amount's range, a reason, a currency, metadata sizes)
+is the services' rule, checked for every caller.
+
+Stripe answers a bad request with one error: the first problem found, in this order:
+1. a parameter the endpoint does not know (parameter_unknown);
+2. the serializer's `check_together`, for rules across parameters;
+3. each field in the order declared, with its `validate_<name>` if there is one.
+The order is part of what clients see (a request with two problems is told of the
+first), so fields are declared in the order they are to be checked, not by importance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_serializer
+from rest_framework import serializers
+from rest_framework.fields import empty
+
+from ledger_app.api.errors import ApiError
+from ledger_app.api.fields import (
+    Amount,
+    Choice,
+    Cursor,
+    Expand,
+    Integer,
+    Metadata,
+    ObjectId,
+    Text,
+    refuse,
+)
+from ledger_app.models import Refund
+
+
+def create_body(name: str, description: str):
+    """A create's body in the schema. It takes expand[] as Stripe clients may send it,
+    but nothing on a create expands, so the schema leaves it out."""
+    return extend_schema_serializer(
+        component_name=name, description=description, exclude_fields=["expand"]
+    )
+
+
+class Params(serializers.Serializer):
+    """An endpoint that takes no parameters; the base of those that do."""
+
+    def to_internal_value(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        for name in data:
+            if name not in self.fields:
+                raise serializers.ValidationError(
+                    {name: f"Received unknown parameter: {name}"}, code="parameter_unknown"
+                )
+        self.check_together(data)
+        return super().to_internal_value(data)
+
+    def check_together(self, data: Mapping[str, Any]) -> None:
+        """Rules across parameters, before any one is checked: raise an ApiError (it
+        names no parameter, or the one it names). None by default."""
+
+
+class ListParams(Params):
+    """A page of a list, newest first."""
+
+    limit = Integer(required=False, min_value=1, max_value=100, help_text="1 to 100, default 10.")
+    starting_after = Cursor(required=False, help_text="An id: the page after it.")
+    ending_before = Cursor(required=False, help_text="An id: the page before it.")
+
+    def check_together(self, data: Mapping[str, Any]) -> None:
+        if data.get("starting_after") and data.get("ending_before"):
+            raise ApiError(
+                "Send starting_after or ending_before, not both.", code="parameter_invalid"
+            )
+
+
+class ChargeFilter(Params):
+    charge = ObjectId(required=False, help_text="Only this charge's.")
+
+
+class RefundListParams(ChargeFilter, ListParams):
+    """The charge filter, then the page (DRF takes the first base's fields first)."""
+
+
+class ChargeRetrieveParams(Params):
+    expand = Expand(allowed=frozenset({"refunds"}))
+
+
+@create_body("RefundCreate", "Refund a succeeded charge: `amount`, or all that is left.")
+class RefundCreateParams(Params):
+    expand = Expand()
+    # Only an absent amount means "all that is left"; an explicit JSON null is refused,
+    # so a client that writes a missing value as null never refunds everything.
+    amount = Amount(required=False, help_text="Minor units. Omitted: all that is left.")
+    charge = Text()
+    reason = Choice(choices=Refund.Reason.choices, required=False, null_as_absent=True)
+    metadata = Metadata(required=False, null_as_absent=True)
+
+
+class PaymentSource(Text):
+    """`source` travels to the provider as metadata.source, so it may not be in metadata
+    too. That comes before its type: `"source": null` next to a metadata.source is told
+    what is wrong, the source sent twice."""
+
+    def run_validation(self, data: Any = empty) -> Any:
+        metadata = self.parent.initial_data.get("metadata")
+        if data is not empty and isinstance(metadata, dict) and "source" in metadata:
+            refuse("parameter_invalid", "Send the source once: as source, not also in metadata.")
+        return super().run_validation(data)
+
+
+@create_body("ChargeCreate", "Charge `amount` minor units of `currency` through the provider.")
+class ChargeCreateParams(Params):
+    expand = Expand()
+    metadata = Metadata(required=False, null_as_absent=True)
+    source = PaymentSource(
+        required=False, help_text="A payment source for the provider (kept in metadata.source)."
+    )
+    amount = Amount(help_text="Minor units.")
+    currency = Text(help_text="ISO 4217 code, e.g. usd.")
+    description = Text(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """The service's arguments: the payment source goes in metadata."""
+        metadata = attrs.get("metadata") or {}
+        if "source" in attrs:
+            metadata = {**metadata, "source": attrs.pop("source")}
+        attrs["metadata"] = metadata
+        return attrs
