@@ -48,7 +48,7 @@ class ProviderMovement(models.Model):
 
     amount = models.BigIntegerField(help_text="Minor units (cents; yen are already minor units).")
     currency = models.CharField(
-        max_length=3, help_text="Lower-case ISO 4217 code; a refund's is its charge's."
+        max_length=3, help_text="Lower-case ISO 4217 code (a refund's is always its charge's)."
     )
     status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
     metadata = models.JSONField(default=dict, blank=True)
