@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from ledger_app.api import views
+from ledger_app.api import views, webhook_endpoints
 from ledger_app.api.docs import DocsView, SchemaView
 from ledger_app.api.errors import not_found
 
@@ -9,6 +9,7 @@ urlpatterns = [
     path("charges/<str:charge_id>", views.ChargeView.as_view(), name="charge"),
     path("refunds", views.RefundsView.as_view(), name="refunds"),
     path("refunds/<str:refund_id>", views.RefundView.as_view(), name="refund"),
+    *webhook_endpoints.urlpatterns,
     path("openapi.json", SchemaView.as_view(), name="openapi"),
     path("docs", DocsView.as_view(url_name="openapi"), name="api-docs"),
     re_path(r"^[\s\S]*$", not_found),  # [\s\S]: a %0A in the path is unknown too

@@ -20,18 +20,18 @@ from ledger_app.api.params import (
     RefundCreateParams,
     RefundListParams,
 )
-from ledger_app.api.serializers import (
+from ledger_app.models import Charge, Refund
+from ledger_app.selectors import page_newest_first
+from ledger_app.services.charges import create_charge
+from ledger_app.services.idempotency import Created
+from ledger_app.services.refunds import create_refund
+from ledger_app.stripe_objects import (
     ChargeListSerializer,
     ChargeSerializer,
     ErrorSerializer,
     RefundListSerializer,
     RefundSerializer,
 )
-from ledger_app.models import Charge, Refund
-from ledger_app.selectors import page_newest_first
-from ledger_app.services.charges import create_charge
-from ledger_app.services.idempotency import Created
-from ledger_app.services.refunds import create_refund
 
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409, 413, 415, 429)}
 IDEMPOTENCY_KEY = OpenApiParameter(

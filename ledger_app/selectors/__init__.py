@@ -18,6 +18,7 @@ from ledger_app.models import (
     LedgerEntry,
     MovementStatus,
     Refund,
+    WebhookEndpoint,
 )
 from ledger_app.selectors.drift import Drift, find_ledger_drift
 
@@ -85,6 +86,15 @@ def purgeable_keys(*, older_than_days: int) -> QuerySet[IdempotencyRecord]:
 def active_api_key(prefix: str) -> ApiKey | None:
     """The key with this prefix, unless it was revoked."""
     return ApiKey.objects.filter(prefix=prefix, revoked_at__isnull=True).first()
+
+
+def live_endpoints() -> list[WebhookEndpoint]:
+    """Webhook endpoints that receive events: enabled and not deleted."""
+    return list(
+        WebhookEndpoint.objects.filter(
+            status=WebhookEndpoint.Status.ENABLED, deleted_at__isnull=True
+        ).order_by("created_at", "id")
+    )
 
 
 def stale_pending(now: datetime | None = None, lease_seconds: int | None = None) -> Q:

@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from ledger_app import errors, faults
 from ledger_app.db import drop_broken_connection
-from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, new_charge_id
+from ledger_app.models import Charge, EventType, IdempotencyRecord, LedgerEntry, new_charge_id
 from ledger_app.money import normalize_currency, validate_amount
-from ledger_app.services import idempotency
+from ledger_app.services import events, idempotency
 from ledger_app.services.dispatch import send_charge
 from ledger_app.services.idempotency import Created
 from ledger_app.services.ledger import append_entry
@@ -121,4 +121,7 @@ def record_charge(
                 amount=amount,
                 actor=actor,
             )
+            events.record(EventType.CHARGE_SUCCEEDED, charge)
+        elif status == Charge.Status.FAILED:
+            events.record(EventType.CHARGE_FAILED, charge)
     return charge

@@ -7,14 +7,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import DatabaseError, OperationalError
+from django.db import DatabaseError, OperationalError, transaction
 
 from ledger_app import errors, faults
 from ledger_app.db import drop_broken_connection, is_lock_timeout
-from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund, new_refund_id
+from ledger_app.models import (
+    Charge,
+    EventType,
+    IdempotencyRecord,
+    LedgerEntry,
+    Refund,
+    new_refund_id,
+)
 from ledger_app.money import format_money, validate_amount
 from ledger_app.selectors import charge_state, charges_for_update
-from ledger_app.services import idempotency
+from ledger_app.services import events, idempotency
 from ledger_app.services.dispatch import send_refund
 from ledger_app.services.idempotency import Created
 from ledger_app.services.ledger import append_entry
@@ -174,6 +181,12 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         amount=amount,
         actor=request.actor_label,
     )
+    key = request.keyed.key if request.keyed is not None else ""
+    events.record(EventType.REFUND_CREATED, refund, idempotency_key=key)
+    moved = {"amount_refunded": charge.amount_refunded - amount}
+    if charge.refunded:
+        moved["refunded"] = False
+    events.record(EventType.CHARGE_REFUNDED, charge, previous=moved, idempotency_key=key)
     faults.checkpoint("refund.reserve_locked")  # written, not yet committed
     return refund
 
@@ -296,3 +309,25 @@ def _describe_actor(actor: object) -> tuple[Any, str]:
     if getattr(actor, "pk", None) is None or not hasattr(actor, "get_username"):
         raise TypeError(f"actor must be a saved user or a label, not {actor!r}")
     return actor, f"user:{actor.get_username()}"
+
+
+def update_refund_metadata(*, refund_id: str, metadata: dict[str, str]) -> Refund:
+    """Stripe's refund update: metadata is the one field that changes. Keys are merged
+    into what is there; a key sent with an empty value is removed. The result is checked
+    like any metadata (at most 50 keys, ...). Appends `refund.updated` with the metadata
+    as it was; sending nothing new changes nothing and appends nothing. Moves no money."""
+    if not isinstance(metadata, dict):
+        raise errors.InvalidMetadata()
+    with transaction.atomic(durable=True):
+        refund = Refund.objects.select_for_update().filter(pk=refund_id).first()
+        if refund is None:
+            raise errors.ResourceMissing(f"No such refund: '{refund_id}'.")
+        merged = {**refund.metadata, **metadata}
+        merged = validate_metadata({key: value for key, value in merged.items() if value != ""})
+        if merged == refund.metadata:
+            return refund
+        previous = {"metadata": refund.metadata}
+        refund.metadata = merged
+        refund.save(update_fields=["metadata", "updated_at"])
+        events.record(EventType.REFUND_UPDATED, refund, previous=previous)
+    return refund

@@ -9,8 +9,16 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from ledger_app import faults
-from ledger_app.models import Charge, LedgerEntry, MovementStatus, ProviderMovement, Refund
+from ledger_app.models import (
+    Charge,
+    EventType,
+    LedgerEntry,
+    MovementStatus,
+    ProviderMovement,
+    Refund,
+)
 from ledger_app.selectors import charges_for_update
+from ledger_app.services import events
 from ledger_app.services.ledger import append_entry
 
 log = logging.getLogger("ledger_app.dispatch")
@@ -23,6 +31,9 @@ PENDING, SUCCEEDED, FAILED, UNKNOWN = (
 )
 # The only moves a refund or charge may make. Nothing moves backwards or out of a final state.
 FORWARD = {PENDING: {SUCCEEDED, FAILED, UNKNOWN}, UNKNOWN: {SUCCEEDED, FAILED}}
+# A refund the provider accepted may still fail later (a closed or expired card), but
+# only on the provider's own later word, never on a guess.
+REVERSIBLE = {**FORWARD, SUCCEEDED: {FAILED}}
 
 
 @dataclass(frozen=True)
@@ -32,54 +43,68 @@ class Outcome:
     detail: str = ""
 
 
-def settle_refund(*, refund_id: str, outcome: Outcome, actor: str = "") -> Refund:
+def settle_refund(
+    *, refund_id: str, outcome: Outcome, actor: str = "", reversal: bool = False
+) -> Refund:
     """succeeded: a `refund_succeeded` entry. failed (the provider said no): the amount goes
     back to the charge's refundable balance with a `refund_released` entry. unknown: the
-    amount stays reserved."""
+    amount stays reserved. Each move appends `refund.updated` (and `refund.failed`).
+    `reversal`: the provider's own later word (a webhook, a re-check) may also move a
+    succeeded refund to failed, which releases its amount the same way."""
     charge_id = Refund.objects.values_list("charge_id", flat=True).get(pk=refund_id)
     with transaction.atomic(durable=True):
         # Lock order everywhere: the charge, then its refund.
         charge = charges_for_update().get(pk=charge_id)
         refund = Refund.objects.select_for_update().get(pk=refund_id)
         faults.checkpoint("refund.settle_locked")
-        if not _move(refund, outcome):
+        previous = _move(refund, outcome, REVERSIBLE if reversal else FORWARD)
+        if previous is None:
             return refund
         refund.charge = charge
         if outcome.status == SUCCEEDED:
-            kind, memo = LedgerEntry.Kind.REFUND_SUCCEEDED, ""
+            _book(charge, refund, LedgerEntry.Kind.REFUND_SUCCEEDED, actor)
         elif outcome.status == FAILED:
-            kind, memo = LedgerEntry.Kind.REFUND_RELEASED, outcome.detail
             charge.amount_refunded -= refund.amount
             charge.save(update_fields=["amount_refunded", "updated_at"])
-        else:
-            return refund
-        append_entry(
-            charge=charge, refund=refund, kind=kind, amount=refund.amount, memo=memo, actor=actor
-        )
+            _book(charge, refund, LedgerEntry.Kind.REFUND_RELEASED, actor, outcome.detail)
+        events.record(EventType.REFUND_UPDATED, refund, previous=previous)
+        if outcome.status == FAILED:
+            events.record(EventType.REFUND_FAILED, refund, previous=previous)
     return refund
 
 
+def _book(charge: Charge, refund: Refund, kind: str, actor: str, memo: str = "") -> None:
+    append_entry(
+        charge=charge, refund=refund, kind=kind, amount=refund.amount, memo=memo, actor=actor
+    )
+
+
 def settle_charge(*, charge_id: str, outcome: Outcome, actor: str = "") -> Charge:
-    """A success appends `charge_succeeded`; failed and unknown move no money."""
+    """A success appends `charge_succeeded` and the `charge.succeeded` event; a decline
+    `charge.failed`; unknown moves no money and tells no one yet."""
     with transaction.atomic(durable=True):
         charge = charges_for_update().get(pk=charge_id)
         faults.checkpoint("charge.settle_locked")
-        if _move(charge, outcome) and outcome.status == SUCCEEDED:
+        previous = _move(charge, outcome, FORWARD)
+        if previous is not None and outcome.status == SUCCEEDED:
             append_entry(
                 charge=charge,
                 kind=LedgerEntry.Kind.CHARGE_SUCCEEDED,
                 amount=charge.amount,
                 actor=actor,
             )
+            events.record(EventType.CHARGE_SUCCEEDED, charge, previous=previous)
+        elif previous is not None and outcome.status == FAILED:
+            events.record(EventType.CHARGE_FAILED, charge, previous=previous)
     return charge
 
 
-def _move(item: ProviderMovement, outcome: Outcome) -> bool:
-    """Write the provider's word on the locked row if it is a forward move; False (and
-    nothing written) if it is not."""
+def _move(item: ProviderMovement, outcome: Outcome, moves: dict) -> dict | None:
+    """Write the provider's word on the locked row if `moves` allows it; the fields it
+    moved, as they were (Stripe's previous_attributes), or None and nothing written."""
     if outcome.status == item.status:
-        return False
-    if outcome.status not in FORWARD.get(item.status, ()):
+        return None
+    if outcome.status not in moves.get(item.status, ()):
         log.error(
             "%s %s is %s; provider now says %s; left as it is",
             item._meta.model_name,
@@ -87,7 +112,8 @@ def _move(item: ProviderMovement, outcome: Outcome) -> bool:
             item.status,
             outcome.status,
         )
-        return False
+        return None
+    previous = {"status": item.status}
     item.status = outcome.status
     setattr(item, item.provider_id_field, outcome.provider_id or item.provider_id)
     item.status_detail = outcome.detail
@@ -101,4 +127,4 @@ def _move(item: ProviderMovement, outcome: Outcome) -> bool:
             "updated_at",
         ]
     )
-    return True
+    return previous

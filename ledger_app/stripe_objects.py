@@ -1,5 +1,5 @@
-"""Charges and refunds as Stripe shapes them, in answers. Our `unknown` status is an
-extension. What the endpoints accept is in params.py."""
+"""Objects as Stripe shapes them: in API answers, in events' `data.object`, and so in
+webhooks. Our `unknown` status is an extension. What the API accepts is in api/params.py."""
 
 from __future__ import annotations
 
@@ -141,3 +141,68 @@ class ErrorDetailSerializer(serializers.Serializer):
 
 class ErrorSerializer(serializers.Serializer):
     error = ErrorDetailSerializer()
+
+
+class EventSerializer(serializers.Serializer):
+    """Stripe's event: what changed (`type`), the object right after the change
+    (`data.object`) and, for an update, the moved fields as they were before
+    (`data.previous_attributes`), and the API request that caused it, if one did."""
+
+    id = serializers.CharField()
+    object = serializers.SerializerMethodField()
+    api_version = serializers.SerializerMethodField()
+    created = serializers.SerializerMethodField()
+    data = serializers.SerializerMethodField()
+    livemode = serializers.SerializerMethodField()
+    pending_webhooks = serializers.SerializerMethodField()
+    request = serializers.SerializerMethodField()
+    type = serializers.CharField()
+
+    def get_object(self, event) -> str:
+        return "event"
+
+    def get_api_version(self, event) -> str | None:
+        return None
+
+    def get_created(self, event) -> int:
+        return unix(event.created_at)
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "properties": {
+                "object": {"type": "object"},
+                "previous_attributes": {"type": "object"},
+            },
+        }
+    )
+    def get_data(self, event) -> dict:
+        data = {"object": event.data_object}
+        if event.previous_attributes is not None:
+            data["previous_attributes"] = event.previous_attributes
+        return data
+
+    def get_livemode(self, event) -> bool:
+        return False
+
+    def get_pending_webhooks(self, event) -> int:
+        return event.deliveries.filter(status="pending").count()
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "nullable": True},
+                "idempotency_key": {"type": "string", "nullable": True},
+            },
+        }
+    )
+    def get_request(self, event) -> dict:
+        return {
+            "id": event.request_id or None,
+            "idempotency_key": event.request_idempotency_key or None,
+        }
+
+
+class EventListSerializer(StripeList):
+    data = EventSerializer(many=True)
