@@ -148,6 +148,9 @@ STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "")
 STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "")
 if LEDGER_GATEWAY == "stripe" and not STRIPE_API_KEY:
     raise ImproperlyConfigured("LEDGER_GATEWAY=stripe needs STRIPE_API_KEY")
+# Signs the provider's webhooks to POST /webhooks/stripe (Stripe's whsec_...); without
+# it every inbound webhook is refused.
+STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
 GATEWAY_TIMEOUT_SECONDS = float(os.environ.get("GATEWAY_TIMEOUT_SECONDS", "10"))
 SIMULATED_GATEWAY_LATENCY_MS = int(os.environ.get("SIMULATED_GATEWAY_LATENCY_MS", "200"))
 
@@ -158,6 +161,9 @@ if REFUND_DISPATCH not in {"inline", "worker"}:
     raise ImproperlyConfigured("REFUND_DISPATCH must be inline or worker")
 # How long a dispatcher holds a claimed refund; after that a crashed one's work is retried.
 REFUND_DISPATCH_LEASE_SECONDS = int(os.environ.get("REFUND_DISPATCH_LEASE_SECONDS", "60"))
+# The reconciler asks the provider again about refunds that succeeded this recently, in
+# case a later failure's webhook never arrived (0: it does not).
+RECONCILE_RECHECK_HOURS = int(os.environ.get("RECONCILE_RECHECK_HOURS", "72"))
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
@@ -216,3 +222,18 @@ SPECTACULAR_SETTINGS = {
 # Bodies are small; anything larger is refused before it is parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 200
+
+# Outbound webhooks (`manage.py deliver_webhooks`). Endpoints on loopback, private,
+# link-local or reserved addresses are refused unless this is true (demo and tests only).
+WEBHOOK_ALLOW_PRIVATE_URLS = env_bool("WEBHOOK_ALLOW_PRIVATE_URLS", False)
+# Connect and read timeout of one delivery request.
+WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOK_TIMEOUT_SECONDS", "10"))
+# A delivery is retried with backoff until it is this old, then marked failed.
+WEBHOOK_RETRY_HOURS = float(os.environ.get("WEBHOOK_RETRY_HOURS", "72"))
+# The first retry's delay; each next one doubles, up to the maximum (with some jitter).
+WEBHOOK_BACKOFF_SECONDS = float(os.environ.get("WEBHOOK_BACKOFF_SECONDS", "60"))
+WEBHOOK_BACKOFF_MAX_SECONDS = float(os.environ.get("WEBHOOK_BACKOFF_MAX_SECONDS", "3600"))
+# How long a worker holds the deliveries it claimed; a dead worker's are sent again after.
+WEBHOOK_LEASE_SECONDS = int(os.environ.get("WEBHOOK_LEASE_SECONDS", "120"))
+if not 0 < WEBHOOK_TIMEOUT_SECONDS < WEBHOOK_LEASE_SECONDS:
+    raise ImproperlyConfigured("WEBHOOK_TIMEOUT_SECONDS must be above 0 and below the lease")

@@ -4,6 +4,7 @@ from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
 from ledger_app.api.errors import not_found
+from ledger_app.api.provider_webhooks import stripe_webhook
 
 
 def nul_in_admin_url(request, *args, **kwargs):
@@ -20,6 +21,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("v1", not_found),  # an unknown URL like any other, not a redirect to /v1/
     path("v1/", include("ledger_app.api.urls")),
+    path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),
 ]
 
 handler500 = "backoffice.request_id.server_error"

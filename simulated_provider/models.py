@@ -12,8 +12,10 @@ from django.utils import timezone
 
 class ProviderObject(models.Model):
     class Status(models.TextChoices):
+        PENDING = "pending"  # accepted, not finished (pending_then_succeed)
         SUCCEEDED = "succeeded"
-        DECLINED = "declined"
+        DECLINED = "declined"  # refused when asked
+        FAILED = "failed"  # succeeded, then failed later (succeed_then_fail)
 
     provider_id = models.CharField(max_length=64, unique=True)
     idempotency_key = models.CharField(max_length=255, unique=True)

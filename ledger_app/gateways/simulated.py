@@ -5,7 +5,11 @@ same parameters returns the first answer, the same key with other parameters is 
 Behaviours come from metadata, for demos and tests:
 - the charge's `simulate_refund`: succeed (default), decline, timeout (nothing applied,
   the caller times out), apply_then_timeout (applied, the answer is lost), slow (answers
-  after SIMULATED_GATEWAY_LATENCY_MS; past the caller's timeout it applies and times out);
+  after SIMULATED_GATEWAY_LATENCY_MS; past the caller's timeout it applies and times out),
+  pending_then_succeed (accepted as pending; it succeeds later), succeed_then_fail
+  (succeeds; it fails later, as a refund to a closed card does). "Later" is when
+  `manage.py advance_simulated_provider` runs: it settles them and sends the news as
+  Stripe-shaped events through the inbound webhook path;
 - the charge request's `simulate_charge`: the same values, for captures;
 - the charge's `simulate_lookup`: answer (default) or unavailable (lookups cannot say).
 A real provider knows its own charges; this one reads the charge's metadata from the ledger.
@@ -26,12 +30,23 @@ from ledger_app.gateways.base import (
     GatewayTimeout,
     GatewayUnavailable,
     IdempotencyKeyConflict,
+    OutcomeUnknown,
     ProviderAnswer,
 )
 from ledger_app.models import Charge, new_id
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 
-BEHAVIOURS = {"succeed", "decline", "timeout", "apply_then_timeout", "slow"}
+Status = ProviderRefund.Status
+
+BEHAVIOURS = {
+    "succeed",
+    "decline",
+    "timeout",
+    "apply_then_timeout",
+    "slow",
+    "pending_then_succeed",
+    "succeed_then_fail",
+}
 
 
 class SimulatedGateway(Gateway):
@@ -91,22 +106,7 @@ class SimulatedGateway(Gateway):
             late = latency > timeout
         canonical = json.dumps(params, sort_keys=True, separators=(",", ":"))
         fingerprint = hashlib.sha256(canonical.encode()).hexdigest()
-        declined = behaviour == "decline"
-        try:
-            with transaction.atomic():
-                record = model.objects.create(
-                    provider_id=new_id("sim_re_" if model is ProviderRefund else "sim_ch_"),
-                    idempotency_key=key,
-                    fingerprint=fingerprint,
-                    amount=params["amount"],
-                    currency=params["currency"],
-                    status="declined" if declined else "succeeded",
-                    decline_reason="simulated_decline" if declined else "",
-                    metadata=params["metadata"],
-                    **fields,
-                )
-        except IntegrityError:
-            record = model.objects.get(idempotency_key=key)
+        record = _record(model, key, fingerprint, behaviour, params, fields)
         if record.fingerprint != fingerprint:
             _log(operation, key, behaviour, "key_conflict")
             raise IdempotencyKeyConflict(
@@ -119,8 +119,32 @@ class SimulatedGateway(Gateway):
         return record
 
 
+def _record(model, key: str, fingerprint: str, behaviour: str, params: dict, fields: dict):
+    """What the provider applies under this key: made once; the same key again finds it."""
+    status = {"decline": Status.DECLINED, "pending_then_succeed": Status.PENDING}
+    try:
+        with transaction.atomic():
+            return model.objects.create(
+                provider_id=new_id("sim_re_" if model is ProviderRefund else "sim_ch_"),
+                idempotency_key=key,
+                fingerprint=fingerprint,
+                amount=params["amount"],
+                currency=params["currency"],
+                status=status.get(behaviour, Status.SUCCEEDED),
+                decline_reason="simulated_decline" if behaviour == "decline" else "",
+                metadata=params["metadata"],
+                **fields,
+            )
+    except IntegrityError:
+        return model.objects.get(idempotency_key=key)
+
+
 def _answer(record: ProviderRefund | ProviderCharge) -> ProviderAnswer:
-    return ProviderAnswer(record.status, record.provider_id, record.decline_reason)
+    """The record as the provider's word; one still pending is no answer yet."""
+    if record.status == Status.PENDING:
+        raise OutcomeUnknown(f"simulated provider: {record.provider_id} is still pending")
+    verdict = "succeeded" if record.status == Status.SUCCEEDED else "declined"
+    return ProviderAnswer(verdict, record.provider_id, record.decline_reason)
 
 
 def _lookup(model, operation: str, key: str, charge_reference: str) -> ProviderAnswer | None:

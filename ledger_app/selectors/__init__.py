@@ -18,6 +18,7 @@ from ledger_app.models import (
     LedgerEntry,
     MovementStatus,
     Refund,
+    WebhookDelivery,
     WebhookEndpoint,
 )
 from ledger_app.selectors.drift import Drift, find_ledger_drift
@@ -97,6 +98,30 @@ def live_endpoints() -> list[WebhookEndpoint]:
     )
 
 
+def movement_for_provider_object(model: type[Refund] | type[Charge], obj: dict):
+    """The refund (or charge) a provider's object is about: by the provider's id, else by
+    the ledger id we sent in its metadata (`ledger_refund_id`, `ledger_charge_id`), which
+    also finds one whose provider answer never reached us."""
+    provider_id = obj.get("id")
+    if isinstance(provider_id, str) and provider_id:
+        found = model.objects.filter(**{model.provider_id_field: provider_id}).first()
+        if found is not None:
+            return found
+    ledger_id = (obj.get("metadata") or {}).get(f"ledger_{model._meta.model_name}_id")
+    if isinstance(ledger_id, str) and ledger_id:
+        return model.objects.filter(pk=ledger_id).first()
+    return None
+
+
+def recently_succeeded(hours: int) -> list[str]:
+    """Ids of refunds that succeeded (were last settled) within that many hours: the
+    reconciler asks the provider again about these, in case a later failure's webhook
+    never arrived."""
+    since = timezone.now() - timedelta(hours=hours)
+    succeeded = Refund.objects.filter(status=MovementStatus.SUCCEEDED, updated_at__gte=since)
+    return list(succeeded.order_by("updated_at", "id").values_list("pk", flat=True))
+
+
 def stale_pending(now: datetime | None = None, lease_seconds: int | None = None) -> Q:
     """Pending refunds or charges nobody is sending: a lease that ran out, or none taken
     within a lease's length of being created (a process died between commit and send)."""
@@ -169,3 +194,26 @@ def page_newest_first(
     newer = queryset.filter(Q(created_at__gt=at) | Q(created_at=at, id__gt=pk))
     rows = list(newer.order_by("created_at", "id")[: limit + 1])
     return Page(list(reversed(rows[:limit])), len(rows) > limit)
+
+
+def webhook_endpoints() -> QuerySet[WebhookEndpoint]:
+    """Webhook endpoints the API lists and finds: all but the deleted."""
+    return WebhookEndpoint.objects.filter(deleted_at__isnull=True)
+
+
+def webhook_endpoint(endpoint_id: str) -> WebhookEndpoint | None:
+    """The endpoint with this id, unless it was deleted."""
+    return webhook_endpoints().filter(pk=endpoint_id).first()
+
+
+def due_deliveries(now: datetime, due_at: datetime | None = None) -> QuerySet[WebhookDelivery]:
+    """Deliveries a webhook worker may claim: pending, due by `due_at` (default now), held
+    by no worker, to an endpoint that is enabled and not deleted. A disabled endpoint's
+    deliveries wait; a deleted one's are canceled when it is deleted."""
+    return WebhookDelivery.objects.filter(
+        lease_free(now),
+        status=WebhookDelivery.Status.PENDING,
+        next_attempt_at__lte=due_at or now,
+        endpoint__status=WebhookEndpoint.Status.ENABLED,
+        endpoint__deleted_at__isnull=True,
+    )

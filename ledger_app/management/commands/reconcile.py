@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger_app.services.dispatch import reconcile_charges, reconcile_refunds
+from ledger_app.services.dispatch import (
+    recheck_succeeded_refunds,
+    reconcile_charges,
+    reconcile_refunds,
+)
 
 
 class Command(BaseCommand):
     help = (
         "Settle every unknown refund and charge, and every pending one whose dispatch is "
         "stale, by asking the provider. What the provider has no record of is sent again "
-        "with its same key; what it cannot answer stays as it is."
+        "with its same key; what it cannot answer stays as it is. Then ask again about "
+        "refunds that succeeded within RECONCILE_RECHECK_HOURS: one the provider now says "
+        "failed moves to failed and its amount is released."
     )
 
     def add_arguments(self, parser):
@@ -28,8 +34,12 @@ class Command(BaseCommand):
             raise CommandError("--lease-seconds must be 0 to 604800 (a week)", returncode=2)
         refunds = reconcile_refunds(lease_seconds=lease, on_refund=self._line("refund"))
         charges = reconcile_charges(lease_seconds=lease, on_charge=self._line("charge"))
-        self.stdout.write(f"reconcile: refunds: {refunds.summary()}; charges: {charges.summary()}")
-        if refunds.errors or charges.errors:
+        rechecked = recheck_succeeded_refunds(on_refund=self._line("refund"))
+        self.stdout.write(
+            f"reconcile: refunds: {refunds.summary()}; charges: {charges.summary()}; "
+            f"succeeded refunds now failed: {sum(rechecked.statuses.values())}"
+        )
+        if refunds.errors or charges.errors or rechecked.errors:
             raise CommandError("some were interrupted by database errors", returncode=1)
 
     def _line(self, kind: str):

@@ -9,6 +9,7 @@ same guarded send.
 """
 
 from ledger_app.services.dispatch.reconcile import (
+    recheck_succeeded_refunds,
     reconcile_charge,
     reconcile_charges,
     reconcile_refund,
@@ -28,6 +29,7 @@ __all__ = [
     "reconcile_charge",
     "reconcile_charges",
     "reconcile_refund",
+    "recheck_succeeded_refunds",
     "reconcile_refunds",
     "send_charge",
     "send_refund",

@@ -6,9 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.conf import settings
+from django.db import DatabaseError
+
 from ledger_app.models import Charge, Refund
-from ledger_app.selectors import in_doubt_ids
-from ledger_app.services.dispatch.send import Gateway, Sent, send_charge, send_refund
+from ledger_app.selectors import in_doubt_ids, recently_succeeded
+from ledger_app.services.dispatch.send import (
+    Gateway,
+    Sent,
+    recheck_refund,
+    send_charge,
+    send_refund,
+)
 from ledger_app.services.dispatch.worker import Tally
 
 
@@ -61,4 +70,26 @@ def _reconcile_all(model, reconcile_one, gateway, lease_seconds, on_item) -> Tal
         on_item,
         model._meta.model_name,
     )
+    return tally
+
+
+def recheck_succeeded_refunds(
+    *,
+    gateway: Gateway | None = None,
+    hours: int | None = None,
+    on_refund: Callable[[Refund], None] = lambda refund: None,
+) -> Tally:
+    """recheck_refund for every refund that succeeded within RECONCILE_RECHECK_HOURS: the
+    backstop for a missed `refund.failed` webhook. Counts only those it moved."""
+    hours = settings.RECONCILE_RECHECK_HOURS if hours is None else hours
+    tally = Tally()
+    for pk in recently_succeeded(hours) if hours > 0 else []:
+        try:
+            refund = recheck_refund(pk, gateway=gateway)
+        except DatabaseError:
+            tally.survive_database_error(f"refund {pk}")
+            continue
+        if refund.status != Refund.Status.SUCCEEDED:
+            tally.add(refund.status)
+            on_refund(refund)
     return tally

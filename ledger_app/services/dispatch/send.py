@@ -118,6 +118,26 @@ def _guarded_send(
     return Sent(kind.settle(pk, outcome, actor), Step.SENT)
 
 
+def recheck_refund(refund_id: str, *, gateway: Gateway | None = None) -> Refund:
+    """Ask the provider again about a refund it accepted, in case it failed since (a closed
+    or expired card) and the webhook saying so never arrived. Only asks, never sends: its
+    record saying declined moves the refund to failed and releases the amount
+    (`settle_refund(reversal=True)`); anything else (still succeeded, no record, no
+    answer) leaves it as it is."""
+    refund = _REFUND.fetch(refund_id)
+    if refund.status != SUCCEEDED:
+        return refund
+    try:
+        answer = _REFUND.lookup(gateway or get_gateway(), refund)
+    except OutcomeUnknown as exc:
+        log.info("refund %s: provider cannot say (%s); left succeeded", refund_id, exc)
+        return refund
+    if answer is None or answer.verdict == "succeeded":
+        return refund
+    outcome = _outcome_of(answer)
+    return settle_refund(refund_id=refund_id, outcome=outcome, actor="reconcile", reversal=True)
+
+
 def _outcome_of(answer: ProviderAnswer) -> Outcome:
     if answer.verdict == "succeeded":
         return Outcome(SUCCEEDED, answer.provider_id)
