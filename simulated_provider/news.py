@@ -56,7 +56,7 @@ def event_about(record: ProviderRefund, event_type: str) -> dict:
                 "object": "refund",
                 "amount": record.amount,
                 "currency": record.currency,
-                "status": record.status,
+                "status": str(record.status),
                 "failure_reason": record.decline_reason or None,
                 "metadata": record.metadata,
             }

@@ -32,10 +32,13 @@ from ledger_app.models import Charge, IdempotencyRecord, Refund
 from ledger_app.services.charges import create_charge, record_charge
 from ledger_app.services.dispatch import (
     process_pending_refunds,
+    recheck_succeeded_refunds,
     reconcile_charges,
     reconcile_refunds,
 )
+from ledger_app.services.provider_events import apply_provider_event
 from ledger_app.services.refunds import create_refund
+from simulated_provider import news
 from simulated_provider.models import ProviderCharge, ProviderRefund
 from tests import tally
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees
@@ -47,12 +50,16 @@ EXAMPLES = (
 )
 STEPS = tally.scale("model_steps", 25, 50)
 BEHAVIOURS = ["succeed", "succeed", "decline", "timeout", "apply_then_timeout"]
+# Refunds only: the provider finishes these later and tells us by webhook.
+LATER = ["pending_then_succeed", "succeed_then_fail"]
 # What the provider's behaviour lets a refund or a charge end as.
 SETTLES_AS = {
     "succeed": {"succeeded"},
     "decline": {"failed"},
     "timeout": {"unknown"},
     "apply_then_timeout": {"unknown", "succeeded"},
+    "pending_then_succeed": {"unknown", "succeeded"},
+    "succeed_then_fail": {"succeeded", "failed"},
 }
 ORDER = {"pending": 0, "unknown": 1, "succeeded": 2, "failed": 2}
 WORKER_CRASH_POINTS = [
@@ -117,6 +124,8 @@ class LedgerModel(RuleBasedStateMachine):
         self.refunds: dict[str, dict] = {}  # id -> charge, amount, status
         self.requests: dict[str, tuple] = {}  # key -> (operation, params, object id)
         self.seen_status: dict[str, str] = {}
+        self.refund_ids: list[str] = []  # creation order, for draws
+        self.news: list[dict] = []  # every webhook the provider sent
 
     def step(self, **counts: int) -> None:
         tally.add("model", operations=1, **counts)
@@ -125,9 +134,13 @@ class LedgerModel(RuleBasedStateMachine):
     def first_charge(self):
         self.new_charge(5_000, "succeed")
 
+    @initialize(behaviour=st.sampled_from(LATER))
+    def a_charge_whose_refunds_the_provider_finishes_later(self, behaviour):
+        self.new_charge(5_000, behaviour)
+
     # --- charges ----------------------------------------------------------------------
 
-    @rule(amount=st.integers(1, 10_000), behaviour=st.sampled_from(BEHAVIOURS))
+    @rule(amount=st.integers(1, 10_000), behaviour=st.sampled_from(BEHAVIOURS + LATER))
     def new_charge(self, amount, behaviour):
         """A charge recorded as already captured (an import)."""
         charge = record_charge(
@@ -249,6 +262,7 @@ class LedgerModel(RuleBasedStateMachine):
         assert not result.replayed and refund.amount == outcome and refund.status == "pending"
         self.charges[charge_id]["refunded"] += outcome
         self.refunds[refund.id] = {"charge": charge_id, "amount": outcome, "status": "pending"}
+        self.refund_ids.append(refund.id)
         if key is not None:
             self.requests[key] = ("refund", params, refund.id)
         self.step()
@@ -320,13 +334,23 @@ class LedgerModel(RuleBasedStateMachine):
     def reconciler_runs(self):
         """Whatever the provider has a record of is settled by one reconciler pass (what
         the pass itself had to send may come back unknown again, like any send)."""
-        provider_knows = {
-            *ProviderRefund.objects.values_list("idempotency_key", flat=True),
+        provider_knows = {  # what it has finished: one still pending at it is not known
+            *ProviderRefund.objects.exclude(status="pending").values_list(
+                "idempotency_key", flat=True
+            ),
             *ProviderCharge.objects.values_list("idempotency_key", flat=True),
         }
         reconcile_refunds()
         reconcile_charges(lease_seconds=0)
+        recheck_succeeded_refunds()
         self.settle_model()
+        provider_failed = set(
+            ProviderRefund.objects.filter(status="failed").values_list("idempotency_key", flat=True)
+        )
+        missed = Refund.objects.filter(
+            status="succeeded", provider_idempotency_key__in=provider_failed
+        )
+        assert not missed.exists()  # a lost refund.failed webhook is caught here
         in_doubt = [
             (key, status)
             for model in (Refund, Charge)
@@ -335,6 +359,61 @@ class LedgerModel(RuleBasedStateMachine):
         ]
         assert in_doubt == []
         assert not Charge.objects.filter(status="pending").exists()
+        self.step()
+
+    # --- the provider's later word, by webhook -----------------------------------------
+
+    @rule(delivered=st.booleans())
+    def provider_sends_news(self, delivered):
+        """The worker sends what is pending; the provider finishes what it left for later
+        and sends webhooks, which arrive (applied once each) or are lost (the reconciler's
+        re-check must catch those)."""
+        process_pending_refunds()
+        self.settle_model()
+        sent = news.advance()
+        self.news.extend(sent)
+        if delivered:
+            for event in sent:
+                apply_provider_event(event)
+        self.settle_model()
+        self.step(faults=0 if delivered else len(sent))
+
+    @rule(data=st.data())
+    def a_webhook_arrives_again(self, data):
+        """A webhook delivered twice (or late, after newer ones): nothing changes unless it
+        was never applied, and then only forward."""
+        if not self.news:
+            return
+        event = data.draw(st.sampled_from(self.news))
+        apply_provider_event(event)
+        self.settle_model()
+        self.step()
+
+    @rule(data=st.data())
+    def an_older_event_arrives_after_a_newer_one(self, data):
+        """A refund's earlier state (pending before it succeeded, succeeded before it
+        failed), arriving last under a new event id, moves nothing back."""
+        final = [r for r in self.refund_ids if self.refunds[r]["status"] in ("succeeded", "failed")]
+        if not final:
+            return
+        refund = Refund.objects.get(pk=data.draw(st.sampled_from(final)))
+        older = "succeeded" if refund.status == "failed" else "pending"
+        before = (refund.status, dict(Charge.objects.values_list("id", "amount_refunded")))
+        stale = {
+            "id": f"evt_stale_{len(self.news)}_{refund.id}",
+            "type": "refund.updated",
+            "data": {
+                "object": {
+                    "id": refund.provider_refund_id,
+                    "object": "refund",
+                    "status": older,
+                    "metadata": {"ledger_refund_id": refund.id},
+                }
+            },
+        }
+        apply_provider_event(stale)
+        refund.refresh_from_db()
+        assert (refund.status, dict(Charge.objects.values_list("id", "amount_refunded"))) == before
         self.step()
 
     # --- after every step ---------------------------------------------------------------
@@ -361,9 +440,14 @@ class LedgerModel(RuleBasedStateMachine):
         ]
         for object_id, status in statuses:
             before = self.seen_status.get(object_id, "pending")
+            self.seen_status[object_id] = status
+            if (before, status) == ("succeeded", "failed"):
+                # only on the provider's later word, for a refund it failed after success
+                charge = self.charges[self.refunds[object_id]["charge"]]
+                assert charge["behaviour"] == "succeed_then_fail", object_id
+                continue
             assert ORDER[status] >= ORDER[before], (object_id, before, status)
             assert not (before in ("succeeded", "failed") and status != before)
-            self.seen_status[object_id] = status
 
 
 @pytest.mark.django_db(transaction=True)
