@@ -61,6 +61,26 @@ DEMO_CHARGES = [
         [],
         {"simulate_refund": "apply_then_timeout"},
     ),
+    # Refund these, then run `manage.py advance_simulated_provider`: the provider's news
+    # arrives as webhooks (pending -> succeeded; succeeded -> failed, amount released).
+    (
+        "ch_demoUsdPendsLater000015",
+        2500,
+        "usd",
+        "succeeded",
+        "Provider settles refunds later",
+        [],
+        {"simulate_refund": "pending_then_succeed"},
+    ),
+    (
+        "ch_demoUsdFailsLater000016",
+        2700,
+        "usd",
+        "succeeded",
+        "Provider fails refunds later",
+        [],
+        {"simulate_refund": "succeed_then_fail"},
+    ),
 ]
 
 
