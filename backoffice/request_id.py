@@ -10,6 +10,8 @@ from django.http import JsonResponse
 from django.views.defaults import server_error as html_server_error
 
 current_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+# The request being served right now, "" outside one: what events name as their cause.
+serving_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("serving", default="")
 
 
 def new_request_id() -> str:
@@ -25,7 +27,11 @@ class RequestIdMiddleware:
         # Left set after the response: Django logs the request's outcome after the
         # middleware chain has returned, and that line should carry the id too.
         current_request_id.set(request.request_id)
-        response = self.get_response(request)
+        serving = serving_request_id.set(request.request_id)
+        try:
+            response = self.get_response(request)
+        finally:
+            serving_request_id.reset(serving)
         response["Request-Id"] = request.request_id
         return response
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import connection
 
-from backoffice.request_id import current_request_id
+from backoffice.request_id import serving_request_id
 from ledger_app.models import Charge, Event, EventType, Refund, WebhookDelivery
 from ledger_app.selectors import live_endpoints
 from ledger_app.stripe_objects import ChargeSerializer, RefundSerializer
@@ -30,12 +30,11 @@ def record(
     the change moved, as they were before it (Stripe's `previous_attributes`)."""
     if not connection.in_atomic_block:
         raise RuntimeError("an event is recorded in the transaction of its change")
-    request_id = current_request_id.get()
     event = Event.objects.create(
         type=event_type,
         data_object=snapshot(obj),
         previous_attributes=previous,
-        request_id="" if request_id == "-" else request_id,
+        request_id=serving_request_id.get(),
         request_idempotency_key=idempotency_key or "",
         charge=obj if isinstance(obj, Charge) else obj.charge,
         refund=obj if isinstance(obj, Refund) else None,
