@@ -22,6 +22,7 @@ run: $(VENV)/.installed
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/python manage.py seed_demo
 	@echo "Serving http://127.0.0.1:8000/admin/ (Ctrl-C stops it)"
+	WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \
 	$(BIN)/gunicorn backoffice.wsgi --bind 127.0.0.1:8000 --workers 2 --access-logfile -
 
 test: $(VENV)/.installed-dev
@@ -40,8 +41,15 @@ bench: $(VENV)/.installed-dev
 bench-quick: $(VENV)/.installed-dev
 	$(BIN)/python -W ignore tests/bench/run.py --quick
 
+# Both workers in a loop, side by side: refunds to the provider, webhooks to their
+# endpoints (a slow receiver never holds up a refund). Ctrl-C or SIGTERM stops both; each
+# finishes the refund or delivery in hand.
 worker: $(VENV)/.installed
-	$(BIN)/python manage.py process_refunds --loop
+	@trap 'kill -TERM $$refunds $$webhooks 2>/dev/null; wait' INT TERM; \
+	$(BIN)/python manage.py process_refunds --loop & refunds=$$!; \
+	WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \
+	$(BIN)/python manage.py deliver_webhooks --loop & webhooks=$$!; \
+	wait
 
 reconcile: $(VENV)/.installed
 	$(BIN)/python manage.py reconcile

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ledger_app.models import EventType
+
 
 class LedgerError(Exception):
     code = "ledger_error"
@@ -153,3 +155,24 @@ class ChargeChanged(LedgerError):
         "The charge changed since this form was shown. Nothing was refunded; check what is "
         "left and submit again."
     )
+
+
+class InvalidWebhookUrl(LedgerError):
+    code = "url_invalid"
+    param = "url"
+    default_message = "The URL must be http:// or https:// with a host."
+
+
+KNOWN_EVENTS = ", ".join(EventType.values)
+
+
+class InvalidEnabledEvents(LedgerError):
+    code = "invalid_enabled_events"
+    param = "enabled_events"
+    default_message = f'enabled_events must list event types ({KNOWN_EVENTS}) or "*".'
+
+
+class DeliveryNotResendable(LedgerError):
+    code = "delivery_not_resendable"
+    param = "delivery"
+    default_message = "The delivery's endpoint was deleted; it is not sent again."

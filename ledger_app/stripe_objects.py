@@ -1,12 +1,25 @@
 """Objects as Stripe shapes them: in API answers, in events' `data.object`, and so in
-webhooks. Our `unknown` status is an extension. What the API accepts is in api/params.py."""
+webhooks. Every field of Stripe's own object is there, so code written against Stripe
+reads them unchanged; a field that means nothing here (no payment intents, transfers,
+receipts or disputes) is always null, false or empty. Our `unknown` status is an
+extension. What the API accepts is in api/params.py."""
 
 from __future__ import annotations
+
+import copy
+import re
+from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ledger_app.models import Charge, Refund
+
+# How many of a charge's refunds it shows, newest first: has_more and url page on.
+EMBEDDED_REFUNDS = 10
+EXPANDED_REFUNDS = 100  # with expand[]=refunds
+# A failed charge's status_detail that is a provider's code (card_declined), not prose.
+FAILURE_CODE = re.compile(r"^[a-z][a-z0-9_]{0,99}\Z")
 
 
 def unix(moment) -> int:
@@ -21,6 +34,33 @@ class BlankAsNull(serializers.CharField):
 
     def to_representation(self, value: str) -> str | None:
         return value or None
+
+
+class Fixed(serializers.Field):
+    """A field with the same value on every object here, such as `livemode: false` or a
+    `payment_intent` that is always null. `schema` is its OpenAPI schema (api/schema.py
+    hands it to the generator): by default a nullable string, for null ids."""
+
+    def __init__(self, value: Any = None, schema: dict | None = None, **kwargs) -> None:
+        self.value = value
+        self.schema = schema or {"type": "string", "nullable": True}
+        super().__init__(source="*", read_only=True, **kwargs)
+
+    def to_representation(self, obj) -> Any:
+        return copy.deepcopy(self.value)
+
+
+NULL_OBJECT = {"type": "object", "nullable": True}
+NULL_INTEGER = {"type": "integer", "nullable": True}
+FALSE = {"type": "boolean"}
+NO_ADDRESS = dict.fromkeys(("city", "country", "line1", "line2", "postal_code", "state"))
+NO_BILLING_DETAILS = {
+    "address": NO_ADDRESS,
+    "email": None,
+    "name": None,
+    "phone": None,
+    "tax_id": None,
+}
 
 
 @extend_schema_field(serializers.CharField(allow_null=True))
@@ -40,17 +80,26 @@ class RefundSerializer(serializers.Serializer):
     id = serializers.CharField()
     object = serializers.SerializerMethodField()
     amount = serializers.IntegerField(help_text="Minor units.")
+    balance_transaction = Fixed()
     charge = serializers.CharField(source="charge_id")
     created = serializers.SerializerMethodField()
     currency = serializers.CharField()
+    customer = Fixed()
+    customer_account = Fixed()
+    destination_details = Fixed(schema=NULL_OBJECT)
+    failure_reason = FailureDetail()
     metadata = serializers.DictField(child=serializers.CharField())
+    payment_intent = Fixed()
+    payment_method = Fixed()
     reason = BlankAsNull()
+    receipt_number = Fixed()
+    source_transfer_reversal = Fixed()
     status = serializers.ChoiceField(
         choices=Refund.Status.choices,
         help_text="pending, succeeded, failed, or unknown (the provider's answer is not "
         "known yet; the amount stays reserved until the reconciler learns it).",
     )
-    failure_reason = FailureDetail()
+    transfer_reversal = Fixed()
 
     def get_object(self, refund) -> str:
         return "refund"
@@ -77,22 +126,50 @@ class ChargeSerializer(serializers.Serializer):
     amount = serializers.IntegerField(help_text="Minor units.")
     amount_captured = serializers.SerializerMethodField()
     amount_refunded = serializers.IntegerField()
+    application = Fixed()
+    application_fee = Fixed()
+    application_fee_amount = Fixed(schema=NULL_INTEGER)
+    balance_transaction = Fixed()
+    billing_details = Fixed(NO_BILLING_DETAILS, {"type": "object"})
+    calculated_statement_descriptor = Fixed()
     captured = serializers.SerializerMethodField()
     created = serializers.SerializerMethodField()
     currency = serializers.CharField()
     customer = BlankAsNull()
     description = BlankAsNull()
+    disputed = Fixed(False, FALSE)
+    failure_balance_transaction = Fixed()
+    failure_code = serializers.SerializerMethodField()
+    failure_message = FailureDetail()
+    fraud_details = Fixed({}, {"type": "object"})
+    livemode = Fixed(False, FALSE)
     metadata = serializers.DictField(child=serializers.CharField())
+    on_behalf_of = Fixed()
+    outcome = Fixed(schema=NULL_OBJECT)
     paid = serializers.SerializerMethodField()
+    payment_intent = Fixed()
+    payment_method = Fixed()
+    payment_method_details = Fixed(schema=NULL_OBJECT)
+    receipt_email = Fixed()
+    receipt_number = Fixed()
+    receipt_url = Fixed()
     refunded = serializers.BooleanField()
+    refunds = serializers.SerializerMethodField(
+        help_text=f"The charge's {EMBEDDED_REFUNDS} newest refunds ({EXPANDED_REFUNDS} with "
+        "expand[]=refunds); has_more says whether there are others, and url lists them all."
+    )
+    review = Fixed()
+    shipping = Fixed(schema=NULL_OBJECT)
+    source = Fixed(schema=NULL_OBJECT)
+    source_transfer = Fixed()
+    statement_descriptor = Fixed()
+    statement_descriptor_suffix = Fixed()
     status = serializers.ChoiceField(
         choices=Charge.Status.choices,
         help_text="pending, succeeded, failed, or unknown (capture outcome not known yet).",
     )
-    failure_message = FailureDetail()
-    refunds = serializers.SerializerMethodField(
-        help_text="Only with expand[]=refunds: the charge's refunds, newest first."
-    )
+    transfer_data = Fixed(schema=NULL_OBJECT)
+    transfer_group = Fixed()
 
     def get_object(self, charge) -> str:
         return "charge"
@@ -109,23 +186,26 @@ class ChargeSerializer(serializers.Serializer):
     def get_created(self, charge) -> int:
         return unix(charge.created_at)
 
-    @extend_schema_field(RefundListSerializer(allow_null=True))
-    def get_refunds(self, charge) -> dict | None:
-        if "refunds" not in self.context.get("expand", ()):
+    def get_failure_code(self, charge) -> str | None:
+        """A failed charge's code from the provider (card_declined), when it gave one."""
+        if charge.status != Charge.Status.FAILED:
             return None
-        refunds = list(charge.refunds.order_by("-created_at", "-id")[:101])
+        return charge.status_detail if FAILURE_CODE.match(charge.status_detail) else None
+
+    @extend_schema_field(RefundListSerializer)
+    def get_refunds(self, charge) -> dict:
+        expanded = "refunds" in self.context.get("expand", ())
+        size = EXPANDED_REFUNDS if expanded else EMBEDDED_REFUNDS
+        # A list's charges come with theirs (selectors.with_first_refunds)
+        refunds = None if expanded else getattr(charge, "first_refunds", None)
+        if refunds is None:
+            refunds = list(charge.refunds.order_by("-created_at", "-id")[: size + 1])
         return {
             "object": "list",
-            "data": RefundSerializer(refunds[:100], many=True).data,
-            "has_more": len(refunds) > 100,
+            "data": RefundSerializer(refunds[:size], many=True).data,
+            "has_more": len(refunds) > size,
             "url": f"/v1/charges/{charge.id}/refunds",
         }
-
-    def to_representation(self, charge):
-        data = super().to_representation(charge)
-        if data["refunds"] is None:
-            del data["refunds"]
-        return data
 
 
 class ChargeListSerializer(StripeList):
@@ -186,6 +266,9 @@ class EventSerializer(serializers.Serializer):
         return False
 
     def get_pending_webhooks(self, event) -> int:
+        counted = getattr(event, "pending_webhooks", None)  # selectors.events_listed
+        if counted is not None:
+            return counted
         return event.deliveries.filter(status="pending").count()
 
     @extend_schema_field(

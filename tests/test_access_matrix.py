@@ -19,9 +19,11 @@ from django.urls import URLResolver, get_resolver
 from ledger_app.models import (
     ApiKey,
     Charge,
+    Event,
     IdempotencyRecord,
     LedgerEntry,
     Refund,
+    WebhookEndpoint,
     new_charge_id,
     new_refund_id,
 )
@@ -59,6 +61,11 @@ def api_endpoints() -> list[tuple[str, list[str]]]:
 
 def fill(route: str, charge: Charge, refund: Refund) -> str:
     route = route.replace("<str:charge_id>", charge.id).replace("<str:refund_id>", refund.id)
+    route = route.replace("<str:event_id>", Event.objects.filter(refund=refund).first().id)
+    endpoint = WebhookEndpoint.objects.get_or_create(
+        url="https://hooks.example.com/ledger", defaults={"secret": "whsec_matrix"}
+    )[0]
+    route = route.replace("<str:endpoint_id>", endpoint.id)
     return route.replace("<path:object_id>", "{object_id}")
 
 
@@ -96,8 +103,13 @@ def test_the_api_has_the_endpoints_this_file_checks():
     assert paths == {
         "/v1/charges",
         "/v1/charges/<str:charge_id>",
+        "/v1/charges/<str:charge_id>/refunds",
         "/v1/refunds",
         "/v1/refunds/<str:refund_id>",
+        "/v1/events",
+        "/v1/events/<str:event_id>",
+        "/v1/webhook_endpoints",
+        "/v1/webhook_endpoints/<str:endpoint_id>",
     }
 
 

@@ -99,7 +99,7 @@ DRF_ERRORS = [
         403,
         INVALID_REQUEST,
         "api_key_read_only",
-        "This API key is read-only; it cannot create charges or refunds.",
+        "This API key is read-only; it can read but not create, change or delete anything.",
     ),
     (
         drf.Throttled,

@@ -64,19 +64,28 @@ class Integer(Strict, serializers.IntegerField):
     bools are never integers. `min_value` and `max_value`, if given, are checked here."""
 
     def to_internal_value(self, data: Any) -> int:
-        if type(data) is int:
-            value = data
-        elif not self.context.get("from_json") and isinstance(data, str) and DIGITS.match(data):
-            value = int(data)
-        else:
-            refuse("parameter_invalid_integer", f"Invalid integer: {str(data)[:50]}")
-        low, high = self.min_value, self.max_value
-        if (low is not None and value < low) or (high is not None and value > high):
-            refuse(
-                "parameter_invalid_integer",
-                f"{self.field_name} must be between {low} and {high}.",
-            )
-        return value
+        return whole_number(
+            data,
+            from_json=bool(self.context.get("from_json")),
+            name=self.field_name,
+            low=self.min_value,
+            high=self.max_value,
+        )
+
+
+def whole_number(
+    data: Any, *, from_json: bool, name: str, low: int | None = None, high: int | None = None
+) -> int:
+    """`data` as an Integer takes it, checked against `low` and `high` if given."""
+    if type(data) is int:
+        value = data
+    elif not from_json and isinstance(data, str) and DIGITS.match(data):
+        value = int(data)
+    else:
+        refuse("parameter_invalid_integer", f"Invalid integer: {str(data)[:50]}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        refuse("parameter_invalid_integer", f"{name} must be between {low} and {high}.")
+    return value
 
 
 @extend_schema_field({"type": "integer", "minimum": 1})
@@ -138,17 +147,85 @@ class Metadata(Strict, serializers.DictField):
         return data
 
 
-class Expand(Strict, serializers.ListField):
+class Strings(Strict, serializers.ListField):
+    """A list of strings, `types[]=a&types[]=b`; at most `max_length` of them if given.
+    `folds_as`: the endpoint folds its brackets itself (params.fold)."""
+
+    folds_as: type | None = list
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.CharField(), **kwargs)
+
+    def to_internal_value(self, data: Any) -> list[str]:
+        if not isinstance(data, list) or not all(isinstance(item, str) for item in data):
+            refuse("parameter_invalid", f"{self.field_name} must be a list of strings.")
+        if self.max_length is not None and len(data) > self.max_length:
+            refuse("parameter_invalid", f"Send at most {self.max_length} {self.field_name}.")
+        return data
+
+
+class Expand(Strings):
     """expand[]=...: which properties of the answer to expand, among `allowed`."""
+
+    folds_as = None  # parsing.fold folds expand[] for every endpoint
 
     def __init__(self, *, allowed: frozenset[str] = frozenset(), **kwargs: Any) -> None:
         self.allowed = allowed
-        super().__init__(child=serializers.CharField(), required=False, **kwargs)
+        super().__init__(required=False, **kwargs)
 
     def to_internal_value(self, data: Any) -> set[str]:
-        if not isinstance(data, list) or not all(isinstance(item, str) for item in data):
-            refuse("parameter_invalid", "expand must be a list of strings.")
+        data = super().to_internal_value(data)
         for item in data:
             if item not in self.allowed:
                 refuse("parameter_invalid", f"This property cannot be expanded ({item}).")
         return set(data)
+
+
+# The latest moment a datetime can hold (9999-12-31 23:59:59 UTC), in unix seconds.
+MAX_UNIX_SECONDS = 253_402_300_799
+CREATED_OPERATORS = ("gt", "gte", "lt", "lte")
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "properties": {
+            op: {"type": "integer", "minimum": 0, "maximum": MAX_UNIX_SECONDS}
+            for op in CREATED_OPERATORS
+        },
+        "additionalProperties": False,
+    }
+)
+class Created(Strict, serializers.Field):
+    """Stripe's `created` filter, in unix seconds: `created=T` (within that second) or
+    any of `created[gt]`, `[gte]`, `[lt]`, `[lte]`. The value is a dict of operator to
+    seconds, with "eq" for the plain form. A bad bound is refused as `created[gt]`."""
+
+    folds_as: type | None = dict
+
+    def to_internal_value(self, data: Any) -> dict[str, int]:
+        if not isinstance(data, dict):
+            return {"eq": self.seconds(data)}
+        bounds = {}
+        for operator, value in data.items():
+            try:
+                if operator not in CREATED_OPERATORS:
+                    refuse(
+                        "parameter_unknown",
+                        f"Received unknown parameter: {self.field_name}[{operator}]",
+                    )
+                bounds[operator] = self.seconds(value, operator)
+            except serializers.ValidationError as exc:
+                # Params names the parameter from the nesting: created[gt]
+                raise serializers.ValidationError({operator: exc.detail}) from None
+        return bounds
+
+    def seconds(self, value: Any, operator: str = "") -> int:
+        name = f"{self.field_name}[{operator}]" if operator else self.field_name
+        return whole_number(
+            value,
+            from_json=bool(self.context.get("from_json")),
+            name=name,
+            low=0,
+            high=MAX_UNIX_SECONDS,
+        )

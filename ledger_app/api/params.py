@@ -18,19 +18,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.http import QueryDict
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.fields import empty
 
+from ledger_app.api import parsing
 from ledger_app.api.errors import ApiError
 from ledger_app.api.fields import (
     Amount,
     Choice,
+    Created,
     Cursor,
     Expand,
     Integer,
     Metadata,
     ObjectId,
+    Strings,
     Text,
     refuse,
 )
@@ -38,8 +42,8 @@ from ledger_app.models import Refund
 
 
 def create_body(name: str, description: str):
-    """A create's body in the schema. It takes expand[] as Stripe clients may send it,
-    but nothing on a create expands, so the schema leaves it out."""
+    """A POST's body in the schema. It takes expand[] as Stripe clients may send it,
+    but nothing a POST answers expands, so the schema leaves it out."""
     return extend_schema_serializer(
         component_name=name, description=description, exclude_fields=["expand"]
     )
@@ -55,7 +59,10 @@ class Params(serializers.Serializer):
                     {name: f"Received unknown parameter: {name}"}, code="parameter_unknown"
                 )
         self.check_together(data)
-        return super().to_internal_value(data)
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError(bracketed(exc.detail)) from None
 
     def check_together(self, data: Mapping[str, Any]) -> None:
         """Rules across parameters, before any one is checked: raise an ApiError (it
@@ -80,8 +87,41 @@ class ChargeFilter(Params):
     charge = ObjectId(required=False, help_text="Only this charge's.")
 
 
-class RefundListParams(ChargeFilter, ListParams):
-    """The charge filter, then the page (DRF takes the first base's fields first)."""
+class CreatedFilter(Params):
+    created = Created(
+        required=False,
+        help_text="Unix seconds: created=T (that second), or created[gt], created[gte], "
+        "created[lt], created[lte].",
+    )
+
+
+class TypeFilter(Params):
+    type = Text(
+        required=False,
+        help_text="Only events of this type; `charge.*` takes every charge event.",
+    )
+    types = Strings(
+        required=False, max_length=20, help_text="Only events of these types (up to 20)."
+    )
+
+    def check_together(self, data: Mapping[str, Any]) -> None:
+        if "type" in data and "types" in data:
+            raise ApiError(
+                "You may pass either type or types, but not both.", code="parameter_invalid"
+            )
+        super().check_together(data)
+
+
+class ChargeListParams(CreatedFilter, ListParams):
+    """The created filter, then the page (DRF takes the first base's fields first)."""
+
+
+class RefundListParams(ChargeFilter, CreatedFilter, ListParams):
+    """The charge and created filters, then the page."""
+
+
+class EventListParams(TypeFilter, CreatedFilter, ListParams):
+    """The type and created filters, then the page."""
 
 
 class ChargeRetrieveParams(Params):
@@ -96,6 +136,16 @@ class RefundCreateParams(Params):
     amount = Amount(required=False, help_text="Minor units. Omitted: all that is left.")
     charge = Text()
     reason = Choice(choices=Refund.Reason.choices, required=False, null_as_absent=True)
+    metadata = Metadata(required=False, null_as_absent=True)
+
+
+@create_body(
+    "RefundUpdate",
+    "Change a refund's metadata, the one field that changes: keys are merged into what is "
+    "there, a key sent with an empty value is removed.",
+)
+class RefundUpdateParams(Params):
+    expand = Expand()
     metadata = Metadata(required=False, null_as_absent=True)
 
 
@@ -129,3 +179,61 @@ class ChargeCreateParams(Params):
             metadata = {**metadata, "source": attrs.pop("source")}
         attrs["metadata"] = metadata
         return attrs
+
+
+def bracketed(detail: Any) -> Any:
+    """A refusal nested by a field (`{"created": {"gt": [...]}}`) under the parameter's
+    name as a form sends it (`{"created[gt]": [...]}`), so each names one parameter."""
+    if not isinstance(detail, dict):
+        return detail
+    flat = {}
+    for name, problems in detail.items():
+        if isinstance(problems, dict):
+            for inner, inner_problems in bracketed(problems).items():
+                flat[f"{name}[{inner}]"] = inner_problems
+        else:
+            flat[name] = problems
+    return flat
+
+
+def fold(params_class: type[Params], data: QueryDict | Mapping) -> parsing.Folded:
+    """parsing.fold, after the brackets of the endpoint's own filters, which parsing.fold
+    does not know: `created[gt]=T` into {"created": {"gt": "T"}}, `types[]=a` (or
+    `types[0]=a`) into {"types": ["a"]}. Other brackets are left to parsing.fold."""
+    shapes = {
+        name: field.folds_as
+        for name, field in params_class._declared_fields.items()
+        if getattr(field, "folds_as", None) is not None
+    }
+    if not shapes or not isinstance(data, QueryDict):
+        return parsing.fold(data)
+    rest, filters = data.copy(), {}
+    for raw_key in list(rest):
+        match = parsing.BRACKETED.match(raw_key)
+        if match is None or match[1] not in shapes:
+            continue
+        name, inner = match.groups()
+        _fold_filter(filters, raw_key, shapes[name], name, inner, rest.pop(raw_key))
+    folded = parsing.fold(rest)
+    for name, value in filters.items():
+        if name in folded:
+            raise ApiError(f"{name} was sent more than once.", code="parameter_invalid", param=name)
+        folded[name] = value
+    return folded
+
+
+def _fold_filter(
+    filters: dict, raw_key: str, shape: type, name: str, inner: str, values: list[str]
+) -> None:
+    if shape is list and (inner == "" or inner.isdigit()):
+        filters.setdefault(name, []).extend(values)
+        return
+    if shape is not dict or inner == "":
+        raise ApiError(
+            f"Invalid parameter name: {raw_key}", code="parameter_invalid", param=raw_key
+        )
+    if len(values) != 1:
+        raise ApiError(
+            f"{raw_key} was sent more than once.", code="parameter_invalid", param=raw_key
+        )
+    filters.setdefault(name, {})[inner] = values[0]

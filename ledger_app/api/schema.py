@@ -1,6 +1,9 @@
 """Touches to the generated OpenAPI schema that the views cannot express."""
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.extensions import (
+    OpenApiAuthenticationExtension,
+    OpenApiSerializerFieldExtension,
+)
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):
@@ -16,16 +19,28 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
         }
 
 
+class FixedFieldSchema(OpenApiSerializerFieldExtension):
+    """A field that is always the same value (stripe_objects.Fixed) carries its schema."""
+
+    target_class = "ledger_app.stripe_objects.Fixed"
+
+    def map_serializer_field(self, auto_schema, direction):
+        return dict(self.target.schema)
+
+
 def optional_expansions(result, generator, request, public):
-    """Expansions as clients use them: `refunds` appears on a charge only with
-    expand[]=refunds, and a list in a query is sent with brackets (expand[]=refunds, as
-    parsing.fold reads it) where the serializer's field is plain `expand`."""
-    charge = result.get("components", {}).get("schemas", {}).get("Charge", {})
-    if "refunds" in charge.get("required", []):
-        charge["required"].remove("refunds")
+    """Bracketed query parameters as clients send them: a list with brackets
+    (expand[]=refunds, types[]=charge.succeeded, as parsing.fold and params.fold read
+    them) where the serializer's field is plain `expand`, and an object as
+    created[gt]=... (deepObject)."""
     for path_item in result.get("paths", {}).values():
         for operation in path_item.values():
             for parameter in operation.get("parameters", []):
-                if parameter["in"] == "query" and parameter["schema"].get("type") == "array":
+                if parameter["in"] != "query":
+                    continue
+                kind = parameter["schema"].get("type")
+                if kind == "array":
                     parameter["name"] += "[]"
+                elif kind == "object":
+                    parameter["style"], parameter["explode"] = "deepObject", True
     return result

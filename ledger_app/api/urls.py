@@ -7,8 +7,13 @@ from ledger_app.api.errors import not_found
 urlpatterns = [
     path("charges", views.ChargesView.as_view(), name="charges"),
     path("charges/<str:charge_id>", views.ChargeView.as_view(), name="charge"),
+    path(
+        "charges/<str:charge_id>/refunds", views.ChargeRefundsView.as_view(), name="charge-refunds"
+    ),
     path("refunds", views.RefundsView.as_view(), name="refunds"),
     path("refunds/<str:refund_id>", views.RefundView.as_view(), name="refund"),
+    path("events", views.EventsView.as_view(), name="events"),
+    path("events/<str:event_id>", views.EventView.as_view(), name="event"),
     *webhook_endpoints.urlpatterns,
     path("openapi.json", SchemaView.as_view(), name="openapi"),
     path("docs", DocsView.as_view(url_name="openapi"), name="api-docs"),

@@ -9,26 +9,37 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ledger_app import errors
-from ledger_app.api import parsing
+from ledger_app.api.errors import ApiError
 from ledger_app.api.fields import MAX_ID_LENGTH, could_be_an_id
 from ledger_app.api.params import (
     ChargeCreateParams,
+    ChargeListParams,
     ChargeRetrieveParams,
+    EventListParams,
     ListParams,
     Params,
     RefundCreateParams,
     RefundListParams,
+    RefundUpdateParams,
+    fold,
 )
-from ledger_app.models import Charge, Refund
-from ledger_app.selectors import page_newest_first
+from ledger_app.models import Charge, Event, Refund
+from ledger_app.selectors import (
+    created_in,
+    events_listed,
+    page_newest_first,
+    with_first_refunds,
+)
 from ledger_app.services.charges import create_charge
 from ledger_app.services.idempotency import Created
-from ledger_app.services.refunds import create_refund
+from ledger_app.services.refunds import create_refund, update_refund_metadata
 from ledger_app.stripe_objects import (
+    EMBEDDED_REFUNDS,
     ChargeListSerializer,
     ChargeSerializer,
     ErrorSerializer,
+    EventListSerializer,
+    EventSerializer,
     RefundListSerializer,
     RefundSerializer,
 )
@@ -54,22 +65,23 @@ def read_schema(operation_id: str, response_serializer, params_class=None):
     )
 
 
-def create_schema(operation_id: str, params_class, response_serializer):
-    """The schema of a POST that creates: a form or JSON body, and an Idempotency-Key."""
+def create_schema(operation_id: str, params_class, response_serializer, *, keyed: bool = True):
+    """The schema of a POST: a form or JSON body, and (`keyed`, for a create) an
+    Idempotency-Key."""
     return extend_schema(
         operation_id=operation_id,
         request={
             "application/x-www-form-urlencoded": params_class,
             "application/json": params_class,
         },
-        parameters=[IDEMPOTENCY_KEY],
+        parameters=[IDEMPOTENCY_KEY] if keyed else [],
         responses={200: response_serializer, **ERRORS},
     )
 
 
 def checked(params_class: type[Params], data) -> dict[str, Any]:
     """The request's parameters, folded and checked by the endpoint's serializer."""
-    params = parsing.fold(data)
+    params = fold(params_class, data)
     serializer = params_class(data=params, context={"from_json": params.from_json})
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
@@ -77,12 +89,26 @@ def checked(params_class: type[Params], data) -> dict[str, Any]:
 
 def found(model, object_id: str, name: str):
     """The object a URL names; 404 resource_missing when there is none."""
-    if not could_be_an_id(object_id):
-        raise errors.ResourceMissing(f"No such object: '{object_id[:MAX_ID_LENGTH]}'", param=name)
-    obj = model.objects.filter(pk=object_id).first()
+    obj = model.objects.filter(pk=object_id).first() if could_be_an_id(object_id) else None
     if obj is None:
-        raise errors.ResourceMissing(f"No such {name}: '{object_id}'")
+        raise missing(object_id, name)
     return obj
+
+
+def retrieved(request, model, object_id: str, serializer_class) -> Response:
+    """A GET of one object by the id in its URL, which takes no parameters."""
+    checked(Params, request.query_params)
+    return Response(serializer_class(found(model, object_id, model._meta.model_name)).data)
+
+
+def missing(object_id: str, name: str) -> ApiError:
+    """The 404 for an id in the URL that names nothing (whatever the view's other
+    parameters would have been refused with)."""
+    if not could_be_an_id(object_id):
+        message = f"No such object: '{object_id[:MAX_ID_LENGTH]}'"
+    else:
+        message = f"No such {name}: '{object_id}'"
+    return ApiError(message, code="resource_missing", status=404)
 
 
 def created(result: Created, serializer_class) -> Response:
@@ -92,17 +118,20 @@ def created(result: Created, serializer_class) -> Response:
     return response
 
 
-def listing(queryset, params: dict, serializer_class, url: str) -> Response:
+def listing(queryset, params: dict, serializer_class, url: str, *, prepare=None) -> Response:
+    """A page of `queryset` as Stripe's list; `prepare` may fetch what the page's rows
+    show along with them (each charge's first refunds)."""
     page = page_newest_first(
         queryset,
         limit=params.get("limit", DEFAULT_LIMIT),
         starting_after=params.get("starting_after"),
         ending_before=params.get("ending_before"),
     )
+    items = prepare(page.items) if prepare is not None else page.items
     return Response(
         {
             "object": "list",
-            "data": serializer_class(page.items, many=True).data,
+            "data": serializer_class(items, many=True).data,
             "has_more": page.has_more,
             "url": url,
         }
@@ -116,10 +145,11 @@ def idempotency_key(request) -> str | None:
 class ChargesView(APIView):
     path_param = None
 
-    @read_schema("charges_list", ChargeListSerializer, ListParams)
+    @read_schema("charges_list", ChargeListSerializer, ChargeListParams)
     def get(self, request):
-        params = checked(ListParams, request.query_params)
-        return listing(Charge.objects.all(), params, ChargeSerializer, "/v1/charges")
+        params = checked(ChargeListParams, request.query_params)
+        charges = Charge.objects.filter(created_in(params.get("created")))
+        return listing(charges, params, ChargeSerializer, "/v1/charges", prepare=first_refunds)
 
     @create_schema("charges_create", ChargeCreateParams, ChargeSerializer)
     def post(self, request):
@@ -147,13 +177,27 @@ class ChargeView(APIView):
         )
 
 
+class ChargeRefundsView(APIView):
+    """Where a charge's `refunds` list pages on (its url): Stripe's list of a charge's
+    refunds."""
+
+    path_param = None  # an unknown cursor is a 400 naming it; an unknown charge a 404
+
+    @read_schema("charges_refunds_list", RefundListSerializer, ListParams)
+    def get(self, request, charge_id: str):
+        params = checked(ListParams, request.query_params)
+        charge = found(Charge, charge_id, "charge")
+        url = f"/v1/charges/{charge.id}/refunds"
+        return listing(charge.refunds.all(), params, RefundSerializer, url)
+
+
 class RefundsView(APIView):
     path_param = None
 
     @read_schema("refunds_list", RefundListSerializer, RefundListParams)
     def get(self, request):
         params = checked(RefundListParams, request.query_params)
-        refunds = Refund.objects.all()
+        refunds = Refund.objects.filter(created_in(params.get("created")))
         if "charge" in params:
             refunds = refunds.filter(charge_id=params["charge"])
         return listing(refunds, params, RefundSerializer, "/v1/refunds")
@@ -178,5 +222,40 @@ class RefundView(APIView):
 
     @read_schema("refunds_retrieve", RefundSerializer)
     def get(self, request, refund_id: str):
-        checked(Params, request.query_params)
-        return Response(RefundSerializer(found(Refund, refund_id, "refund")).data)
+        return retrieved(request, Refund, refund_id, RefundSerializer)
+
+    @create_schema("refunds_update", RefundUpdateParams, RefundSerializer, keyed=False)
+    def post(self, request, refund_id: str):
+        """Stripe's refund update: only metadata changes (merged; a key sent empty is
+        removed). Sending nothing new changes nothing."""
+        params = checked(RefundUpdateParams, request.data)
+        if not could_be_an_id(refund_id):
+            raise missing(refund_id, "refund")
+        refund = update_refund_metadata(refund_id=refund_id, metadata=params.get("metadata", {}))
+        return Response(RefundSerializer(refund).data)
+
+
+class EventsView(APIView):
+    path_param = None
+
+    @read_schema("events_list", EventListSerializer, EventListParams)
+    def get(self, request):
+        params = checked(EventListParams, request.query_params)
+        events = events_listed(
+            type_name=params.get("type"), types=params.get("types"), created=params.get("created")
+        )
+        return listing(events, params, EventSerializer, "/v1/events")
+
+
+class EventView(APIView):
+    path_param = "event"
+
+    @read_schema("events_retrieve", EventSerializer)
+    def get(self, request, event_id: str):
+        return retrieved(request, Event, event_id, EventSerializer)
+
+
+def first_refunds(charges: list[Charge]) -> list[Charge]:
+    """A page of charges with the refunds each shows (and one more, for has_more),
+    fetched in one query for the page."""
+    return with_first_refunds(charges, EMBEDDED_REFUNDS + 1)

@@ -1,5 +1,213 @@
-"""/v1/webhook_endpoints: where client systems want events sent."""
+"""/v1/webhook_endpoints: where client systems want events sent, in Stripe's shape, so
+stripe.WebhookEndpoint and the client's v1.webhook_endpoints work unchanged. The signing
+secret is in the create response only."""
 
 from __future__ import annotations
 
-urlpatterns: list = []
+from typing import Any
+
+from django.urls import path
+from drf_spectacular.utils import extend_schema, extend_schema_field
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ledger_app import errors
+from ledger_app.api.fields import (
+    MAX_ID_LENGTH,
+    Expand,
+    Metadata,
+    Strict,
+    Strings,
+    Text,
+    could_be_an_id,
+    refuse,
+)
+from ledger_app.api.params import ListParams, Params, create_body
+from ledger_app.api.views import ERRORS, checked, listing, read_schema
+from ledger_app.models import EventType, WebhookEndpoint
+from ledger_app.selectors import webhook_endpoint, webhook_endpoints
+from ledger_app.services.webhooks import (
+    ALL_EVENTS,
+    EndpointChanges,
+    create_endpoint,
+    delete_endpoint,
+    update_endpoint,
+)
+from ledger_app.stripe_objects import BlankAsNull, StripeList, unix
+
+LIST_URL = "/v1/webhook_endpoints"
+
+
+# --- parameters ------------------------------------------------------------------------
+
+
+@extend_schema_field(
+    {"type": "array", "items": {"type": "string", "enum": [ALL_EVENTS, *EventType.values]}}
+)
+class EnabledEvents(Strings):
+    """enabled_events[]=... (or enabled_events[0]=...): event types, or "*" for all. Which
+    are known is the service's rule."""
+
+
+class Flag(Strict, serializers.BooleanField):
+    """A boolean: true or false in JSON; the strings "true" or "false" in a form."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if isinstance(data, bool):
+            return data
+        if not self.context.get("from_json") and data in ("true", "false"):
+            return data == "true"
+        refuse("parameter_invalid_boolean", f"Invalid boolean: {str(data)[:50]}")
+
+
+@create_body("WebhookEndpointCreate", "Send events of `enabled_events` to `url`.")
+class WebhookEndpointCreateParams(Params):
+    expand = Expand()
+    url = Text(help_text="http:// or https://, on a public address.")
+    enabled_events = EnabledEvents(help_text='Event types, or "*" for all.')
+    description = Text(required=False, null_as_absent=True)
+    metadata = Metadata(required=False, null_as_absent=True)
+
+
+@create_body("WebhookEndpointUpdate", "Change what is sent, and where; or disable it.")
+class WebhookEndpointUpdateParams(Params):
+    expand = Expand()
+    url = Text(required=False)
+    enabled_events = EnabledEvents(required=False)
+    description = Text(required=False, null_as_absent=True)
+    metadata = Metadata(
+        required=False, null_as_absent=True, help_text="Merged in; a key sent empty is removed."
+    )
+    disabled = Flag(required=False, help_text="true: send nothing until it is false again.")
+
+
+# --- responses -------------------------------------------------------------------------
+
+
+class WebhookEndpointSerializer(serializers.Serializer):
+    """Stripe's webhook_endpoint. `secret` is only in the answer to the create."""
+
+    id = serializers.CharField()
+    object = serializers.SerializerMethodField()
+    api_version = serializers.SerializerMethodField()
+    application = serializers.SerializerMethodField()
+    created = serializers.SerializerMethodField()
+    description = BlankAsNull()
+    enabled_events = serializers.ListField(child=serializers.CharField())
+    livemode = serializers.SerializerMethodField()
+    metadata = serializers.DictField(child=serializers.CharField())
+    secret = serializers.CharField(required=False, help_text="Only when it is created.")
+    status = serializers.CharField(help_text="enabled or disabled.")
+    url = serializers.CharField()
+
+    def get_object(self, endpoint) -> str:
+        return "webhook_endpoint"
+
+    def get_api_version(self, endpoint) -> str | None:
+        return None
+
+    def get_application(self, endpoint) -> str | None:
+        return None
+
+    def get_created(self, endpoint) -> int:
+        return unix(endpoint.created_at)
+
+    def get_livemode(self, endpoint) -> bool:
+        return False
+
+    def to_representation(self, endpoint):
+        data = super().to_representation(endpoint)
+        if not self.context.get("with_secret"):
+            del data["secret"]
+        return data
+
+
+class WebhookEndpointListSerializer(StripeList):
+    data = WebhookEndpointSerializer(many=True)
+
+
+class DeletedWebhookEndpointSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    object = serializers.CharField(default="webhook_endpoint")
+    deleted = serializers.BooleanField(default=True)
+
+
+# --- views -----------------------------------------------------------------------------
+
+
+def write_schema(operation_id: str, params_class, response_serializer):
+    """A POST with a form or JSON body. Idempotency-Key is not taken here: a retried
+    create may make a second endpoint (list them to check)."""
+    return extend_schema(
+        operation_id=operation_id,
+        request={
+            "application/x-www-form-urlencoded": params_class,
+            "application/json": params_class,
+        },
+        responses={200: response_serializer, **ERRORS},
+    )
+
+
+def found(endpoint_id: str) -> WebhookEndpoint:
+    """The endpoint the URL names; 404 when there is none or it was deleted."""
+    endpoint = webhook_endpoint(endpoint_id) if could_be_an_id(endpoint_id) else None
+    if endpoint is None:
+        raise errors.ResourceMissing(f"No such webhook endpoint: '{endpoint_id[:MAX_ID_LENGTH]}'")
+    return endpoint
+
+
+class WebhookEndpointsView(APIView):
+    path_param = None
+
+    @read_schema("webhook_endpoints_list", WebhookEndpointListSerializer, ListParams)
+    def get(self, request):
+        params = checked(ListParams, request.query_params)
+        return listing(webhook_endpoints(), params, WebhookEndpointSerializer, LIST_URL)
+
+    @write_schema(
+        "webhook_endpoints_create", WebhookEndpointCreateParams, WebhookEndpointSerializer
+    )
+    def post(self, request):
+        params = checked(WebhookEndpointCreateParams, request.data)
+        endpoint = create_endpoint(
+            url=params["url"],
+            enabled_events=params["enabled_events"],
+            description=params.get("description"),
+            metadata=params.get("metadata"),
+        )
+        return Response(WebhookEndpointSerializer(endpoint, context={"with_secret": True}).data)
+
+
+class WebhookEndpointView(APIView):
+    path_param = "webhook_endpoint"
+
+    @read_schema("webhook_endpoints_retrieve", WebhookEndpointSerializer)
+    def get(self, request, endpoint_id: str):
+        checked(Params, request.query_params)
+        return Response(WebhookEndpointSerializer(found(endpoint_id)).data)
+
+    @write_schema(
+        "webhook_endpoints_update", WebhookEndpointUpdateParams, WebhookEndpointSerializer
+    )
+    def post(self, request, endpoint_id: str):
+        params = checked(WebhookEndpointUpdateParams, request.data)
+        params.pop("expand", None)
+        endpoint = update_endpoint(found(endpoint_id).pk, EndpointChanges(**params))
+        return Response(WebhookEndpointSerializer(endpoint).data)
+
+    @read_schema("webhook_endpoints_delete", DeletedWebhookEndpointSerializer)
+    def delete(self, request, endpoint_id: str):
+        checked(Params, request.query_params)
+        endpoint = delete_endpoint(found(endpoint_id).pk)
+        return Response(DeletedWebhookEndpointSerializer({"id": endpoint.pk}).data)
+
+
+urlpatterns = [
+    path("webhook_endpoints", WebhookEndpointsView.as_view(), name="webhook_endpoints"),
+    path(
+        "webhook_endpoints/<str:endpoint_id>",
+        WebhookEndpointView.as_view(),
+        name="webhook_endpoint",
+    ),
+]

@@ -4,16 +4,17 @@ defined here once (the books' self-check is in `drift`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Max, Q, QuerySet
+from django.db.models import Count, Max, Prefetch, Q, QuerySet, prefetch_related_objects
 from django.utils import timezone
 
 from ledger_app.errors import ResourceMissing
 from ledger_app.models import (
     ApiKey,
     Charge,
+    Event,
     IdempotencyRecord,
     LedgerEntry,
     MovementStatus,
@@ -217,3 +218,60 @@ def due_deliveries(now: datetime, due_at: datetime | None = None) -> QuerySet[We
         endpoint__status=WebhookEndpoint.Status.ENABLED,
         endpoint__deleted_at__isnull=True,
     )
+
+
+def created_in(bounds: dict[str, int] | None) -> Q:
+    """Stripe's `created` filter on created_at: {"eq", "gt", "gte", "lt" or "lte": unix
+    seconds}. An object's `created` is its created_at in whole seconds, so created[gt]=T
+    starts at T+1 and created=T is anything within second T."""
+    condition = Q()
+    for operator, seconds in (bounds or {}).items():
+        start, end = _moment(seconds), _moment(seconds + 1)
+        condition &= {
+            "eq": Q(created_at__gte=start, created_at__lt=end),
+            "gt": Q(created_at__gte=end),
+            "gte": Q(created_at__gte=start),
+            "lt": Q(created_at__lt=start),
+            "lte": Q(created_at__lt=end),
+        }[operator]
+    return condition
+
+
+def _moment(seconds: int) -> datetime:
+    """Unix seconds as a datetime; past the last one a datetime holds, that last one."""
+    try:
+        return datetime.fromtimestamp(seconds, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return datetime.max.replace(tzinfo=UTC)
+
+
+def events_listed(
+    *,
+    type_name: str | None = None,
+    types: list[str] | None = None,
+    created: dict[str, int] | None = None,
+) -> QuerySet[Event]:
+    """Events of a type (`charge.*`: every type under charge; `*`: all) or of any of
+    `types`, created within `created` (see created_in), each with `pending_webhooks`: how
+    many of its deliveries are still pending."""
+    events = Event.objects.filter(created_in(created)).annotate(
+        pending_webhooks=Count(
+            "deliveries", filter=Q(deliveries__status=WebhookDelivery.Status.PENDING)
+        )
+    )
+    if types is not None:
+        events = events.filter(type__in=types)
+    if type_name is not None and type_name != "*":
+        if type_name.endswith(".*"):
+            events = events.filter(type__startswith=type_name[:-1])
+        else:
+            events = events.filter(type=type_name)
+    return events
+
+
+def with_first_refunds(charges: list[Charge], count: int) -> list[Charge]:
+    """The charges, each with its `count` newest refunds as `first_refunds`, fetched in
+    one query for them all."""
+    newest = Refund.objects.order_by("-created_at", "-id")[:count]
+    prefetch_related_objects(charges, Prefetch("refunds", queryset=newest, to_attr="first_refunds"))
+    return charges

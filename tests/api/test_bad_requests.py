@@ -107,8 +107,8 @@ ROWS = [
         param="currency"),
     Bad("charge-unknown-param", **charge_create("amount=100&currency=usd&capture=false"),
         code="parameter_unknown", param="capture"),
-    Bad("charges-list-unknown-param", **get("/v1/charges?created=1"), code="parameter_unknown",
-        param="created"),
+    Bad("charges-list-unknown-param", **get("/v1/charges?customer=cus_1"),
+        code="parameter_unknown", param="customer"),
     Bad("refund-retrieve-expand-unknown", **get("/v1/refunds/re_x?expand[]=charge"),
         code="parameter_unknown", param="expand"),
     # --- bracket notation abuse ---

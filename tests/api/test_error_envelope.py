@@ -27,7 +27,8 @@ UNKNOWN_PATHS = [
     "/v1/charges/ch_x/extra",
     "/v1/charges/",
     "/v1/refunds/re_x/",
-    "/v1/charges/ch_x/refunds",
+    "/v1/charges/ch_x/refunds/re_x",
+    "/v1/events/",
     "/v1/a%0Ab",
     "/v1/%00",
     "/v1/%FF",
@@ -38,8 +39,11 @@ UNKNOWN_PATHS = [
 KNOWN_PATHS = {
     "/v1/charges": {"GET", "HEAD", "POST", "OPTIONS"},
     "/v1/charges/ch_x": {"GET", "HEAD", "OPTIONS"},
+    "/v1/charges/ch_x/refunds": {"GET", "HEAD", "OPTIONS"},
     "/v1/refunds": {"GET", "HEAD", "POST", "OPTIONS"},
-    "/v1/refunds/re_x": {"GET", "HEAD", "OPTIONS"},
+    "/v1/refunds/re_x": {"GET", "HEAD", "POST", "OPTIONS"},
+    "/v1/events": {"GET", "HEAD", "OPTIONS"},
+    "/v1/events/evt_x": {"GET", "HEAD", "OPTIONS"},
     "/v1/openapi.json": {"GET", "HEAD"},
     "/v1/docs": {"GET", "HEAD"},
 }

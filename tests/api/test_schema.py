@@ -20,7 +20,7 @@ from schemathesis import checks as generic_checks
 from schemathesis.specs.openapi import checks as openapi_checks
 
 from backoffice.wsgi import application
-from ledger_app.models import Refund
+from ledger_app.models import Event, Refund
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.refunds import create_refund
 
@@ -101,6 +101,19 @@ def test_fuzzed_charge_requests_conform(case, auth, succeeded_charge):
     case.call_and_validate(headers=auth, checks=ALL_CHECKS)
 
 
+@pytest.fixture
+def refunded_charge(succeeded_charge):
+    """A charge with a refund, and so events of both."""
+    create_refund(charge_id=succeeded_charge.id, amount=1_000)
+    return succeeded_charge
+
+
+@schema.include(path_regex="^/v1/events").parametrize()
+@FUZZ
+def test_fuzzed_event_requests_conform(case, auth, refunded_charge):
+    case.call_and_validate(headers=auth, checks=ALL_CHECKS)
+
+
 @dataclass(frozen=True)
 class Known:
     """A request whose answer is known; values such as "{charge}" are filled in."""
@@ -117,6 +130,8 @@ class Known:
 
 
 CHARGE = {"charge_id": "{charge}"}
+# Query and form values as sent on the wire (created[gte]=0, metadata[k]=v): a Case sends
+# them as given.
 # fmt: off
 KNOWN = [
     Known("charges-list", "GET", "/v1/charges", 200),
@@ -144,6 +159,31 @@ KNOWN = [
           {"refund_id": "re_nope"}),
     Known("refunds-list", "GET", "/v1/refunds", 200, query={"charge": "{charge}", "limit": 1}),
     Known("refunds-list-after", "GET", "/v1/refunds", 200, query={"starting_after": "{refund}"}),
+    Known("refunds-list-created", "GET", "/v1/refunds", 200,
+          query={"created[gte]": 0, "created[lt]": 253402300799}),
+    Known("refunds-update-form", "POST", "/v1/refunds/{refund_id}", 200,
+          {"refund_id": "{refund}"}, body={"metadata[ticket]": "T-9"}, media_type=FORM),
+    Known("refunds-update-json", "POST", "/v1/refunds/{refund_id}", 200,
+          {"refund_id": "{refund}"}, body={"metadata": {"ticket": ""}}, media_type=JSON),
+    Known("refunds-update-unknown", "POST", "/v1/refunds/{refund_id}", 404,
+          {"refund_id": "re_nope"}, body={"metadata": {"a": "b"}}, media_type=JSON),
+    Known("refunds-update-read-only", "POST", "/v1/refunds/{refund_id}", 403,
+          {"refund_id": "{refund}"}, body={"metadata[a]": "b"}, media_type=FORM,
+          auth="read-only"),
+    Known("charges-list-created", "GET", "/v1/charges", 200, query={"created[gt]": 1}),
+    Known("charges-refunds-list", "GET", "/v1/charges/{charge_id}/refunds", 200, CHARGE,
+          query={"limit": 1}),
+    Known("charges-refunds-unknown", "GET", "/v1/charges/{charge_id}/refunds", 404,
+          {"charge_id": "ch_nope"}),
+    Known("events-list", "GET", "/v1/events", 200),
+    Known("events-list-types", "GET", "/v1/events", 200,
+          query={"types[]": ["refund.created", "charge.refunded"], "created[gte]": 1}),
+    Known("events-list-type", "GET", "/v1/events", 200, query={"type": "charge.*"}),
+    Known("events-list-bad-created", "GET", "/v1/events", 400, query={"created[gt]": "x"}),
+    Known("events-retrieve", "GET", "/v1/events/{event_id}", 200, {"event_id": "{event}"}),
+    Known("events-retrieve-unknown", "GET", "/v1/events/{event_id}", 404,
+          {"event_id": "evt_nope"}),
+    Known("events-list-read-only", "GET", "/v1/events", 200, auth="read-only"),
 ]
 # fmt: on
 
@@ -164,6 +204,7 @@ def test_known_requests_match_the_schema(known, api_key, succeeded_charge):
     ids = {
         "charge": succeeded_charge.id,
         "refund": Refund.objects.order_by("-created_at").first().id,
+        "event": Event.objects.order_by("-created_at").first().id,
     }
     headers = {}
     if known.auth == "key":

@@ -4,12 +4,16 @@ codes that say how refunds ended."""
 from __future__ import annotations
 
 import getpass
+import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from django.core.management.base import BaseCommand
 
 from ledger_app.models import Refund
+from ledger_app.services.dispatch import Tally
 
 
 def cli_actor() -> str:
@@ -83,3 +87,64 @@ class ExitsByOutcome(BaseCommand):
         code, message = UNSETTLED[status]
         self.exit_code = max(self.exit_code, code)
         self.stderr.write(message.format(what=what))
+
+
+@contextmanager
+def stop_requests(say: Callable[[str], None], noun: str) -> Iterator[list[int]]:
+    """SIGTERM and SIGINT append to the yielded list instead of ending the process, so
+    the item in hand is finished and recorded; the old handlers come back after."""
+    stopping: list[int] = []
+
+    def stop(signum, frame):
+        say(f"{signal.Signals(signum).name}: finishing the current {noun}")
+        stopping.append(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stopping
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class PollingWorker(BaseCommand):
+    """A worker command: one pass over what is due (`--once`, the default) or passes
+    until SIGTERM/SIGINT (`--loop`), finishing the item in hand before it stops."""
+
+    noun = "item"  # what one item is called in help and stop messages
+    batch_default = 100
+    poll_default = 2.0
+    lease_help = "How long a claim holds."
+
+    def add_arguments(self, parser):
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument(
+            "--once", action="store_true", help="Send what is due now, then exit (default)."
+        )
+        mode.add_argument(
+            "--loop", action="store_true", help="Keep polling until SIGTERM or SIGINT."
+        )
+        parser.add_argument(
+            "--batch-size", type=int, default=self.batch_default, help="How many per claim."
+        )
+        parser.add_argument("--lease-seconds", type=int, default=None, help=self.lease_help)
+        parser.add_argument(
+            "--poll-seconds",
+            type=float,
+            default=self.poll_default,
+            help="Pause between polls with --loop.",
+        )
+
+    def run_passes(self, options, one_pass: Callable[[Callable[[], bool]], Tally]) -> Tally:
+        """one_pass(should_stop) once, or until stopped with --loop; the summed tally."""
+        total = Tally()
+        with stop_requests(self.stderr.write, self.noun) as stopping:
+            while True:
+                tally = one_pass(lambda: bool(stopping))
+                total.statuses.update(tally.statuses)
+                total.errors += tally.errors
+                if not options["loop"] or stopping:
+                    return total
+                deadline = time.monotonic() + options["poll_seconds"]
+                while not stopping and time.monotonic() < deadline:
+                    time.sleep(0.05)

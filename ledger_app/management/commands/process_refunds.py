@@ -13,17 +13,16 @@ normally and the summary line says the same.
 
 from __future__ import annotations
 
-import signal
-import time
-
 from django.core.management.base import CommandError
 
-from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome
+from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome, PollingWorker
 from ledger_app.models import Refund
-from ledger_app.services.dispatch import Tally, process_pending_refunds
+from ledger_app.services.dispatch import process_pending_refunds
 
 
-class Command(ExitsByOutcome):
+class Command(PollingWorker, ExitsByOutcome):
+    noun = "refund"
+    lease_help = "How long a claim holds (default REFUND_DISPATCH_LEASE_SECONDS)."
     help = (
         "Send pending refunds to the payment provider through the one guarded send: each "
         "refund's lease is taken by one conditional UPDATE, so any number of workers on any "
@@ -34,56 +33,20 @@ class Command(ExitsByOutcome):
         "`manage.py reconcile`), else 3 when some failed (the provider declined), else 0."
     )
 
-    def add_arguments(self, parser):
-        mode = parser.add_mutually_exclusive_group()
-        mode.add_argument(
-            "--once", action="store_true", help="Drain what is claimable now, then exit (default)."
-        )
-        mode.add_argument(
-            "--loop", action="store_true", help="Keep polling until SIGTERM or SIGINT."
-        )
-        parser.add_argument("--batch-size", type=int, default=100, help="Refunds per claim.")
-        parser.add_argument(
-            "--lease-seconds",
-            type=int,
-            default=None,
-            help="How long a claim holds (default REFUND_DISPATCH_LEASE_SECONDS).",
-        )
-        parser.add_argument(
-            "--poll-seconds", type=float, default=2.0, help="Pause between polls with --loop."
-        )
-
     def handle(self, *args, **options):
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         if options["lease_seconds"] is not None and not 0 <= options["lease_seconds"] <= 604_800:
             raise CommandError("--lease-seconds must be 0 to 604800 (a week)", returncode=2)
-        stopping = []
-
-        def stop(signum, frame):
-            self.stderr.write(f"{signal.Signals(signum).name}: finishing the current refund")
-            stopping.append(signum)
-
-        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-        total = Tally()
-        try:
-            while True:
-                tally = process_pending_refunds(
-                    batch_size=options["batch_size"],
-                    lease_seconds=options["lease_seconds"],
-                    should_stop=lambda: bool(stopping),
-                    on_refund=self._log_refund,
-                )
-                total.statuses.update(tally.statuses)
-                total.errors += tally.errors
-                if not options["loop"] or stopping:
-                    break
-                deadline = time.monotonic() + options["poll_seconds"]
-                while not stopping and time.monotonic() < deadline:
-                    time.sleep(0.1)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        total = self.run_passes(
+            options,
+            lambda should_stop: process_pending_refunds(
+                batch_size=options["batch_size"],
+                lease_seconds=options["lease_seconds"],
+                should_stop=should_stop,
+                on_refund=self._log_refund,
+            ),
+        )
         self.stdout.write(f"process_refunds: {total.summary()}")
         if total.errors:
             raise CommandError("some refunds were interrupted; they will be retried", returncode=1)

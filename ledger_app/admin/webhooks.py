@@ -1,0 +1,139 @@
+"""Events and webhooks in the admin: the event log, the endpoints (never their secrets)
+and every delivery with its status, attempts and last answer. "Resend" puts deliveries
+back in the queue, for staff with the resend permission."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import F
+
+from ledger_app.admin.base import ReadOnlyAdmin
+from ledger_app.admin.refunds import exact_id_search
+from ledger_app.errors import LedgerError
+from ledger_app.models import Event, WebhookDelivery, WebhookEndpoint
+from ledger_app.services.webhooks import resend_delivery
+
+RESEND_PERMISSION = "ledger_app.resend_webhookdelivery"
+MAX_SELECTED = 500  # deliveries one Resend acts on
+
+
+class LogAdmin(ReadOnlyAdmin):
+    """Newest first, every field shown read-only, and a search box that finds the exact
+    ids in `exact_search`."""
+
+    ordering = ["-created_at", "-id"]
+    search_fields = ["id"]  # shows the box; the search itself is exact_id_search
+    exact_search: tuple[str, ...] = ("pk",)
+
+    def get_fields(self, request, obj=None):
+        return self.readonly_fields
+
+    def get_search_results(self, request, queryset, search_term):
+        return exact_id_search(queryset, search_term, *self.exact_search)
+
+
+@admin.register(Event)
+class EventAdmin(LogAdmin):
+    list_display = ["id", "created_at", "type", "charge_id", "refund_id", "request_id"]
+    list_filter = ["type", ("created_at", admin.DateFieldListFilter)]
+    search_help_text = "An event id, a charge id or a refund id, exactly."
+    exact_search = ("pk", "charge_id", "refund_id")
+    readonly_fields = [
+        "id",
+        "type",
+        "created_at",
+        "charge",
+        "refund",
+        "request_id",
+        "request_idempotency_key",
+        "data_object",
+        "previous_attributes",
+    ]
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(LogAdmin):
+    """Endpoints are made and changed through the API; the secret is shown only there,
+    once, and never here."""
+
+    list_display = ["id", "url", "status", "enabled_events", "created_at", "deleted_at"]
+    list_filter = ["status", ("deleted_at", admin.EmptyFieldListFilter)]
+    search_help_text = "An endpoint id, exactly."
+    exclude = ["secret"]
+    readonly_fields = [
+        "id",
+        "url",
+        "status",
+        "enabled_events",
+        "description",
+        "metadata",
+        "created_at",
+        "deleted_at",
+    ]
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(LogAdmin):
+    list_display = [
+        "id",
+        "created_at",
+        "event_id",
+        "event_type",
+        "endpoint_id",
+        "status",
+        "attempts",
+        "last_status_code",
+        "last_answer",
+        "next_attempt_at",
+        "delivered_at",
+    ]
+    list_filter = ["status", ("created_at", admin.DateFieldListFilter)]
+    search_help_text = "An event id or an endpoint id, exactly."
+    exact_search = ("event_id", "endpoint_id")
+    readonly_fields = [
+        "id",
+        "event",
+        "endpoint",
+        "status",
+        "attempts",
+        "last_status_code",
+        "last_error",
+        "next_attempt_at",
+        "leased_until",
+        "delivered_at",
+        "created_at",
+    ]
+    actions = ["resend"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(type_of_event=F("event__type"))
+
+    @admin.display(description="Event type", ordering="type_of_event")
+    def event_type(self, delivery) -> str:
+        return delivery.type_of_event
+
+    @admin.display(description="Last answer")
+    def last_answer(self, delivery) -> str:
+        return delivery.last_error[:120]
+
+    def has_resend_permission(self, request) -> bool:
+        return request.user.has_perm(RESEND_PERMISSION)
+
+    @admin.action(permissions=["resend"], description="Resend (send again now)")
+    def resend(self, request, queryset):
+        resent, refused = [], []
+        ids = queryset.order_by("pk").values_list("pk", flat=True)[:MAX_SELECTED]
+        for delivery_id in ids:
+            try:
+                delivery = resend_delivery(delivery_id)
+            except LedgerError as exc:
+                refused.append(f"{delivery_id} ({exc.message})")
+                continue
+            self.log_change(request, delivery, "Resend: queued to be sent again")
+            resent.append(str(delivery_id))
+        if resent:
+            self.message_user(
+                request, f"Queued to be sent again: {', '.join(resent)}", messages.SUCCESS
+            )
+        if refused:
+            self.message_user(request, f"Not resent: {', '.join(refused)}", messages.WARNING)

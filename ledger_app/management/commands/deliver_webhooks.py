@@ -1,0 +1,73 @@
+"""The webhook worker: sends pending webhook deliveries to their endpoints, at least once.
+
+Exit 0 when it ran, whatever the receivers answered (a receiver failing is retried later,
+not the command failing); 1 on a CommandError: bad arguments, or database errors that
+interrupted some deliveries (they are sent again once their lease runs out).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import CommandError
+
+from ledger_app.management.commands._output import PollingWorker
+from ledger_app.services.webhooks import Attempt, deliver_due
+
+MAX_LEASE_SECONDS = 86_400
+
+
+class Command(PollingWorker):
+    noun = "delivery"
+    batch_default = 10
+    poll_default = 1.0
+    lease_help = (
+        "How long a claim holds (default WEBHOOK_LEASE_SECONDS); more than WEBHOOK_TIMEOUT_SECONDS."
+    )
+    help = (
+        "Send pending webhook deliveries, signed with each endpoint's secret (Stripe-Signature). "
+        "Deliveries are claimed in batches with a lease (SKIP LOCKED on PostgreSQL), so any "
+        "number of workers can run side by side; a delivery whose worker died is sent again "
+        "after its lease. Errors, non-2xx answers and timeouts are retried with exponential "
+        "backoff until the delivery is WEBHOOK_RETRY_HOURS old, then it is marked failed. "
+        "Exit 0 whatever the receivers answered; 1 on bad arguments or database errors."
+    )
+
+    def handle(self, *args, **options):
+        self._check(options)
+        total = self.run_passes(
+            options,
+            lambda should_stop: deliver_due(
+                batch_size=options["batch_size"],
+                lease_seconds=options["lease_seconds"],
+                should_stop=should_stop,
+                on_attempt=self._log_attempt,
+            ),
+        )
+        self.stdout.write(f"deliver_webhooks: {total.summary()}")
+        if total.errors:
+            raise CommandError("some deliveries were interrupted; they will be sent again")
+
+    def _check(self, options) -> None:
+        if options["batch_size"] < 1:
+            raise CommandError("--batch-size must be at least 1")
+        lease = options["lease_seconds"]
+        if lease is not None and not settings.WEBHOOK_TIMEOUT_SECONDS < lease <= MAX_LEASE_SECONDS:
+            raise CommandError(
+                f"--lease-seconds must be more than WEBHOOK_TIMEOUT_SECONDS "
+                f"({settings.WEBHOOK_TIMEOUT_SECONDS:g}) and at most {MAX_LEASE_SECONDS}"
+            )
+        if options["poll_seconds"] < 0:
+            raise CommandError("--poll-seconds must not be negative")
+
+    def _log_attempt(self, attempt: Attempt) -> None:
+        delivery = attempt.delivery
+        answer = f"HTTP {attempt.status_code}" if attempt.status_code else "no answer"
+        line = (
+            f"{delivery.event_id} {delivery.event.type} -> {delivery.endpoint_id} "
+            f"{attempt.outcome} ({answer}) attempt {delivery.attempts + 1}"
+        )
+        if attempt.error and not attempt.error.startswith("HTTP "):
+            line += f": {attempt.error[:200]}"
+        if attempt.next_attempt_at and attempt.outcome == "retrying":
+            line += f"; next at {attempt.next_attempt_at:%Y-%m-%d %H:%M:%S}"
+        self.stdout.write(line)

@@ -1,0 +1,448 @@
+"""Outbound webhooks: the endpoints client systems register, and the delivery of every
+pending WebhookDelivery (services/events.py writes them with their change) to its
+endpoint, signed as Stripe signs, at least once.
+
+A worker claims a batch of due deliveries in one short transaction (SKIP LOCKED on
+PostgreSQL) and leases them; it then sends each with no transaction open and records
+the outcome in one conditional UPDATE. A worker that dies mid-send leaves its lease,
+which runs out, and another sends the delivery again. Nothing here holds a lock a refund
+needs, so a slow or dead receiver delays only other deliveries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import logging
+import random
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+from django.conf import settings
+from django.db import DatabaseError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ledger_app import errors
+from ledger_app.errors import DeliveryNotResendable, InvalidEnabledEvents, InvalidWebhookUrl
+from ledger_app.models import Event, EventType, WebhookDelivery, WebhookEndpoint
+from ledger_app.selectors import due_deliveries, webhook_endpoints
+from ledger_app.services.dispatch.worker import Tally
+from ledger_app.services.text import has_control_characters
+from ledger_app.services.validation import validate_metadata, validate_text
+from ledger_app.stripe_objects import EventSerializer
+
+log = logging.getLogger("ledger_app.webhooks")
+
+MAX_URL_LENGTH = 2048
+SCHEMES = ("http", "https")
+ALL_EVENTS = "*"
+MAX_ERROR_LENGTH = 500
+ANSWER_SNIPPET_BYTES = 200  # of a refusing receiver's body, kept in last_error
+USER_AGENT = "refund-backoffice-webhooks/1"
+
+
+# --- endpoints -------------------------------------------------------------------------
+
+
+def check_url(url: object) -> str:
+    """An http(s) URL with a host that is allowed to receive webhooks."""
+    if not isinstance(url, str) or not url or len(url) > MAX_URL_LENGTH:
+        raise InvalidWebhookUrl()
+    if has_control_characters(url) or any(ch.isspace() for ch in url):
+        raise InvalidWebhookUrl("The URL must not contain spaces or control characters.")
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise InvalidWebhookUrl() from None
+    if parts.scheme not in SCHEMES or not parts.hostname:
+        raise InvalidWebhookUrl()
+    refusal = refused_host(parts.hostname, port)
+    if refusal:
+        raise InvalidWebhookUrl(f"The URL is refused: {refusal}.")
+    return url
+
+
+def refused_host(host: str, port: int) -> str | None:
+    """Why this host may not receive webhooks, or None. Every address it resolves to must
+    be public: not loopback, private, link-local, reserved, multicast or unspecified
+    (unless WEBHOOK_ALLOW_PRIVATE_URLS)."""
+    if settings.WEBHOOK_ALLOW_PRIVATE_URLS:
+        return None
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return f"the host {host[:100]} could not be resolved"
+    for *_, sockaddr in found:
+        address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        if not _public(address):
+            return f"{host[:100]} is a private or local address ({address})"
+    return None
+
+
+def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    return address.is_global and not (
+        address.is_loopback
+        or address.is_private
+        or address.is_link_local
+        or address.is_reserved
+        or address.is_multicast
+        or address.is_unspecified
+    )
+
+
+def check_enabled_events(enabled_events: object) -> list[str]:
+    """Known event types or "*", at least one, each once, in the order sent."""
+    if not isinstance(enabled_events, list) or not enabled_events:
+        raise InvalidEnabledEvents()
+    allowed = {ALL_EVENTS, *EventType.values}
+    for name in enabled_events:
+        if not isinstance(name, str) or name not in allowed:
+            shown = str(name)[:64] if isinstance(name, str) else type(name).__name__
+            raise InvalidEnabledEvents(
+                f"Unknown event type in enabled_events: {shown!r}. "
+                + InvalidEnabledEvents.default_message
+            )
+    return list(dict.fromkeys(enabled_events))
+
+
+def new_secret() -> str:
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+def create_endpoint(
+    *,
+    url: str,
+    enabled_events: list[str],
+    description: str | None = None,
+    metadata: dict[str, str] | None = None,
+) -> WebhookEndpoint:
+    """A new enabled endpoint, with its signing secret (shown to the client only now).
+    It receives the events recorded from now on."""
+    endpoint = WebhookEndpoint(
+        url=check_url(url),
+        enabled_events=check_enabled_events(enabled_events),
+        description=validate_text(description, errors.InvalidDescription),
+        metadata=validate_metadata(metadata),
+        secret=new_secret(),
+    )
+    endpoint.save(force_insert=True)
+    log.info("webhook endpoint %s created for %s", endpoint.pk, endpoint.url)
+    return endpoint
+
+
+@dataclass(frozen=True)
+class EndpointChanges:
+    """What an update sends; None is "leave it as it is"."""
+
+    url: str | None = None
+    enabled_events: list[str] | None = None
+    description: str | None = None
+    metadata: dict[str, str] | None = None
+    disabled: bool | None = None
+
+    def checked(self) -> dict[str, Any]:
+        """The fields to set, each checked (the URL resolved) before any row is locked."""
+        fields: dict[str, Any] = {}
+        if self.url is not None:
+            fields["url"] = check_url(self.url)
+        if self.enabled_events is not None:
+            fields["enabled_events"] = check_enabled_events(self.enabled_events)
+        if self.description is not None:
+            fields["description"] = validate_text(self.description, errors.InvalidDescription)
+        if self.disabled is not None:
+            status = WebhookEndpoint.Status
+            fields["status"] = status.DISABLED if self.disabled else status.ENABLED
+        return fields
+
+
+def update_endpoint(endpoint_id: str, changes: EndpointChanges) -> WebhookEndpoint:
+    """Stripe's endpoint update. Metadata is merged into what is there, a key sent empty
+    is removed (as for refunds). A disabled endpoint is sent nothing; its deliveries wait
+    for it to be enabled again. Pending deliveries go to the URL as it is when sent."""
+    if changes.metadata is not None and not isinstance(changes.metadata, dict):
+        raise errors.InvalidMetadata()
+    fields = changes.checked()
+    with transaction.atomic(durable=True):
+        endpoint = _locked_endpoint(endpoint_id)
+        if changes.metadata is not None:
+            merged = {**endpoint.metadata, **changes.metadata}
+            fields["metadata"] = validate_metadata({k: v for k, v in merged.items() if v != ""})
+        for name, value in fields.items():
+            setattr(endpoint, name, value)
+        endpoint.save(update_fields=list(fields))
+    return endpoint
+
+
+def delete_endpoint(endpoint_id: str) -> WebhookEndpoint:
+    """The endpoint receives nothing more: it is marked deleted (and is then missing to
+    the API) and its pending deliveries are canceled, in one transaction."""
+    with transaction.atomic(durable=True):
+        endpoint = _locked_endpoint(endpoint_id)
+        endpoint.deleted_at = timezone.now()
+        endpoint.save(update_fields=["deleted_at"])
+        canceled = endpoint.deliveries.filter(status=WebhookDelivery.Status.PENDING).update(
+            status=WebhookDelivery.Status.CANCELED, leased_until=None
+        )
+    log.info("webhook endpoint %s deleted; %d pending deliveries canceled", endpoint_id, canceled)
+    return endpoint
+
+
+def _locked_endpoint(endpoint_id: str) -> WebhookEndpoint:
+    """The endpoint, row-locked, unless it is (or meanwhile was) deleted."""
+    endpoint = webhook_endpoints().select_for_update().filter(pk=endpoint_id).first()
+    if endpoint is None:
+        raise errors.ResourceMissing(f"No such webhook endpoint: '{endpoint_id}'")
+    return endpoint
+
+
+def resend_delivery(delivery_id: int) -> WebhookDelivery:
+    """Put a delivery back in the queue, due now, whatever its status (delivered, failed
+    after the retry window, or pending): the next worker sends it again. A failed one past
+    the retry window gets this one attempt; its endpoint must not be deleted."""
+    with transaction.atomic(durable=True):
+        delivery = (
+            WebhookDelivery.objects.select_for_update(of=("self",))
+            .select_related("endpoint")
+            .filter(pk=delivery_id)
+            .first()
+        )
+        if delivery is None:
+            raise errors.ResourceMissing(f"No such webhook delivery: '{delivery_id}'")
+        if delivery.endpoint.deleted_at is not None:
+            raise DeliveryNotResendable()
+        delivery.status = WebhookDelivery.Status.PENDING
+        delivery.next_attempt_at = timezone.now()
+        delivery.leased_until = None
+        delivery.save(update_fields=["status", "next_attempt_at", "leased_until"])
+    return delivery
+
+
+# --- signing and rendering -------------------------------------------------------------
+
+
+def signature_header(payload: str, secret: str, timestamp: int) -> str:
+    """Stripe's Stripe-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "t.payload">."""
+    signed = f"{timestamp}.{payload}".encode()
+    digest = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+def render(event: Event) -> str:
+    """The delivery body: the event as the API shows it (pending_webhooks as it is now)."""
+    return json.dumps(EventSerializer(event).data)
+
+
+# --- delivery --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One delivery attempt and what was recorded: `delivered`, `retrying` (due again at
+    next_attempt_at), `failed` (gave up), or `superseded` (its lease was lost: another
+    worker or a resend took it; nothing recorded)."""
+
+    delivery: WebhookDelivery
+    outcome: str
+    status_code: int | None
+    error: str
+    next_attempt_at: datetime | None = None
+
+
+def backoff(attempts: int) -> timedelta:
+    """How long after its `attempts`-th failure a delivery is tried again: the base,
+    doubling, up to the maximum, give or take a tenth (so retries spread out)."""
+    base = settings.WEBHOOK_BACKOFF_SECONDS
+    delay = min(base * 2 ** min(attempts - 1, 30), settings.WEBHOOK_BACKOFF_MAX_SECONDS)
+    return timedelta(seconds=delay * random.uniform(0.9, 1.1))  # noqa: S311 - jitter
+
+
+def deliver_due(
+    *,
+    batch_size: int = 10,
+    lease_seconds: int | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_attempt: Callable[[Attempt], None] = lambda attempt: None,
+) -> Tally:
+    """Send every delivery due when the run starts, a claimed batch at a time. A delivery
+    that fails is due again later, so one run tries each delivery at most once."""
+    lease_seconds = lease_seconds or settings.WEBHOOK_LEASE_SECONDS
+    tally = Tally()
+    due_at = timezone.now()
+    while not should_stop():
+        try:
+            lease, batch = claim(due_at=due_at, size=batch_size, lease_seconds=lease_seconds)
+        except DatabaseError:
+            tally.survive_database_error("claiming webhook deliveries")
+            break
+        if not batch:
+            break
+        _send_batch(batch, lease, tally, should_stop, on_attempt)
+    return tally
+
+
+def claim(
+    *, due_at: datetime, size: int, lease_seconds: int
+) -> tuple[datetime, list[WebhookDelivery]]:
+    """Lease up to `size` due deliveries, oldest due first, in one short transaction;
+    rows another worker is claiming are skipped, not waited for."""
+    now = timezone.now()
+    lease = now + timedelta(seconds=lease_seconds)
+    with transaction.atomic(durable=True):
+        ids = list(
+            due_deliveries(now, due_at)
+            .select_for_update(skip_locked=True, of=("self",))
+            .order_by("next_attempt_at", "id")
+            .values_list("pk", flat=True)[:size]
+        )
+        WebhookDelivery.objects.filter(pk__in=ids).update(leased_until=lease)
+    batch = WebhookDelivery.objects.filter(pk__in=ids).select_related("event", "endpoint")
+    return lease, list(batch.order_by("next_attempt_at", "id"))
+
+
+def _send_batch(batch, lease, tally: Tally, should_stop, on_attempt) -> None:
+    """Send each while the lease leaves time for a whole request; hand the rest back."""
+    unsent = list(batch)
+    while unsent and not should_stop() and _lease_left(lease) > settings.WEBHOOK_TIMEOUT_SECONDS:
+        delivery = unsent.pop(0)
+        try:
+            attempt = _send_or_record_the_bug(delivery, lease)
+        except DatabaseError:
+            tally.survive_database_error(f"webhook delivery {delivery.pk}")
+            continue
+        tally.add(attempt.outcome)
+        on_attempt(attempt)
+    if unsent:
+        try:
+            _release(unsent, lease)
+        except DatabaseError:
+            tally.survive_database_error("handing back webhook deliveries")
+
+
+def _send_or_record_the_bug(delivery: WebhookDelivery, lease: datetime) -> Attempt:
+    """send(), except that a bug while preparing one delivery is recorded on it as a failed
+    attempt (retried after backoff), so one bad delivery never stops the others."""
+    try:
+        return send(delivery, lease)
+    except DatabaseError:
+        raise
+    except Exception as exc:
+        log.exception("webhook delivery %s could not be sent", delivery.pk)
+        return record(delivery, lease, None, f"not sent: internal error ({type(exc).__name__})")
+
+
+def _lease_left(lease: datetime) -> float:
+    return (lease - timezone.now()).total_seconds()
+
+
+def _release(deliveries: list[WebhookDelivery], lease: datetime) -> None:
+    """Claimed, not sent: free again at once (unless another worker has them by now)."""
+    WebhookDelivery.objects.filter(pk__in=[d.pk for d in deliveries], leased_until=lease).update(
+        leased_until=None
+    )
+
+
+def send(delivery: WebhookDelivery, lease: datetime) -> Attempt:
+    """POST the event to the endpoint, signed, and record what happened. The URL is
+    checked again first: what a host resolves to may have changed since it was saved."""
+    endpoint = delivery.endpoint
+    parts = urlsplit(endpoint.url)
+    refusal = refused_host(parts.hostname or "", parts.port or _default_port(parts.scheme))
+    if refusal:
+        return record(delivery, lease, None, f"not sent: {refusal}")
+    status_code, error = post(endpoint.url, render(delivery.event), endpoint.secret)
+    return record(delivery, lease, status_code, error)
+
+
+def _default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80
+
+
+_local = threading.local()
+
+
+def _session() -> requests.Session:
+    """One HTTP session per thread. It ignores proxy settings, .netrc and the like from
+    the environment: a delivery goes straight to the address that was checked."""
+    session = getattr(_local, "session", None)
+    if session is None:
+        session = _local.session = requests.Session()
+        session.trust_env = False
+    return session
+
+
+def post(url: str, payload: str, secret: str) -> tuple[int | None, str]:
+    """(HTTP status, "") when the receiver answered 2xx; (status or None, what went
+    wrong) otherwise. Redirects are not followed; the timeout is per connect and read."""
+    headers = {
+        "Content-Type": "application/json; charset=utf-8",
+        "Stripe-Signature": signature_header(payload, secret, int(time.time())),
+        "User-Agent": USER_AGENT,
+    }
+    timeout = settings.WEBHOOK_TIMEOUT_SECONDS
+    try:
+        with _session().post(
+            url,
+            data=payload.encode(),
+            headers=headers,
+            timeout=timeout,
+            allow_redirects=False,
+            stream=True,
+        ) as response:
+            if 200 <= response.status_code < 300:
+                return response.status_code, ""
+            return response.status_code, f"HTTP {response.status_code} {_snippet(response)}"
+    except requests.Timeout:
+        return None, f"timed out after {timeout:g} s"
+    except (requests.RequestException, OSError, ValueError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _snippet(response: requests.Response) -> str:
+    """The start of a refusing receiver's answer, for support to read; "" if unreadable."""
+    try:
+        start = next(response.iter_content(ANSWER_SNIPPET_BYTES), b"")
+    except (requests.RequestException, OSError, ValueError):
+        return ""
+    return start.decode("utf-8", "replace").strip()
+
+
+def record(
+    delivery: WebhookDelivery, lease: datetime, status_code: int | None, error: str
+) -> Attempt:
+    """The outcome, in one UPDATE that applies only while this worker still holds the
+    delivery (still pending under its lease): 2xx is delivered; anything else is tried
+    again after backoff, or failed once the delivery is older than the retry window."""
+    now = timezone.now()
+    fields: dict[str, Any] = {"attempts": F("attempts") + 1, "last_status_code": status_code}
+    fields["leased_until"] = None
+    next_at = None
+    if not error:
+        outcome = WebhookDelivery.Status.DELIVERED
+        fields.update(status=outcome, delivered_at=now, last_error="")
+    else:
+        window = timedelta(hours=settings.WEBHOOK_RETRY_HOURS)
+        gave_up = now - delivery.created_at >= window
+        outcome = WebhookDelivery.Status.FAILED if gave_up else "retrying"
+        next_at = now + backoff(delivery.attempts + 1)
+        fields.update(last_error=error[:MAX_ERROR_LENGTH], next_attempt_at=next_at)
+        fields["status"] = outcome if gave_up else WebhookDelivery.Status.PENDING
+    mine = WebhookDelivery.objects.filter(
+        pk=delivery.pk, status=WebhookDelivery.Status.PENDING, leased_until=lease
+    )
+    if not mine.update(**fields):
+        outcome = "superseded"
+    return Attempt(delivery, str(outcome), status_code, error, next_at)

@@ -1,0 +1,37 @@
+import pytest
+from django.db import transaction
+
+from ledger_app.models import EventType
+from ledger_app.services import events
+from ledger_app.services.webhooks import create_endpoint
+from tests.api.conftest import api, api_key, read_only_key, stripe_client  # noqa: F401
+from tests.factories import ChargeFactory
+from tests.webhooks.receiver import Receiver
+
+
+@pytest.fixture
+def allow_private(settings):
+    """Loopback receivers are allowed (the tests' receivers run on 127.0.0.1)."""
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = True
+
+
+@pytest.fixture
+def receiver():
+    running = Receiver().start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def endpoint(db, allow_private, receiver):
+    return create_endpoint(url=receiver.url, enabled_events=["*"])
+
+
+def record_events(count: int, charges: int = 1) -> list[str]:
+    """`count` charge.succeeded events over `charges` charges, as the services append
+    them (each with a pending delivery per live endpoint); their ids, oldest first."""
+    made = [ChargeFactory(amount=1_000) for _ in range(charges)]
+    with transaction.atomic():
+        return [
+            events.record(EventType.CHARGE_SUCCEEDED, made[n % charges]).id for n in range(count)
+        ]

@@ -1,0 +1,24 @@
+"""schemathesis against /v1/webhook_endpoints, as tests/api/test_schema.py does for charges
+and refunds: generated requests never get a 5xx, and every answer matches the schema.
+Private URLs are allowed here, so no generated host is looked up in DNS."""
+
+import pytest
+
+from tests.api.test_schema import (  # noqa: F401 - fixtures
+    ALL_CHECKS,
+    FUZZ,
+    auth,
+    schema,
+    wsgi_in_test_transaction,
+)
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.usefixtures("wsgi_in_test_transaction", "allow_private"),
+]
+
+
+@schema.include(path_regex="^/v1/webhook_endpoints").parametrize()
+@FUZZ
+def test_fuzzed_webhook_endpoint_requests_conform(case, auth, endpoint):  # noqa: F811
+    case.call_and_validate(headers=auth, checks=ALL_CHECKS)
