@@ -135,12 +135,18 @@ class PollingWorker(BaseCommand):
             help="Pause between polls with --loop.",
         )
 
-    def run_passes(self, options, one_pass: Callable[[Callable[[], bool]], Tally]) -> Tally:
-        """one_pass(should_stop) once, or until stopped with --loop; the summed tally."""
+    def run_passes(self, options, one_pass: Callable[..., Tally], **arguments) -> Tally:
+        """One pass (`one_pass(batch_size=, lease_seconds=, should_stop=, **arguments)`),
+        or passes until stopped with --loop; the summed tally."""
         total = Tally()
         with stop_requests(self.stderr.write, self.noun) as stopping:
             while True:
-                tally = one_pass(lambda: bool(stopping))
+                tally = one_pass(
+                    batch_size=options["batch_size"],
+                    lease_seconds=options["lease_seconds"],
+                    should_stop=lambda: bool(stopping),
+                    **arguments,
+                )
                 total.statuses.update(tally.statuses)
                 total.errors += tally.errors
                 if not options["loop"] or stopping:

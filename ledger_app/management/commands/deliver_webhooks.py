@@ -34,15 +34,7 @@ class Command(PollingWorker):
 
     def handle(self, *args, **options):
         self._check(options)
-        total = self.run_passes(
-            options,
-            lambda should_stop: deliver_due(
-                batch_size=options["batch_size"],
-                lease_seconds=options["lease_seconds"],
-                should_stop=should_stop,
-                on_attempt=self._log_attempt,
-            ),
-        )
+        total = self.run_passes(options, deliver_due, on_attempt=self._log_attempt)
         self.stdout.write(f"deliver_webhooks: {total.summary()}")
         if total.errors:
             raise CommandError("some deliveries were interrupted; they will be sent again")

@@ -38,15 +38,7 @@ class Command(PollingWorker, ExitsByOutcome):
             raise CommandError("--batch-size must be at least 1")
         if options["lease_seconds"] is not None and not 0 <= options["lease_seconds"] <= 604_800:
             raise CommandError("--lease-seconds must be 0 to 604800 (a week)", returncode=2)
-        total = self.run_passes(
-            options,
-            lambda should_stop: process_pending_refunds(
-                batch_size=options["batch_size"],
-                lease_seconds=options["lease_seconds"],
-                should_stop=should_stop,
-                on_refund=self._log_refund,
-            ),
-        )
+        total = self.run_passes(options, process_pending_refunds, on_refund=self._log_refund)
         self.stdout.write(f"process_refunds: {total.summary()}")
         if total.errors:
             raise CommandError("some refunds were interrupted; they will be retried", returncode=1)
