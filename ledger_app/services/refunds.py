@@ -182,11 +182,13 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         actor=request.actor_label,
     )
     key = request.keyed.key if request.keyed is not None else ""
-    events.record(EventType.REFUND_CREATED, refund, idempotency_key=key)
     moved = {"amount_refunded": charge.amount_refunded - amount}
     if charge.refunded:
         moved["refunded"] = False
-    events.record(EventType.CHARGE_REFUNDED, charge, previous=moved, idempotency_key=key)
+    events.record_many(
+        [(EventType.REFUND_CREATED, refund, None), (EventType.CHARGE_REFUNDED, charge, moved)],
+        idempotency_key=key,
+    )
     faults.checkpoint("refund.reserve_locked")  # written, not yet committed
     return refund
 

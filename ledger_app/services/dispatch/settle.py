@@ -67,9 +67,10 @@ def settle_refund(
             charge.amount_refunded -= refund.amount
             charge.save(update_fields=["amount_refunded", "updated_at"])
             _book(charge, refund, LedgerEntry.Kind.REFUND_RELEASED, actor, outcome.detail)
-        events.record(EventType.REFUND_UPDATED, refund, previous=previous)
+        told = [(EventType.REFUND_UPDATED, refund, previous)]
         if outcome.status == FAILED:
-            events.record(EventType.REFUND_FAILED, refund, previous=previous)
+            told.append((EventType.REFUND_FAILED, refund, previous))
+        events.record_many(told)
     return refund
 
 
