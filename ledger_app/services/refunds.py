@@ -26,7 +26,7 @@ from ledger_app.services.dispatch import send_refund
 from ledger_app.services.idempotency import Created
 from ledger_app.services.ledger import append_entry
 from ledger_app.services.text import has_unstorable_characters
-from ledger_app.services.validation import validate_metadata, validate_text
+from ledger_app.services.validation import merge_metadata, validate_metadata, validate_text
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -324,8 +324,7 @@ def update_refund_metadata(*, refund_id: str, metadata: dict[str, str]) -> Refun
         refund = Refund.objects.select_for_update().filter(pk=refund_id).first()
         if refund is None:
             raise errors.ResourceMissing(f"No such refund: '{refund_id}'.")
-        merged = {**refund.metadata, **metadata}
-        merged = validate_metadata({key: value for key, value in merged.items() if value != ""})
+        merged = merge_metadata(refund.metadata, metadata)
         if merged == refund.metadata:
             return refund
         previous = {"metadata": refund.metadata}

@@ -27,6 +27,15 @@ def validate_metadata(metadata: object) -> dict[str, str]:
     return dict(metadata)
 
 
+def merge_metadata(current: dict[str, str], sent: object) -> dict[str, str]:
+    """Stripe's metadata update: the keys sent are merged into what is there, a key sent
+    with an empty value is removed, and the result is checked like any metadata."""
+    if not isinstance(sent, dict):
+        raise errors.InvalidMetadata()
+    merged = {**current, **sent}
+    return validate_metadata({key: value for key, value in merged.items() if value != ""})
+
+
 def validate_text(value: object, error: type[errors.LedgerError]) -> str:
     """Free text (a note, a description): at most 1000 characters the database can store."""
     if value is None:

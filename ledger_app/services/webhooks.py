@@ -39,7 +39,7 @@ from ledger_app.models import Event, EventType, WebhookDelivery, WebhookEndpoint
 from ledger_app.selectors import due_deliveries, webhook_endpoints
 from ledger_app.services.dispatch.worker import Tally
 from ledger_app.services.text import has_control_characters
-from ledger_app.services.validation import validate_metadata, validate_text
+from ledger_app.services.validation import merge_metadata, validate_metadata, validate_text
 from ledger_app.stripe_objects import EventSerializer
 
 log = logging.getLogger("ledger_app.webhooks")
@@ -179,8 +179,7 @@ def update_endpoint(endpoint_id: str, changes: EndpointChanges) -> WebhookEndpoi
     with transaction.atomic(durable=True):
         endpoint = _locked_endpoint(endpoint_id)
         if changes.metadata is not None:
-            merged = {**endpoint.metadata, **changes.metadata}
-            fields["metadata"] = validate_metadata({k: v for k, v in merged.items() if v != ""})
+            fields["metadata"] = merge_metadata(endpoint.metadata, changes.metadata)
         for name, value in fields.items():
             setattr(endpoint, name, value)
         endpoint.save(update_fields=list(fields))
