@@ -3,6 +3,7 @@ Resend only for staff with the resend permission."""
 
 import pytest
 from django.contrib.admin import helpers
+from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
@@ -43,14 +44,14 @@ def delivered(endpoint, receiver):
 
 
 def test_the_secret_is_never_shown(admin_client, endpoint, delivered):
-    change = reverse("admin:ledger_app_webhookendpoint_change", args=[endpoint.pk])
+    change = reverse("admin:ledger_app_webhookendpoint_change", args=[quote(endpoint.pk)])
     pages = [
         reverse("admin:ledger_app_webhookendpoint_changelist"),
         change,
         change.replace("/change/", "/history/"),
         DELIVERIES,
         reverse("admin:ledger_app_webhookdelivery_change", args=[delivered.pk]),
-        reverse("admin:ledger_app_event_change", args=[delivered.event_id]),
+        reverse("admin:ledger_app_event_change", args=[quote(delivered.event_id)]),
     ]
 
     responses = [admin_client.get(page) for page in pages]
