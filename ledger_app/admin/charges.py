@@ -35,6 +35,7 @@ from ledger_app.db import drop_broken_connection
 from ledger_app.errors import ChargeChanged, IdempotencyKeyReused, LedgerError
 from ledger_app.models import Charge, Refund
 from ledger_app.money import MAJOR_AMOUNT, format_money
+from ledger_app.replica import ListsFromReplica
 from ledger_app.selectors import charge_state, charge_states, idempotency_record
 from ledger_app.services.idempotency import Created
 from ledger_app.services.refunds import create_refund
@@ -115,7 +116,10 @@ def amount_search(term: str) -> Q | None:
 
 
 @admin.register(Charge)
-class ChargeAdmin(AmountColumn, ReadOnlyAdmin):
+class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
+    """The list (GET) may read the replica; the charge page, the refund form and the bulk
+    refund action (a POST to the list) read and write the primary."""
+
     list_display = [
         "id",
         "created_at",

@@ -11,6 +11,7 @@ from ledger_app.admin.forms import HandledForm
 from ledger_app.errors import LedgerError
 from ledger_app.models import ApiKey, IdempotencyRecord, LedgerEntry, Refund, RefundAttention
 from ledger_app.money import format_money
+from ledger_app.replica import ListsFromReplica
 from ledger_app.selectors import needing_attention
 from ledger_app.services.attention import mark_refund_handled
 from ledger_app.services.dispatch import send_refund
@@ -50,7 +51,9 @@ def exact_id_search(queryset, term: str, *fields: str):
 
 
 @admin.register(Refund)
-class RefundAdmin(AmountColumn, ReadOnlyAdmin):
+class RefundAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
+    """The list (GET) may read the replica; a refund's page reads the primary."""
+
     list_display = [
         "id",
         "created_at",
@@ -124,6 +127,8 @@ class RefundAttentionAdmin(RefundAdmin):
     list_filter = ["status", "reason", "source", ("created_at", admin.DateFieldListFilter)]
     list_display = [*RefundAdmin.list_display[:5], "status_detail", "dispatch_attempts"]
     actions = ["reconcile_now", "retry_dispatch", "mark_handled"]
+    # The queue is worked through: after an action it shows what is left, from the primary.
+    lists_from_replica = False
 
     def get_queryset(self, request):
         return super().get_queryset(request).filter(needing_attention())

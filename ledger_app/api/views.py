@@ -1,10 +1,16 @@
 """The /v1/ endpoints. Each view checks its parameters with its serializer (params.py),
-makes one service or selector call, and renders."""
+makes one service or selector call, and renders.
+
+The GETs of charges, refunds and events read the replica when one is configured
+(ledger_app/replica.py), falling back to the primary when it fails, and when it lacks an
+object asked for by id (a refund retrieved right after it was created is found). Creates,
+updates, idempotent replays and API key checks always use the primary."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.db import DEFAULT_DB_ALIAS
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -23,7 +29,9 @@ from ledger_app.api.params import (
     RefundUpdateParams,
     fold,
 )
+from ledger_app.errors import ResourceMissing
 from ledger_app.models import Charge, Event, Refund
+from ledger_app.replica import stale_ok
 from ledger_app.selectors import (
     created_in,
     events_listed,
@@ -87,18 +95,28 @@ def checked(params_class: type[Params], data) -> dict[str, Any]:
     return serializer.validated_data
 
 
-def found(model, object_id: str, name: str):
+def found(model, object_id: str, name: str, using: str = DEFAULT_DB_ALIAS):
     """The object a URL names; 404 resource_missing when there is none."""
-    obj = model.objects.filter(pk=object_id).first() if could_be_an_id(object_id) else None
+    if could_be_an_id(object_id):
+        obj = model.objects.using(using).filter(pk=object_id).first()
+    else:
+        obj = None
     if obj is None:
         raise missing(object_id, name)
     return obj
 
 
 def retrieved(request, model, object_id: str, serializer_class) -> Response:
-    """A GET of one object by the id in its URL, which takes no parameters."""
+    """A GET of one object by the id in its URL, which takes no parameters; from the
+    replica if there is one and it has the object, else from the primary."""
     checked(Params, request.query_params)
-    return Response(serializer_class(found(model, object_id, model._meta.model_name)).data)
+    name = model._meta.model_name
+    return Response(
+        stale_ok(
+            lambda alias: serializer_class(found(model, object_id, name, alias)).data,
+            missing=(ApiError,),
+        )
+    )
 
 
 def missing(object_id: str, name: str) -> ApiError:
@@ -119,8 +137,26 @@ def created(result: Created, serializer_class) -> Response:
 
 
 def listing(queryset, params: dict, serializer_class, url: str, *, prepare=None) -> Response:
-    """A page of `queryset` as Stripe's list; `prepare` may fetch what the page's rows
-    show along with them (each charge's first refunds)."""
+    """A page of `queryset` as Stripe's list, from the primary."""
+    return Response(list_page(queryset, params, serializer_class, url, prepare=prepare))
+
+
+def stale_listing(queryset, params: dict, serializer_class, url: str, *, prepare=None) -> Response:
+    """A page of `queryset` as Stripe's list, from the replica if there is one (it may be a
+    moment behind); from the primary if it fails or lacks the page's cursor object."""
+    return Response(
+        stale_ok(
+            lambda alias: list_page(
+                queryset.using(alias), params, serializer_class, url, prepare=prepare
+            ),
+            missing=(ResourceMissing,),
+        )
+    )
+
+
+def list_page(queryset, params: dict, serializer_class, url: str, *, prepare=None) -> dict:
+    """A page of `queryset`, read from its database, as Stripe's list; `prepare` may fetch
+    what the page's rows show along with them (each charge's first refunds)."""
     page = page_newest_first(
         queryset,
         limit=params.get("limit", DEFAULT_LIMIT),
@@ -128,14 +164,12 @@ def listing(queryset, params: dict, serializer_class, url: str, *, prepare=None)
         ending_before=params.get("ending_before"),
     )
     items = prepare(page.items) if prepare is not None else page.items
-    return Response(
-        {
-            "object": "list",
-            "data": serializer_class(items, many=True).data,
-            "has_more": page.has_more,
-            "url": url,
-        }
-    )
+    return {
+        "object": "list",
+        "data": serializer_class(items, many=True).data,
+        "has_more": page.has_more,
+        "url": url,
+    }
 
 
 def idempotency_key(request) -> str | None:
@@ -149,7 +183,9 @@ class ChargesView(APIView):
     def get(self, request):
         params = checked(ChargeListParams, request.query_params)
         charges = Charge.objects.filter(created_in(params.get("created")))
-        return listing(charges, params, ChargeSerializer, "/v1/charges", prepare=first_refunds)
+        return stale_listing(
+            charges, params, ChargeSerializer, "/v1/charges", prepare=first_refunds
+        )
 
     @create_schema("charges_create", ChargeCreateParams, ChargeSerializer)
     def post(self, request):
@@ -171,10 +207,12 @@ class ChargeView(APIView):
     @read_schema("charges_retrieve", ChargeSerializer, ChargeRetrieveParams)
     def get(self, request, charge_id: str):
         params = checked(ChargeRetrieveParams, request.query_params)
-        charge = found(Charge, charge_id, "charge")
-        return Response(
-            ChargeSerializer(charge, context={"expand": params.get("expand", set())}).data
-        )
+        context = {"expand": params.get("expand", set())}
+
+        def charge(alias: str) -> dict:
+            return ChargeSerializer(found(Charge, charge_id, "charge", alias), context=context).data
+
+        return Response(stale_ok(charge, missing=(ApiError,)))
 
 
 class ChargeRefundsView(APIView):
@@ -186,9 +224,13 @@ class ChargeRefundsView(APIView):
     @read_schema("charges_refunds_list", RefundListSerializer, ListParams)
     def get(self, request, charge_id: str):
         params = checked(ListParams, request.query_params)
-        charge = found(Charge, charge_id, "charge")
-        url = f"/v1/charges/{charge.id}/refunds"
-        return listing(charge.refunds.all(), params, RefundSerializer, url)
+
+        def refunds_page(alias: str) -> dict:
+            charge = found(Charge, charge_id, "charge", alias)
+            url = f"/v1/charges/{charge.id}/refunds"
+            return list_page(charge.refunds.all(), params, RefundSerializer, url)
+
+        return Response(stale_ok(refunds_page, missing=(ApiError, ResourceMissing)))
 
 
 class RefundsView(APIView):
@@ -200,7 +242,7 @@ class RefundsView(APIView):
         refunds = Refund.objects.filter(created_in(params.get("created")))
         if "charge" in params:
             refunds = refunds.filter(charge_id=params["charge"])
-        return listing(refunds, params, RefundSerializer, "/v1/refunds")
+        return stale_listing(refunds, params, RefundSerializer, "/v1/refunds")
 
     @create_schema("refunds_create", RefundCreateParams, RefundSerializer)
     def post(self, request):
@@ -244,7 +286,7 @@ class EventsView(APIView):
         events = events_listed(
             type_name=params.get("type"), types=params.get("types"), created=params.get("created")
         )
-        return listing(events, params, EventSerializer, "/v1/events")
+        return stale_listing(events, params, EventSerializer, "/v1/events")
 
 
 class EventView(APIView):

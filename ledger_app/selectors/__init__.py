@@ -176,14 +176,16 @@ def page_newest_first(
     """One page of a list, newest first, by cursor: the id of an object on the previous page.
 
     Cursors compare (created_at, id), so a page does not shift when new objects are
-    inserted while a client walks the list.
+    inserted while a client walks the list. The cursor is read from the database the
+    queryset reads (the replica's list pages by the replica's rows).
     """
     model = queryset.model
     cursor_id = starting_after or ending_before
     if cursor_id is None:
         rows = list(queryset.order_by("-created_at", "-id")[: limit + 1])
         return Page(rows[:limit], len(rows) > limit)
-    cursor = model.objects.filter(pk=cursor_id).values("created_at", "id").first()
+    cursors = model.objects.using(queryset.db)
+    cursor = cursors.filter(pk=cursor_id).values("created_at", "id").first()
     if cursor is None:
         param = "starting_after" if starting_after else "ending_before"
         raise ResourceMissing(f"No such {model._meta.model_name}: '{cursor_id}'", param=param)
