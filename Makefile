@@ -23,7 +23,7 @@ run: $(VENV)/.installed
 	$(BIN)/python manage.py seed_demo
 	@echo "Serving http://127.0.0.1:8000/admin/ (Ctrl-C stops it)"
 	WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \
-	$(BIN)/gunicorn backoffice.wsgi --bind 127.0.0.1:8000 --workers 2 --access-logfile -
+	$(BIN)/gunicorn -c gunicorn.conf.py backoffice.wsgi --access-logfile -
 
 test: $(VENV)/.installed-dev
 	scripts/run-tests

@@ -117,8 +117,41 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
         f"-c lock_timeout={int(os.environ.get('DATABASE_LOCK_TIMEOUT_MS', '5000'))}"
     )
+    # Django's psycopg pool, per process: threads share DATABASE_POOL_MAX_SIZE connections
+    # and hand them back between transactions (and while waiting on the provider), instead
+    # of each thread keeping its own. 0: no pool, a persistent connection per thread.
+    _pool_size = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "0"))
+    if _pool_size > 0:
+        DATABASES["default"]["OPTIONS"]["pool"] = {
+            "min_size": 1,
+            "max_size": _pool_size,
+            "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT_SECONDS", "10")),
+        }
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them instead
 # Services own their transactions; a refund never commits inside an outer one.
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
+# An optional streaming replica (PostgreSQL hot standby) for reads that may be a moment
+# behind: the admin's charge and refund lists and the API's GETs of charges, refunds and
+# events (ledger_app/replica.py). Nothing that moves money, locks or authenticates reads
+# it, and no router sends other reads there. Its sessions are read-only (a standby takes
+# its schema from the primary: never migrate it), and tests mirror the default database.
+if os.environ.get("DATABASE_REPLICA_URL"):
+    DATABASES["replica"] = dj_database_url.parse(
+        os.environ["DATABASE_REPLICA_URL"],
+        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
+        conn_health_checks=True,
+    )
+    if DATABASES["replica"]["ENGINE"] == "django.db.backends.postgresql":
+        replica_options = DATABASES["replica"].setdefault("OPTIONS", {})
+        # A replica that does not answer costs a request seconds, not the OS's timeout.
+        replica_options.setdefault("connect_timeout", 3)
+        # The primary's session options (lock_timeout) unless the URL gives its own, and
+        # read-only: a replica URL that names the primary by mistake still writes nothing.
+        primary_session = DATABASES["default"].get("OPTIONS", {}).get("options", "")
+        session = replica_options.get("options") or primary_session
+        replica_options["options"] = f"{session} -c default_transaction_read_only=on".strip()
+    DATABASES["replica"]["ATOMIC_REQUESTS"] = False
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -159,6 +192,13 @@ SIMULATED_GATEWAY_LATENCY_MS = int(os.environ.get("SIMULATED_GATEWAY_LATENCY_MS"
 REFUND_DISPATCH = os.environ.get("REFUND_DISPATCH", "inline")
 if REFUND_DISPATCH not in {"inline", "worker"}:
     raise ImproperlyConfigured("REFUND_DISPATCH must be inline or worker")
+# Inline mode waits for the provider at most this long (seconds); past it the refund (or
+# charge) is answered `pending` and this process's send pool, REFUND_SEND_THREADS threads,
+# finishes it. 0: the caller sends in its own thread and waits for the answer.
+REFUND_INLINE_WAIT_SECONDS = float(os.environ.get("REFUND_INLINE_WAIT_SECONDS", "2"))
+REFUND_SEND_THREADS = int(os.environ.get("REFUND_SEND_THREADS", "16"))
+if REFUND_INLINE_WAIT_SECONDS < 0 or REFUND_SEND_THREADS < 1:
+    raise ImproperlyConfigured("REFUND_INLINE_WAIT_SECONDS >= 0 and REFUND_SEND_THREADS >= 1")
 # How long a dispatcher holds a claimed refund; after that a crashed one's work is retried.
 REFUND_DISPATCH_LEASE_SECONDS = int(os.environ.get("REFUND_DISPATCH_LEASE_SECONDS", "60"))
 # The reconciler asks the provider again about refunds that succeeded this recently, in

@@ -16,3 +16,17 @@ def drop_broken_connection() -> None:
     one instead of failing on the dead one."""
     if not connection.in_atomic_block and not connection.is_usable():
         connection.close()
+
+
+def uses_pool() -> bool:
+    """Connections come from Django's psycopg pool (DATABASE_POOL_MAX_SIZE)."""
+    return bool(connection.settings_dict.get("OPTIONS", {}).get("pool"))
+
+
+def release_connection() -> None:
+    """Before waiting on something other than the database (the provider, another
+    thread), with no transaction open: give this thread's connection back to the pool,
+    so a thread that waits holds none. Without a pool the connection is kept (closing
+    it would only cost a reconnect)."""
+    if uses_pool() and not connection.in_atomic_block:
+        connection.close()

@@ -43,6 +43,17 @@ def pytest_runtest_call(item):
     return result
 
 
+def pytest_configure(config):
+    """Inline dispatch waits for the provider in the caller's thread during tests: a test's
+    data sits in a transaction the send pool's threads could not see. The tests of the
+    wait budget (tests/services/test_send_pool.py) turn it on, with committed data.
+    Servers that tests start in subprocesses inherit the same default."""
+    from django.conf import settings
+
+    os.environ["REFUND_INLINE_WAIT_SECONDS"] = "0"
+    settings.REFUND_INLINE_WAIT_SECONDS = 0
+
+
 def pytest_report_header(config):
     return f"database backend: {connection.vendor} ({connection.settings_dict['NAME']})"
 

@@ -2,10 +2,13 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import requests
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,3 +70,83 @@ def kill_at(point: str, *args: str, **env: str) -> subprocess.Popen:
             process.wait(10)
     assert process.returncode == -signal.SIGKILL
     return process
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class GunicornServer:
+    """gunicorn as `make run` serves (gunicorn.conf.py: gthread workers), on a free
+    loopback port, against the test database; `env` overrides its environment."""
+
+    def __init__(self, tmp_path: Path, *, workers: int, threads: int, **env: str) -> None:
+        self.port = free_loopback_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.stderr_path = tmp_path / "gunicorn.stderr"
+        self._stderr = open(self.stderr_path, "w")  # noqa: SIM115 - closed in stop()
+        environment = command_env(
+            DJANGO_DEBUG="false",
+            DJANGO_SECRET_KEY="test-server-secret-key-not-for-production",
+            DJANGO_ALLOWED_HOSTS="127.0.0.1",
+            API_RATE_LIMIT="1000000/second",
+            LEDGER_GATEWAY="simulated",
+            WEB_CONCURRENCY=str(workers),
+            GUNICORN_THREADS=str(threads),
+            GUNICORN_BIND=f"127.0.0.1:{self.port}",
+            **env,
+        )
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "-c",
+                str(ROOT / "gunicorn.conf.py"),
+                "backoffice.wsgi",
+                "--keep-alive",
+                "75",  # longer than any pause, so no idle connection is closed under a client
+                "--timeout",
+                "120",
+                "--graceful-timeout",
+                "10",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=self._stderr,
+            stderr=self._stderr,
+        )
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"gunicorn exited early:\n{self.log()}")
+            try:
+                if requests.get(f"{self.url}/v1/charges", timeout=2).status_code == 401:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"gunicorn not ready after {timeout}s:\n{self.log()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        if not self._stderr.closed:
+            self._stderr.close()
+
+    def log(self) -> str:
+        if not self._stderr.closed:
+            self._stderr.flush()
+        return self.stderr_path.read_text(errors="replace")

@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from ledger_app.db import release_connection
 from ledger_app.gateways.base import (
     Gateway,
     GatewayTimeout,
@@ -102,6 +103,7 @@ class SimulatedGateway(Gateway):
         late = False
         if behaviour == "slow":
             latency = settings.SIMULATED_GATEWAY_LATENCY_MS / 1000
+            release_connection()  # a real provider's wait holds none of our connections
             time.sleep(min(latency, timeout))
             late = latency > timeout
         canonical = json.dumps(params, sort_keys=True, separators=(",", ":"))

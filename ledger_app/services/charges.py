@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import DatabaseError, transaction
@@ -15,6 +16,7 @@ from ledger_app.models import Charge, EventType, IdempotencyRecord, LedgerEntry,
 from ledger_app.money import normalize_currency, validate_amount
 from ledger_app.services import events, idempotency
 from ledger_app.services.dispatch import send_charge
+from ledger_app.services.dispatch.pool import send_within_budget
 from ledger_app.services.idempotency import Created
 from ledger_app.services.ledger import append_entry
 from ledger_app.services.validation import validate_metadata, validate_text
@@ -70,10 +72,12 @@ def create_charge(
 
 
 def _capture(charge: Charge, actor: str) -> Charge:
-    """One pass of the guarded send, after the charge committed."""
+    """One pass of the guarded send, after the charge committed, waited for at most
+    REFUND_INLINE_WAIT_SECONDS (then the charge is answered pending and the send pool
+    finishes it)."""
     faults.checkpoint("charge.created")  # committed, not yet sent
     try:
-        charge = send_charge(charge.id, actor=actor).item
+        charge = send_within_budget(partial(send_charge, actor=actor), charge.id, charge)
     except DatabaseError:
         log.exception("charge %s created; capture interrupted, reconcile retries it", charge.id)
         drop_broken_connection()

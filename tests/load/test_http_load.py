@@ -20,15 +20,11 @@ from __future__ import annotations
 import io
 import os
 import random
-import socket
-import subprocess
-import sys
 import threading
 import time
 import traceback
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import requests
@@ -39,7 +35,7 @@ from ledger_app.services.api_keys import create_api_key
 from tests import tally
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees
-from tests.processes import ROOT, command_env
+from tests.processes import GunicornServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -85,91 +81,16 @@ WEIGHTS = {
 # --- the server -------------------------------------------------------------------------
 
 
-def free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    def __init__(self, tmp_path: Path) -> None:
-        self.port = free_loopback_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.stderr_path = tmp_path / "gunicorn.stderr"
-        self._stderr = open(self.stderr_path, "w")  # noqa: SIM115 - closed in stop()
-        env = command_env(
-            DJANGO_DEBUG="false",
-            DJANGO_SECRET_KEY="load-test-secret-key-not-for-production",
-            DJANGO_ALLOWED_HOSTS="127.0.0.1",
-            DATABASE_CONN_MAX_AGE="60",
-            API_RATE_LIMIT="1000000/second",
-            REFUND_DISPATCH="inline",
-            LEDGER_GATEWAY="simulated",
-            LOG_LEVEL="ERROR",  # 4xx warnings would flood the log; errors still show
-        )
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "backoffice.wsgi",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                "--worker-class",
-                "gthread",
-                "--workers",
-                str(WORKERS),
-                "--threads",
-                str(THREADS),
-                "--keep-alive",
-                "75",  # longer than any pause, so no idle connection is closed under a client
-                "--timeout",
-                "120",
-                "--graceful-timeout",
-                "10",
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._stderr,
-            stderr=self._stderr,
-        )
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"gunicorn exited early:\n{self.log()}")
-            try:
-                if requests.get(f"{self.url}/v1/charges", timeout=2).status_code == 401:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"gunicorn not ready after {timeout}s:\n{self.log()}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        if not self._stderr.closed:
-            self._stderr.close()
-
-    def log(self) -> str:
-        if not self._stderr.closed:
-            self._stderr.flush()
-        return self.stderr_path.read_text(errors="replace")
-
-
 @pytest.fixture
 def server(transactional_db, tmp_path):
-    srv = Server(tmp_path)
+    srv = GunicornServer(
+        tmp_path,
+        workers=WORKERS,
+        threads=THREADS,
+        DATABASE_CONN_MAX_AGE="60",
+        REFUND_DISPATCH="inline",
+        LOG_LEVEL="ERROR",  # 4xx warnings would flood the log; errors still show
+    )
     try:
         srv.wait_ready()
         yield srv

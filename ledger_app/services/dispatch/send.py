@@ -20,6 +20,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from ledger_app import faults
+from ledger_app.db import release_connection
 from ledger_app.gateways import get_gateway
 from ledger_app.gateways.base import Gateway, OutcomeUnknown, ProviderAnswer
 from ledger_app.models import Charge, ProviderMovement, Refund
@@ -104,6 +105,7 @@ def _guarded_send(
     item = kind.fetch(pk)
     if not taken:
         return Sent(item, Step.BUSY if item.status in item.OPEN_STATUSES else Step.FINAL)
+    release_connection()  # pooled connections are not held while the provider thinks
     if ask_first or item.status == UNKNOWN or item.dispatch_attempts > 1:
         try:
             answer = kind.lookup(gateway, item)
