@@ -14,9 +14,17 @@ from typing import Any
 from django.db import connection
 
 from backoffice.request_id import serving_request_id
-from ledger_app.models import Charge, Event, EventType, Refund, WebhookDelivery
+from ledger_app.models import (
+    Charge,
+    Event,
+    EventType,
+    Refund,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 from ledger_app.selectors import live_endpoints
-from ledger_app.stripe_objects import ChargeSerializer, RefundSerializer
+from ledger_app.services import writes
+from ledger_app.stripe_objects import plain
 
 
 def record(
@@ -36,12 +44,26 @@ def record_many(
     *,
     idempotency_key: str = "",
 ) -> list[Event]:
-    """The events of one change that tells several things (a reserve: the refund made and
-    the charge refunded), in order: each object rendered once, the endpoints read once,
-    and one insert for the events and one for their deliveries, so the transaction
-    (which holds the charge's lock) does no more round trips than it must."""
+    """The events of one change that tells several things (a settle that fails a refund:
+    the refund failed and the charge's refund updated), in order: each object rendered
+    once, the endpoints read once, and the events and their deliveries written in one
+    go, so the transaction (which holds a lock) does no more round trips than it must."""
     if not connection.in_atomic_block:
         raise RuntimeError("an event is recorded in the transaction of its change")
+    events, deliveries = build_many(changes, idempotency_key=idempotency_key)
+    writes.execute_together([writes.insert(events), writes.insert(deliveries)])
+    return events
+
+
+def build_many(
+    changes: list[tuple[EventType, Charge | Refund, dict[str, Any] | None]],
+    *,
+    idempotency_key: str = "",
+    endpoints: list[WebhookEndpoint] | None = None,
+) -> tuple[list[Event], list[WebhookDelivery]]:
+    """The events of these changes and a pending delivery for each endpoint that wants
+    one, not yet written: the caller writes them in the change's transaction (with
+    `writes`). `endpoints` lets a caller read the live endpoints before it takes a lock."""
     rendered: dict[tuple[type, str], dict[str, Any]] = {}
     events = [
         Event(
@@ -55,18 +77,16 @@ def record_many(
         )
         for event_type, obj, previous in changes
     ]
-    Event.objects.bulk_create(events)
-    endpoints = live_endpoints()
-    WebhookDelivery.objects.bulk_create(
+    endpoints = live_endpoints() if endpoints is None else endpoints
+    deliveries = [
         WebhookDelivery(event=event, endpoint=endpoint, next_attempt_at=event.created_at)
         for event in events
         for endpoint in endpoints
         if endpoint.wants(event.type)
-    )
-    return events
+    ]
+    return events, deliveries
 
 
 def snapshot(obj: Charge | Refund) -> dict[str, Any]:
     """The object as the API shows it now, as plain JSON."""
-    serializer = ChargeSerializer if isinstance(obj, Charge) else RefundSerializer
-    return json.loads(json.dumps(serializer(obj, context={"expand": ()}).data))
+    return json.loads(json.dumps(plain(obj)))

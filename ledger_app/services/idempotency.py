@@ -85,16 +85,15 @@ def create_once(
 ) -> Created[T]:
     """The keyed-request flow both create_refund and create_charge run.
 
-    With a key: the key is read first, before anything else (a retry replays with no
-    transaction, no lock and no write); otherwise it is claimed for `new_id` inside the
-    same transaction as `write`, so the key and what it made commit together or not at
-    all, and a request that lost the race for the key replays the winner's result.
+    With a key: the key comes first, before anything else. It is claimed for `new_id`
+    (one INSERT ... ON CONFLICT DO NOTHING) inside the same transaction as `write`, so the
+    key and what it made commit together or not at all. When the key is already bound,
+    the claim inserts nothing and the request replays the holder's result (or is refused
+    as a reuse) without writing; if the holder is still in flight, the claim waits for
+    it. Most requests bring a new key, so there is no separate read of the key before
+    the transaction: a retry costs a transaction that writes nothing instead.
     `write` makes the object with primary key `new_id`, or raises to refuse.
     """
-    if keyed is not None:
-        replay = find_replay(keyed)
-        if replay is not None:
-            return replay
     with transaction.atomic(durable=True):
         if keyed is not None:
             holder = claim(keyed, new_id=new_id)

@@ -22,7 +22,24 @@ def append_entry(
     memo: str = "",
 ) -> LedgerEntry:
     """Write one entry; call it inside the transaction that makes the state change."""
-    return LedgerEntry.objects.create(
+    entry = new_entry(
+        charge=charge, kind=kind, amount=amount, refund=refund, actor=actor, memo=memo
+    )
+    entry.save()
+    return entry
+
+
+def new_entry(
+    *,
+    charge: Charge,
+    kind: LedgerEntry.Kind,
+    amount: int,
+    refund: Refund | None = None,
+    actor: str = "",
+    memo: str = "",
+) -> LedgerEntry:
+    """The entry, not yet written (for a change that writes its rows together)."""
+    return LedgerEntry(
         charge=charge,
         refund=refund,
         kind=kind,

@@ -20,13 +20,15 @@ from ledger_app.models import (
     new_refund_id,
 )
 from ledger_app.money import format_money, validate_amount
-from ledger_app.selectors import charge_state, charges_for_update
-from ledger_app.services import events, idempotency
+from ledger_app.selectors import charge_state, charges_for_update, live_endpoints
+from ledger_app.services import events, idempotency, writes
 from ledger_app.services.dispatch import send_refund
+from ledger_app.services.dispatch.pool import send_within_budget
 from ledger_app.services.idempotency import Created
-from ledger_app.services.ledger import append_entry
+from ledger_app.services.ledger import new_entry
 from ledger_app.services.text import has_unstorable_characters
 from ledger_app.services.validation import merge_metadata, validate_metadata, validate_text
+from ledger_app.stripe_objects import EMBEDDED_REFUNDS
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -150,14 +152,16 @@ def _build_request(
 
 def _reserve(request: RefundRequest, refund_id: str) -> Refund:
     """Inside create_once's transaction, with the key (if any) already claimed: lock the
-    charge, make every check, then write the refund, the balance and the ledger entry."""
+    charge, make every check, then write the refund, the balance, the ledger entry and
+    the events together (one round trip on PostgreSQL: `writes`)."""
+    endpoints = live_endpoints()  # not the charge's: read before its lock is taken
     charge = _lock_charge(request.charge_id)
     if request.unchanged_since is not None:
         ensure_unchanged(charge, request.unchanged_since)
     amount = amount_to_refund(charge, request.amount)
 
     # Last check passed: from here on, only writes.
-    refund = Refund.objects.create(
+    refund = Refund(
         id=refund_id,
         charge=charge,
         amount=amount,
@@ -172,25 +176,42 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         # No lease and no attempt yet: send_refund takes both before it calls out.
         provider_idempotency_key=f"refund:{refund_id}",
     )
+    moved = {"amount_refunded": charge.amount_refunded}
     charge.amount_refunded += amount
-    charge.save(update_fields=["amount_refunded", "updated_at"])
-    append_entry(
+    if charge.refunded:
+        moved["refunded"] = False
+    entry = new_entry(
         charge=charge,
         refund=refund,
         kind=LedgerEntry.Kind.REFUND_RESERVED,
         amount=amount,
         actor=request.actor_label,
     )
-    key = request.keyed.key if request.keyed is not None else ""
-    moved = {"amount_refunded": charge.amount_refunded - amount}
-    if charge.refunded:
-        moved["refunded"] = False
-    events.record_many(
+    statements = [
+        writes.insert([refund]),
+        writes.update(charge, ["amount_refunded", "updated_at"]),
+        writes.insert([entry]),
+    ]
+    charge.first_refunds = _newest_refunds(charge, refund)  # what its snapshot embeds
+    new_events, deliveries = events.build_many(
         [(EventType.REFUND_CREATED, refund, None), (EventType.CHARGE_REFUNDED, charge, moved)],
-        idempotency_key=key,
+        idempotency_key=request.keyed.key if request.keyed is not None else "",
+        endpoints=endpoints,
     )
+    writes.execute_together([*statements, writes.insert(new_events), writes.insert(deliveries)])
+    del charge.first_refunds
     faults.checkpoint("refund.reserve_locked")  # written, not yet committed
     return refund
+
+
+def _newest_refunds(charge: Charge, refund: Refund) -> list[Refund]:
+    """The charge's newest refunds once `refund` is written, as the API lists them (one
+    more than a charge embeds, so the snapshot can tell whether there are others)."""
+    earlier = list(
+        Refund.objects.filter(charge_id=charge.pk).order_by("-created_at", "-id")[:EMBEDDED_REFUNDS]
+    )
+    newest_first = sorted([refund, *earlier], key=lambda r: (r.created_at, r.pk), reverse=True)
+    return newest_first[: EMBEDDED_REFUNDS + 1]
 
 
 def _lock_charge(charge_id: str) -> Charge:
@@ -261,14 +282,16 @@ def preview_refund(*, also_reserved: int = 0, **arguments: Any) -> RefundPreview
 
 
 def _after_reserve(refund: Refund) -> Refund:
-    """Inline mode: one pass of the guarded send now. The reservation has committed, so if
-    this is interrupted the refund stays pending and the worker or the reconciler sends it
+    """Inline mode: one pass of the guarded send now, waited for at most
+    REFUND_INLINE_WAIT_SECONDS (past that the refund is returned pending and the send
+    pool finishes it; `dispatch/pool.py`). The reservation has committed, so if this is
+    interrupted the refund stays pending and the worker or the reconciler sends it
     (asking the provider first if an attempt was recorded) with the same provider key."""
     if settings.REFUND_DISPATCH != "inline":
         return refund
     faults.checkpoint("refund.reserved")  # committed, not yet sent
     try:
-        dispatched = send_refund(refund.id).item
+        dispatched = send_within_budget(send_refund, refund.id, refund)
     except DatabaseError:
         log.exception("refund %s reserved; dispatch interrupted, it will be retried", refund.id)
         drop_broken_connection()
