@@ -398,6 +398,11 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
             Refund.Status.FAILED: messages.ERROR,
         }.get(refund.status, messages.WARNING)
         detail = f": {refund.status_detail}" if refund.status_detail else ""
+        if refund.status == Refund.Status.PENDING and not detail:
+            detail = (
+                ": the amount is reserved and the provider has not answered yet; the refund "
+                "settles on its own (its page shows the outcome)"
+            )
         self.message_user(
             request, f"Refund {refund.id} of {amount}: {refund.status}{detail}.", level
         )

@@ -130,3 +130,23 @@ def test_zero_budget_waits_in_the_callers_thread(budget):
 
     assert refund.status == Refund.Status.SUCCEEDED
     assert pool.in_flight() == 0
+
+
+def test_admin_refund_on_a_slow_provider_says_pending_and_settles(budget, admin_client):
+    """The agent's refund form, as submitted: the page comes back before the provider
+    answers, says the amount is reserved, and the refund settles without anyone."""
+    from django.contrib.messages import get_messages
+
+    from tests.admin.test_refund_form import submit
+
+    charge = slow_charge()
+
+    response = submit(admin_client, charge, amount="12.34")
+
+    assert response.status_code == 302
+    [message] = [str(m) for m in get_messages(response.wsgi_request)]
+    assert "$12.34: pending: the amount is reserved" in message
+    assert not ProviderRefund.objects.exists()
+    wait_for_pool()
+    assert Refund.objects.get().status == Refund.Status.SUCCEEDED
+    assert_ledger_invariants()
