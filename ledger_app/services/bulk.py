@@ -5,32 +5,60 @@ Every row gets an idempotency key: its own `idempotency_key` column, or
 replays the rows already done and does the rest; an edited row under the same batch id
 is refused as a key reuse. The file is read twice, streaming, never held in memory: once
 to make sure it is usable at all (nothing is written if it is not), once to refund.
+
+With `jobs` > 1 the rows are refunded by that many worker processes (forked, each with
+its own database connection), still one create_refund per row. Every row of one charge
+goes to the same job (crc32 of the charge id mod jobs) and a job takes its rows in file
+order, so each charge sees its rows in file order; a row whose key is still in another
+job's hands waits for it. So every row ends as it would with one job, and the rows are
+reported in file order. At most READ_AHEAD rows are read and not yet reported, so memory
+stays flat however long the file. Stopped (`should_stop`), each job finishes the row in
+hand and takes no other; the rows done are reported and the summary says how many.
 """
 
 from __future__ import annotations
 
 import csv
+import multiprocessing
+import os
 import re
-from collections import Counter, defaultdict
+import signal
+import time
+import traceback
+import zlib
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from enum import StrEnum
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, TextIO
 
+from django.db import connections
+
 from ledger_app.errors import IdempotencyKeyReused, LedgerError
 from ledger_app.models import Refund
+from ledger_app.services.dispatch.pool import in_flight
 from ledger_app.services.refunds import create_refund, preview_refund
 from ledger_app.services.text import has_control_characters
 
 COLUMNS = {"charge", "amount", "reason", "note", "idempotency_key"}
 REQUIRED_COLUMNS = {"charge"}
 DIGITS = re.compile(r"^[0-9]{1,19}\Z")  # \Z, not $: "5\n" is not a number of minor units
+MAX_JOBS = 32
+JOB_QUEUE = 8  # rows sent to a job and not yet answered, the one in hand included
+READ_AHEAD = 2_000  # rows read and not yet reported, at most: what memory holds
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
 class UnusableFile(Exception):
     """The file cannot be processed at all; nothing was written."""
+
+
+class JobFailed(Exception):
+    """A job process met an error that is not a refusal (or died); the other jobs were
+    stopped after their row in hand and the rows done were reported."""
 
 
 class RowOutcome(StrEnum):
@@ -87,6 +115,7 @@ class BulkSummary:
     outcomes: Counter = field(default_factory=Counter)
     refused_by_code: Counter = field(default_factory=Counter)
     totals: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    stopped: bool = False  # should_stop said stop before every row was done (jobs > 1)
 
     def add(self, result: RowResult) -> None:
         self.rows += 1
@@ -177,35 +206,63 @@ def run_bulk_refund(
     batch_id: str,
     actor: str,
     dry_run: bool = False,
+    jobs: int = 1,
+    should_stop: Callable[[], bool] = lambda: False,
     on_start: Callable[[int], None] = lambda rows: None,
     on_row: Callable[[RowResult], None] = lambda result: None,
 ) -> BulkSummary:
     """Refund every row of the file through create_refund (or, in a dry run, through the
     same checks without writing). Raises UnusableFile, having written nothing, when the
-    file is unusable; refusals of single rows are reported, not raised."""
+    file is unusable; refusals of single rows are reported, not raised. `jobs` > 1 (not
+    with a dry run) spreads the rows over that many processes with the same outcomes;
+    only then is `should_stop` asked, and a stopped run's summary says `stopped`."""
     if not batch_id.strip() or len(batch_id) > 200 or has_control_characters(batch_id):
         raise UnusableFile("the batch id must be 1 to 200 characters, no control characters")
+    if not 1 <= jobs <= MAX_JOBS:
+        raise ValueError(f"jobs must be 1 to {MAX_JOBS}")
+    if dry_run and jobs > 1:
+        raise ValueError("a dry run is one job: it counts what earlier rows would take")
     on_start(check_file(path))
-    do_row = DryRun().check_row if dry_run else refund_row
     summary = BulkSummary()
-    for row in read_rows(path):
-        key = row.idempotency_key or f"bulk:{batch_id}:{row.number}"
-        request = {
-            "charge_id": row.charge,
-            "amount": row.amount,
-            "idempotency_key": key,
-            "reason": row.reason,
-            "note": row.note,
-            "actor": actor,
-            "source": Refund.Source.BULK,
-        }
-        try:
-            result = do_row(row, key, request)
-        except LedgerError as exc:
-            result = RowResult(row, key, RowOutcome.REFUSED, code=exc.code, message=exc.message)
+
+    def report(result: RowResult) -> None:
         summary.add(result)
         on_row(result)
+
+    if jobs > 1:
+        rows = (row_request(row, batch_id=batch_id, actor=actor) for row in read_rows(path))
+        summary.stopped = JobPool(jobs).run(rows, should_stop=should_stop, on_row=report)
+        return summary
+    do_row = DryRun().check_row if dry_run else refund_row
+    for row in read_rows(path):
+        row, key, request = row_request(row, batch_id=batch_id, actor=actor)
+        report(refund_or_refuse(do_row, row, key, request))
     return summary
+
+
+def row_request(row: BulkRow, *, batch_id: str, actor: str) -> tuple[BulkRow, str, dict]:
+    """The row, its idempotency key and create_refund's arguments for it."""
+    key = row.idempotency_key or f"bulk:{batch_id}:{row.number}"
+    request = {
+        "charge_id": row.charge,
+        "amount": row.amount,
+        "idempotency_key": key,
+        "reason": row.reason,
+        "note": row.note,
+        "actor": actor,
+        "source": Refund.Source.BULK,
+    }
+    return row, key, request
+
+
+def refund_or_refuse(
+    do_row: Callable[[BulkRow, str, dict], RowResult], row: BulkRow, key: str, request: dict
+) -> RowResult:
+    """The row's result from `do_row`, or its refusal."""
+    try:
+        return do_row(row, key, request)
+    except LedgerError as exc:
+        return RowResult(row, key, RowOutcome.REFUSED, code=exc.code, message=exc.message)
 
 
 def refund_row(row: BulkRow, key: str, request: dict[str, Any]) -> RowResult:
@@ -254,3 +311,230 @@ class DryRun:
             amount=preview.amount,
             currency=preview.charge.currency,
         )
+
+
+def job_for(charge: str, jobs: int) -> int:
+    """The job that takes every row of this charge."""
+    return zlib.crc32(charge.encode("utf-8", "surrogatepass")) % jobs
+
+
+@dataclass
+class _Job:
+    number: int  # 1 to jobs, in messages
+    process: Any
+    conn: Connection
+    waiting: deque = field(default_factory=deque)  # rows routed here, not yet sent
+    sent: deque = field(default_factory=deque)  # seq numbers sent, answers come in order
+    ended: bool = False  # its pipe is closed: the process has ended
+
+
+class JobPool:
+    """`jobs` forked processes refunding rows through create_refund, each on its own
+    database connection. The parent reads the file, routes each row to the job of its
+    charge, and reports the results in file order."""
+
+    def __init__(self, jobs: int) -> None:
+        self.size = jobs
+        self.jobs: list[_Job] = []
+        self.rows: dict[int, tuple[BulkRow, str]] = {}  # seq -> row and key, read, unreported
+        self.results: dict[int, RowResult] = {}  # seq -> result, waiting for earlier rows
+        self.live_keys: dict[str, list[int]] = {}  # key -> [job, rows read and not answered]
+        self.next_seq = 0  # the seq of the next row read
+        self.next_report = 0  # the seq of the next row to report
+        self.failure: str = ""
+        self.stopping = False
+
+    def run(
+        self,
+        rows: Iterator[tuple[BulkRow, str, dict]],
+        *,
+        should_stop: Callable[[], bool],
+        on_row: Callable[[RowResult], None],
+    ) -> bool:
+        """Refund `rows` (row, key, request), calling on_row in file order; True if
+        stopped by should_stop before every row was done. Raises JobFailed."""
+        self.on_row = on_row
+        self.should_stop = should_stop
+        self.start()
+        try:
+            held = None  # a row waiting until its key is out of another job's hands
+            reading = True
+            while not self.stopping:
+                if self.should_stop() or self.failure:
+                    self.stop()
+                    break
+                while reading and self.next_seq - self.next_report < READ_AHEAD:
+                    held = held or next(rows, None)
+                    if held is None:
+                        reading = False
+                    elif self.route(*held):
+                        held = None
+                    else:
+                        break
+                self.feed()
+                if not reading and not any(job.waiting or job.sent for job in self.jobs):
+                    break
+                self.collect(timeout=0.1)
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            self.finish()
+        if self.failure:
+            raise JobFailed(self.failure)
+        return self.stopping
+
+    def start(self) -> None:
+        """Fork the jobs. The parent's connections are closed first so that no job shares
+        one; every job opens its own."""
+        context = multiprocessing.get_context("fork")
+        connections.close_all()
+        parent_ends: list[Connection] = []
+        # Held back while forking: a job gets a stop only once its own handlers are set.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            for number in range(1, self.size + 1):
+                mine, theirs = context.Pipe()
+                process = context.Process(
+                    target=_job_main,
+                    args=(theirs, os.getpid(), [*parent_ends, mine]),
+                    name=f"bulk_refund job {number}",
+                    daemon=True,
+                )
+                process.start()
+                theirs.close()
+                parent_ends.append(mine)
+                self.jobs.append(_Job(number, process, mine))
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+    def route(self, row: BulkRow, key: str, request: dict) -> bool:
+        """Queue the row for its charge's job; False (not queued) while a row with the
+        same key is in another job's hands, so that the earlier row of a key goes first."""
+        job = self.jobs[job_for(row.charge, self.size)]
+        live = self.live_keys.get(key)
+        if live is not None and live[0] != job.number:
+            return False
+        if live is None:
+            self.live_keys[key] = [job.number, 1]
+        else:
+            live[1] += 1
+        self.rows[self.next_seq] = (row, key)
+        job.waiting.append((self.next_seq, row, key, request))
+        self.next_seq += 1
+        return True
+
+    def feed(self) -> None:
+        """Send each job rows until it has JOB_QUEUE unanswered."""
+        for job in self.jobs:
+            while job.waiting and len(job.sent) < JOB_QUEUE and not job.ended:
+                seq, row, key, request = job.waiting[0]
+                try:
+                    job.conn.send((seq, row, key, request))
+                except OSError:
+                    break  # the job has ended; collect() finds out why
+                job.waiting.popleft()
+                job.sent.append(seq)
+
+    def collect(self, timeout: float) -> None:
+        """Take the answers that are in (waiting up to `timeout` for one) and report
+        every row whose earlier rows are all reported."""
+        open_jobs = {job.conn: job for job in self.jobs if not job.ended}
+        for conn in wait(list(open_jobs), timeout=timeout):
+            job = open_jobs[conn]
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                job.ended = True
+                job.process.join(5)
+                if job.sent and not (self.stopping or self.failure or self.should_stop()):
+                    self.failure = (
+                        f"job {job.number} ended (exit code {job.process.exitcode}) with rows "
+                        "in hand; the rows it answered are reported"
+                    )
+                continue
+            if message[0] == "error":
+                self.failure = f"job {job.number} failed on a row:\n{message[1]}"
+                continue
+            seq, fields = message
+            if job.sent.popleft() != seq:
+                raise RuntimeError(f"job {job.number} answered out of order")
+            row, key = self.rows.pop(seq)
+            live = self.live_keys[key]
+            live[1] -= 1
+            if not live[1]:
+                del self.live_keys[key]
+            self.results[seq] = RowResult(row, key, **fields)
+        while self.next_report in self.results:
+            self.on_row(self.results.pop(self.next_report))
+            self.next_report += 1
+
+    def stop(self) -> None:
+        """Tell every job to stop after its row in hand; rows not sent are dropped."""
+        self.stopping = True
+        for job in self.jobs:
+            job.waiting.clear()
+            if not job.ended and job.process.pid is not None:
+                with suppress(ProcessLookupError):
+                    os.kill(job.process.pid, signal.SIGTERM)
+
+    def finish(self) -> None:
+        """Wait for every job to end, report what they answered (in file order, past the
+        rows a stop left undone), and reap them."""
+        for job in self.jobs:
+            if not job.ended:
+                with suppress(OSError):
+                    job.conn.send(None)  # no more rows (a stopped job does not read it)
+        while any(not job.ended for job in self.jobs):
+            self.collect(timeout=1.0)
+        for seq in sorted(self.results):
+            self.on_row(self.results.pop(seq))
+        for job in self.jobs:
+            job.process.join(5)
+            if job.process.is_alive():
+                job.process.kill()
+                job.process.join()
+            job.conn.close()
+
+
+def _job_main(conn: Connection, parent_pid: int, close: list[Connection]) -> None:
+    """A job: refund the rows the parent sends, one at a time, answering each in turn,
+    until told there are no more, stopped by SIGTERM or SIGINT (after the row in hand),
+    or orphaned."""
+    stop: list[int] = []
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda signum, frame: stop.append(signum))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    for other in close:
+        other.close()
+    try:
+        while not stop and os.getppid() == parent_pid:
+            if not conn.poll(0.1):
+                continue
+            message = conn.recv()
+            if message is None:
+                break
+            seq, row, key, request = message
+            try:
+                result = refund_or_refuse(refund_row, row, key, request)
+            except Exception:
+                conn.send(("error", f"row {row.number}: {traceback.format_exc()}"))
+                break
+            fields = {name: getattr(result, name) for name in _ANSWERED}
+            conn.send((seq, fields))
+    except (EOFError, OSError):
+        pass  # the parent is gone
+    finally:
+        _wait_for_sends()
+        connections.close_all()
+        conn.close()
+
+
+def _wait_for_sends() -> None:
+    """Inline mode: wait for this job's send pool, as a command's exit does (a forked job
+    ends with os._exit, which would cut its sends short and leave them to the worker)."""
+    while in_flight():
+        time.sleep(0.05)
+
+
+_ANSWERED = ("outcome", "refund_id", "amount", "currency", "status", "code", "message")

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
+import os
+import signal
+import sys
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
 
 from ledger_app.errors import IdempotencyKeyReused
-from ledger_app.management.commands._output import Progress, cli_actor
+from ledger_app.management.commands._output import Progress, cli_actor, stop_requests
 from ledger_app.money import format_money
-from ledger_app.services.bulk import BulkSummary, RowResult, UnusableFile, run_bulk_refund
+from ledger_app.services.bulk import (
+    MAX_JOBS,
+    BulkSummary,
+    JobFailed,
+    RowResult,
+    UnusableFile,
+    run_bulk_refund,
+)
 
 REPORT_COLUMNS = [
     "row",
@@ -32,8 +44,8 @@ class Command(BaseCommand):
         "Refund every row of FILE.csv (columns: charge, amount in minor units or blank for "
         "all that is left, reason, note, optional idempotency_key). Each row's key is its "
         "idempotency_key or bulk:<batch id>:<row number>, so running the same file again "
-        "with the same --batch-id refunds nothing twice. Exit 0 if no row was refused, 1 if "
-        "some were, 2 if the file is unusable (then nothing was written)."
+        "with the same --batch-id refunds nothing twice, whatever --jobs. Exit 0 if no row "
+        "was refused, 1 if some were, 2 if the file is unusable (then nothing was written)."
     )
 
     def add_arguments(self, parser):
@@ -47,22 +59,102 @@ class Command(BaseCommand):
             "--dry-run", action="store_true", help="Check every row, write nothing."
         )
         parser.add_argument("--report", type=Path, help="Write one line per row to this CSV.")
+        parser.add_argument(
+            "--jobs",
+            type=job_count,
+            default=1,
+            metavar="N",
+            help=(
+                f"Refund in N processes at once (1 to {MAX_JOBS}; default 1), each row still "
+                "through create_refund. Every row of one charge goes to the same job, in "
+                "file order, so every row ends as it would with --jobs 1; the report stays "
+                "in row order. PostgreSQL only: on SQLite (one writer at a time) and with "
+                "--dry-run (which counts what earlier rows would take) it runs as one job. "
+                "SIGINT/SIGTERM: each job finishes its row in hand, the rows done are "
+                "reported, and a re-run with the same --batch-id does the rest."
+            ),
+        )
+
+    def run_from_argv(self, argv):
+        try:
+            super().run_from_argv(argv)
+        except Stopped as stopped:
+            # End as one job ends on that signal (killed by it), the report written.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            signal.signal(stopped.signum, signal.SIG_DFL)
+            os.kill(os.getpid(), stopped.signum)
 
     def handle(
-        self, *args, file: Path, batch_id: str, dry_run: bool, report: Path | None, **options
+        self,
+        *args,
+        file: Path,
+        batch_id: str,
+        dry_run: bool,
+        report: Path | None,
+        jobs: int,
+        **options,
     ):
         if not file.is_file():
             raise CommandError(f"unusable file: {file} does not exist", returncode=2)
-        summary = self.run_batch(file, batch_id=batch_id, dry_run=dry_run, report=report)
+        jobs = self.usable_jobs(jobs, dry_run=dry_run)
+        if jobs == 1:
+            summary = self.run_batch(file, batch_id=batch_id, dry_run=dry_run, report=report)
+        else:
+            with stop_requests(self.stderr.write, "row of each job") as stopping:
+                summary = self.run_batch(
+                    file,
+                    batch_id=batch_id,
+                    dry_run=False,
+                    report=report,
+                    jobs=jobs,
+                    should_stop=lambda: bool(stopping),
+                )
+            if summary.stopped:
+                name = signal.Signals(stopping[0]).name
+                self.stderr.write(
+                    summary_line(summary, prefix=f"bulk_refund stopped by {name}")
+                    + f" (of {self.total_rows} rows). Each job finished its row in hand; run "
+                    f"it again with --batch-id {batch_id} to do the rest (rows done replay)."
+                )
+                raise Stopped(stopping[0])
         self.stdout.write(summary_line(summary, dry_run=dry_run))
         if summary.refused:
             raise CommandError(f"{summary.refused} rows were refused", returncode=1)
 
+    def usable_jobs(self, jobs: int, *, dry_run: bool) -> int:
+        """--jobs, or 1 (and why, on stderr) where more than one job cannot help."""
+        if jobs == 1:
+            return 1
+        if dry_run:
+            why = "a dry run counts what the earlier rows of each charge would take, in order"
+        elif connection.vendor != "postgresql":
+            why = f"{connection.vendor} lets one writer at a time, so more jobs would only wait"
+        elif connection.in_atomic_block:
+            why = "inside a transaction, which other connections cannot see"
+        else:
+            return jobs
+        self.stderr.write(f"--jobs {jobs}: running as one job: {why}.")
+        return 1
+
     def run_batch(
-        self, file: Path, *, batch_id: str, dry_run: bool, report: Path | None
+        self,
+        file: Path,
+        *,
+        batch_id: str,
+        dry_run: bool,
+        report: Path | None,
+        jobs: int = 1,
+        should_stop=lambda: False,
     ) -> BulkSummary:
         """Refund the file's rows, telling of each as it ends; an unusable file is exit 2."""
         progress = Progress()
+        self.total_rows = 0
+
+        def on_start(rows: int) -> None:
+            self.total_rows = rows
+            progress.set_total(rows)
+
         report_file = report.open("w", newline="", encoding="utf-8") if report else None
         writer = csv.writer(report_file) if report_file else None
         if writer:
@@ -80,11 +172,19 @@ class Command(BaseCommand):
                 batch_id=batch_id,
                 actor=cli_actor(),
                 dry_run=dry_run,
-                on_start=progress.set_total,
+                jobs=jobs,
+                should_stop=should_stop,
+                on_start=on_start,
                 on_row=on_row,
             )
         except UnusableFile as exc:
             raise CommandError(f"unusable file: {exc}; nothing was written", returncode=2) from None
+        except JobFailed as exc:
+            raise CommandError(
+                f"{exc}\nThe rows done are reported; once the cause is fixed, run it again "
+                f"with --batch-id {batch_id} to do the rest (rows done replay).",
+                returncode=1,
+            ) from None
         finally:
             progress.close()
             if report_file:
@@ -97,6 +197,20 @@ class Command(BaseCommand):
                 "different request. The row changed since this batch ran; give the "
                 "changed file a new --batch-id if it really is a new refund."
             )
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM stopped a run of several jobs; the rows done are reported."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def job_count(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_JOBS}")
+    return int(value)
 
 
 def report_line(result: RowResult) -> list:
@@ -117,7 +231,7 @@ def report_line(result: RowResult) -> list:
     ]
 
 
-def summary_line(summary: BulkSummary, *, dry_run: bool) -> str:
+def summary_line(summary: BulkSummary, *, dry_run: bool = False, prefix: str = "") -> str:
     """The last line on stdout: rows by outcome, refusals by code, amounts by currency."""
     outcomes = ", ".join(f"{n} {name}" for name, n in sorted(summary.outcomes.items()))
     codes = ", ".join(f"{code} {n}" for code, n in sorted(summary.refused_by_code.items()))
@@ -125,7 +239,7 @@ def summary_line(summary: BulkSummary, *, dry_run: bool) -> str:
         f"{currency} {format_money(amount, currency)}"
         for currency, amount in sorted(summary.totals.items())
     )
-    prefix = "bulk_refund (dry run)" if dry_run else "bulk_refund"
+    prefix = prefix or ("bulk_refund (dry run)" if dry_run else "bulk_refund")
     return (
         f"{prefix}: {summary.rows} rows: {outcomes}"
         + (f"; refused by code: {codes}" if codes else "")
