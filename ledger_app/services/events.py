@@ -44,15 +44,26 @@ def record_many(
     *,
     idempotency_key: str = "",
 ) -> list[Event]:
-    """The events of one change that tells several things (a settle that fails a refund:
-    the refund failed and the charge's refund updated), in order: each object rendered
-    once, the endpoints read once, and the events and their deliveries written in one
-    go, so the transaction (which holds a lock) does no more round trips than it must."""
+    """The events of one change that tells several things, written now (the reserve and
+    the settles write theirs together with their other rows, through `event_writes`)."""
     if not connection.in_atomic_block:
         raise RuntimeError("an event is recorded in the transaction of its change")
     events, deliveries = build_many(changes, idempotency_key=idempotency_key)
     writes.execute_together([writes.insert(events), writes.insert(deliveries)])
     return events
+
+
+def event_writes(
+    changes: list[tuple[EventType, Charge | Refund, dict[str, Any] | None]],
+    *,
+    idempotency_key: str = "",
+    endpoints: list[WebhookEndpoint] | None = None,
+) -> list[writes.Statement | None]:
+    """The INSERTs of these changes' events and deliveries, for the caller to run with
+    the change's other statements (`writes.execute_together`), in its transaction. Call
+    it after the change is made on the objects: their snapshots are taken here."""
+    events, deliveries = build_many(changes, idempotency_key=idempotency_key, endpoints=endpoints)
+    return [writes.insert(events), writes.insert(deliveries)]
 
 
 def build_many(
@@ -61,9 +72,9 @@ def build_many(
     idempotency_key: str = "",
     endpoints: list[WebhookEndpoint] | None = None,
 ) -> tuple[list[Event], list[WebhookDelivery]]:
-    """The events of these changes and a pending delivery for each endpoint that wants
-    one, not yet written: the caller writes them in the change's transaction (with
-    `writes`). `endpoints` lets a caller read the live endpoints before it takes a lock."""
+    """The events of these changes (in order, each object rendered once) and a pending
+    delivery for each endpoint that wants one, not yet written. `endpoints` lets a caller
+    read the live endpoints before it takes a lock."""
     rendered: dict[tuple[type, str], dict[str, Any]] = {}
     events = [
         Event(

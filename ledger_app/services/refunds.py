@@ -193,13 +193,13 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         writes.insert([entry]),
     ]
     charge.first_refunds = _newest_refunds(charge, refund)  # what its snapshot embeds
-    new_events, deliveries = events.build_many(
+    statements += events.event_writes(
         [(EventType.REFUND_CREATED, refund, None), (EventType.CHARGE_REFUNDED, charge, moved)],
         idempotency_key=request.keyed.key if request.keyed is not None else "",
         endpoints=endpoints,
     )
-    writes.execute_together([*statements, writes.insert(new_events), writes.insert(deliveries)])
     del charge.first_refunds
+    writes.execute_together(statements)
     faults.checkpoint("refund.reserve_locked")  # written, not yet committed
     return refund
 

@@ -17,9 +17,9 @@ from ledger_app.models import (
     ProviderMovement,
     Refund,
 )
-from ledger_app.selectors import charges_for_update
-from ledger_app.services import events
-from ledger_app.services.ledger import append_entry
+from ledger_app.selectors import charges_for_update, live_endpoints
+from ledger_app.services import events, writes
+from ledger_app.services.ledger import new_entry
 
 log = logging.getLogger("ledger_app.dispatch")
 
@@ -53,6 +53,7 @@ def settle_refund(
     succeeded refund to failed, which releases its amount the same way."""
     charge_id = Refund.objects.values_list("charge_id", flat=True).get(pk=refund_id)
     with transaction.atomic(durable=True):
+        endpoints = live_endpoints()  # not the charge's: read before its lock is taken
         # Lock order everywhere: the charge, then its refund.
         charge = charges_for_update().get(pk=charge_id)
         refund = Refund.objects.select_for_update().get(pk=refund_id)
@@ -61,23 +62,30 @@ def settle_refund(
         if previous is None:
             return refund
         refund.charge = charge
+        statements = [writes.update(refund, MOVED_FIELDS[Refund])]
         if outcome.status == SUCCEEDED:
-            _book(charge, refund, LedgerEntry.Kind.REFUND_SUCCEEDED, actor)
+            statements.append(_book(charge, refund, LedgerEntry.Kind.REFUND_SUCCEEDED, actor))
         elif outcome.status == FAILED:
             charge.amount_refunded -= refund.amount
-            charge.save(update_fields=["amount_refunded", "updated_at"])
-            _book(charge, refund, LedgerEntry.Kind.REFUND_RELEASED, actor, outcome.detail)
+            statements.append(writes.update(charge, ["amount_refunded", "updated_at"]))
+            statements.append(
+                _book(charge, refund, LedgerEntry.Kind.REFUND_RELEASED, actor, outcome.detail)
+            )
         told = [(EventType.REFUND_UPDATED, refund, previous)]
         if outcome.status == FAILED:
             told.append((EventType.REFUND_FAILED, refund, previous))
-        events.record_many(told)
+        statements += events.event_writes(told, endpoints=endpoints)
+        writes.execute_together(statements)  # one round trip on PostgreSQL
     return refund
 
 
-def _book(charge: Charge, refund: Refund, kind: str, actor: str, memo: str = "") -> None:
-    append_entry(
+def _book(
+    charge: Charge, refund: Refund, kind: str, actor: str, memo: str = ""
+) -> writes.Statement | None:
+    entry = new_entry(
         charge=charge, refund=refund, kind=kind, amount=refund.amount, memo=memo, actor=actor
     )
+    return writes.insert([entry])
 
 
 def settle_charge(*, charge_id: str, outcome: Outcome, actor: str = "") -> Charge:
@@ -87,22 +95,27 @@ def settle_charge(*, charge_id: str, outcome: Outcome, actor: str = "") -> Charg
         charge = charges_for_update().get(pk=charge_id)
         faults.checkpoint("charge.settle_locked")
         previous = _move(charge, outcome, FORWARD)
-        if previous is not None and outcome.status == SUCCEEDED:
-            append_entry(
-                charge=charge,
-                kind=LedgerEntry.Kind.CHARGE_SUCCEEDED,
-                amount=charge.amount,
-                actor=actor,
-            )
-            events.record(EventType.CHARGE_SUCCEEDED, charge, previous=previous)
-        elif previous is not None and outcome.status == FAILED:
-            events.record(EventType.CHARGE_FAILED, charge, previous=previous)
+        if previous is not None:
+            statements = [writes.update(charge, MOVED_FIELDS[Charge])]
+            if outcome.status == SUCCEEDED:
+                entry = new_entry(
+                    charge=charge,
+                    kind=LedgerEntry.Kind.CHARGE_SUCCEEDED,
+                    amount=charge.amount,
+                    actor=actor,
+                )
+                statements.append(writes.insert([entry]))
+            told = {SUCCEEDED: EventType.CHARGE_SUCCEEDED, FAILED: EventType.CHARGE_FAILED}
+            if outcome.status in told:
+                statements += events.event_writes([(told[outcome.status], charge, previous)])
+            writes.execute_together(statements)
     return charge
 
 
 def _move(item: ProviderMovement, outcome: Outcome, moves: dict) -> dict | None:
-    """Write the provider's word on the locked row if `moves` allows it; the fields it
-    moved, as they were (Stripe's previous_attributes), or None and nothing written."""
+    """Put the provider's word on the locked row if `moves` allows it (the caller writes
+    MOVED_FIELDS); the fields it moved, as they were (Stripe's previous_attributes), or
+    None and nothing changed."""
     if outcome.status == item.status:
         return None
     if outcome.status not in moves.get(item.status, ()):
@@ -119,13 +132,11 @@ def _move(item: ProviderMovement, outcome: Outcome, moves: dict) -> dict | None:
     setattr(item, item.provider_id_field, outcome.provider_id or item.provider_id)
     item.status_detail = outcome.detail
     item.leased_until = None
-    item.save(
-        update_fields=[
-            "status",
-            item.provider_id_field,
-            "status_detail",
-            "leased_until",
-            "updated_at",
-        ]
-    )
     return previous
+
+
+# What _move changes, for the caller to write with the rest of its change.
+MOVED_FIELDS = {
+    model: ["status", model.provider_id_field, "status_detail", "leased_until", "updated_at"]
+    for model in (Refund, Charge)
+}
