@@ -112,6 +112,8 @@ class Charge(ProviderMovement):
             models.Index(fields=["status", "-created_at"], name="charge_status_created"),
             models.Index(fields=["currency", "-created_at"], name="charge_currency_created"),
             models.Index(fields=["customer"], name="charge_customer"),
+            # the provider's id: its webhooks and lookups name a charge by it
+            models.Index(fields=["provider_charge_id"], name="charge_provider_id"),
         ]
         constraints = [
             *ProviderMovement.Meta.constraints,
@@ -196,6 +198,7 @@ class Refund(ProviderMovement):
             models.Index(fields=["charge", "-created_at"], name="refund_charge_created"),
             models.Index(fields=["status", "-created_at"], name="refund_status_created"),
             models.Index(fields=["created_by", "-created_at"], name="refund_by_created"),
+            models.Index(fields=["provider_refund_id"], name="refund_provider_id"),
         ]
         constraints = [
             *ProviderMovement.Meta.constraints,
