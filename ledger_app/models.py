@@ -195,7 +195,8 @@ class Refund(ProviderMovement):
         indexes = [
             models.Index(fields=["charge", "status"], name="refund_charge_status"),
             models.Index(fields=["status", "leased_until"], name="refund_status_lease"),
-            models.Index(fields=["charge", "-created_at"], name="refund_charge_created"),
+            # a charge's newest refunds, in exactly the order they are listed and embedded
+            models.Index(fields=["charge", "-created_at", "-id"], name="refund_charge_created"),
             models.Index(fields=["status", "-created_at"], name="refund_status_created"),
             models.Index(fields=["created_by", "-created_at"], name="refund_by_created"),
             models.Index(fields=["provider_refund_id"], name="refund_provider_id"),
