@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ledger_app.models import Charge, LedgerEntry, Refund
 
 REFUNDED_SIGN = {
@@ -12,19 +14,10 @@ REFUNDED_SIGN = {
 }
 
 
-def append_entry(
-    *,
-    charge: Charge,
-    kind: LedgerEntry.Kind,
-    amount: int,
-    refund: Refund | None = None,
-    actor: str = "",
-    memo: str = "",
-) -> LedgerEntry:
-    """Write one entry; call it inside the transaction that makes the state change."""
-    entry = new_entry(
-        charge=charge, kind=kind, amount=amount, refund=refund, actor=actor, memo=memo
-    )
+def append_entry(**fields: Any) -> LedgerEntry:
+    """Write one entry (new_entry's arguments); call it inside the transaction that makes
+    the state change."""
+    entry = new_entry(**fields)
     entry.save()
     return entry
 
