@@ -169,7 +169,9 @@ class Refund(ProviderMovement):
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
-        on_delete=models.SET_NULL,
+        # Who issued a refund is audit: the user cannot be deleted while it names them
+        # (deactivate them instead; ledger_app/audit_trail.py).
+        on_delete=models.PROTECT,
         related_name="+",
         help_text="The staff user who issued it, when a person did.",
     )

@@ -3,7 +3,7 @@
 Every refund made here goes through ledger_app.services.refunds.create_refund.
 """
 
-from ledger_app.admin import charges, refunds, webhooks  # noqa: F401 - registers the admins
+from ledger_app.admin import charges, refunds, users, webhooks  # noqa: F401 - registers the admins
 from ledger_app.admin.base import ReadOnlyAdmin
 
 __all__ = ["ReadOnlyAdmin"]

@@ -1,0 +1,63 @@
+"""Django's user admin, except that people on the audit trail are deactivated, not deleted.
+
+A user who issued refunds or has admin history cannot be deleted, from the user's delete
+page or the "Delete selected users" action: Django's own confirmation lists what protects
+them and the page says to deactivate them instead (templates/admin/auth/user/). Users with
+no audit rows are deleted as before; everything else is Django's UserAdmin.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.contrib.auth import admin as auth_admin
+from django.contrib.auth import get_user_model
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.http import urlencode
+
+from ledger_app.admin.refunds import IssuedByFilter
+from ledger_app.audit_trail import AuditRows, audit_rows_of
+
+User = get_user_model()
+
+ACTIVE_HELP_TEXT = (
+    "Untick this to make someone leave: they can no longer sign in, and the refunds and "
+    "admin history they left keep naming them. Users who issued refunds or have admin "
+    "history cannot be deleted."
+)
+
+
+class AuditedUserAdmin(auth_admin.UserAdmin):
+    def get_deleted_objects(self, objs, request):
+        """Users named by audit rows are protected: Django's delete page and bulk action
+        then refuse, and list each such user with what they did (a count and a link, not
+        every row: someone may have thousands)."""
+        audited = audit_rows_of(obj.pk for obj in objs)
+        if not audited:
+            return super().get_deleted_objects(objs, request)
+        protected = [self.audit_line(obj, audited[obj.pk]) for obj in objs if obj.pk in audited]
+        return [], {}, set(), protected
+
+    def audit_line(self, user, rows: AuditRows) -> str:
+        change_url = reverse(
+            f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_change",
+            args=[quote(user.pk)],
+        )
+        line = format_html('User <a href="{}">{}</a> {}', change_url, user, rows.describe())
+        if rows.refunds_issued:
+            refunds_url = reverse(f"{self.admin_site.name}:ledger_app_refund_changelist")
+            query = urlencode({IssuedByFilter.parameter_name: user.pk})
+            line = format_html('{} (<a href="{}?{}">their refunds</a>)', line, refunds_url, query)
+        return line
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        formfield = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name == "is_active" and formfield is not None:
+            formfield.help_text = ACTIVE_HELP_TEXT
+        return formfield
+
+
+if admin.site.is_registered(User):
+    admin.site.unregister(User)
+admin.site.register(User, AuditedUserAdmin)
