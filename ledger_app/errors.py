@@ -32,6 +32,13 @@ class AmountTooLarge(LedgerError):
     default_message = "Refund amount is greater than the amount left to refund on the charge."
 
 
+class AmountAboveCeiling(AmountTooLarge):
+    """A charge larger than its currency's ceiling (settings.AMOUNT_CEILINGS): the same
+    stable code as Stripe's for an amount over its maximum."""
+
+    default_message = "Amount is larger than a charge in this currency may be."
+
+
 class ChargeAlreadyRefunded(LedgerError):
     code = "charge_already_refunded"
     param = "charge"
@@ -54,6 +61,12 @@ class InvalidIdempotencyKey(LedgerError):
     code = "invalid_idempotency_key"
     param = "idempotency_key"
     default_message = "Idempotency key must be 1 to 255 characters with no control characters."
+
+
+class IdempotencyKeyReserved(LedgerError):
+    code = "idempotency_key_reserved"
+    param = "idempotency_key"
+    default_message = "This idempotency key is in a namespace the back office keeps for itself."
 
 
 class IdempotencyKeyReused(LedgerError):

@@ -6,8 +6,9 @@ import re
 from decimal import Decimal
 
 from babel.numbers import format_currency, get_currency_precision, is_currency
+from django.conf import settings
 
-from ledger_app.errors import InvalidAmount, InvalidCurrency
+from ledger_app.errors import AmountAboveCeiling, InvalidAmount, InvalidCurrency
 
 MAX_AMOUNT = 2**63 - 1  # what a BigIntegerField holds
 
@@ -27,6 +28,26 @@ def validate_amount(amount: object) -> int:
         raise InvalidAmount(f"Amount must be greater than zero, not {amount}.")
     if amount > MAX_AMOUNT:
         raise InvalidAmount(f"Amount must be at most {MAX_AMOUNT}.")
+    return amount
+
+
+def amount_ceiling(currency: str) -> int:
+    """The largest charge in `currency`, in minor units: settings.AMOUNT_CEILINGS for that
+    currency, else settings.AMOUNT_CEILING_DEFAULT (Stripe's: 99999999, $999,999.99).
+    Read on every call, so a changed setting applies at once."""
+    return settings.AMOUNT_CEILINGS.get(currency.lower(), settings.AMOUNT_CEILING_DEFAULT)
+
+
+def validate_within_ceiling(amount: int, currency: str) -> int:
+    """Return `amount` (a valid amount of `currency`, lower-case) if it is at most the
+    currency's ceiling; refuse it with `amount_too_large` otherwise. Every way a charge
+    is made calls this; refunds need not, a refund being bounded by its charge."""
+    ceiling = amount_ceiling(currency)
+    if amount > ceiling:
+        raise AmountAboveCeiling(
+            f"Amount must be at most {format_money(ceiling, currency)} ({ceiling} minor "
+            f"units) for {currency.upper()}."
+        )
     return amount
 
 

@@ -15,6 +15,8 @@ happen:
 A surface may send its own `value` (the admin takes major units: "100.01", not "10001").
 For the API, `as` says how it is sent: `form` (the default), `json`, `raw_form` or
 `raw_json` (then `body` is the whole body, with {charge} standing for the charge's id).
+An `idempotency_key` goes in the Idempotency-Key header, as the text a WSGI server hands
+over (the header's bytes decoded as Latin-1). A `note` says why an outcome is as it is.
 An entry's `amount` replaces the valid amount every surface otherwise sends. `on:
 refunded` aims at a charge that has nothing left.
 

@@ -45,5 +45,6 @@ def test_it_covers_the_kinds_of_attack():
         "html",
         "unknown id",
         "path",
+        "namespace",
     ]:
         assert kinds[kind] >= 1, kind

@@ -11,6 +11,7 @@ from django.core import signing
 from ledger_app.errors import LedgerError
 from ledger_app.models import Charge, Refund
 from ledger_app.money import format_money, parse_major
+from ledger_app.services.idempotency import ADMIN_FORM_KEYS
 
 OTHER = "other"
 REASONS = [
@@ -50,7 +51,7 @@ class CodedChoiceField(CodedField, forms.ChoiceField):
     pass
 
 
-def new_form_key(prefix: str = "admin") -> str:
+def new_form_key(prefix: str = ADMIN_FORM_KEYS) -> str:
     """Minted when a form is rendered: every submission of that rendering shares it."""
     return f"{prefix}:{uuid.uuid4().hex}"
 
@@ -82,7 +83,7 @@ class ReasonAndNote(forms.Form):
         return cleaned
 
 
-FORM_KEY = re.compile(r"\Aadmin:[0-9a-f]{32}\Z")
+FORM_KEY = re.compile(rf"\A{ADMIN_FORM_KEYS}:[0-9a-f]{{32}}\Z")
 
 
 class ExactAmountBox(forms.CheckboxInput):

@@ -8,6 +8,7 @@ updates, idempotent replays and API key checks always use the primary."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS
@@ -29,7 +30,7 @@ from ledger_app.api.params import (
     RefundUpdateParams,
     fold,
 )
-from ledger_app.errors import ResourceMissing
+from ledger_app.errors import InvalidIdempotencyKey, ResourceMissing
 from ledger_app.models import Charge, Event, Refund
 from ledger_app.replica import stale_ok
 from ledger_app.selectors import (
@@ -39,7 +40,12 @@ from ledger_app.selectors import (
     with_first_refunds,
 )
 from ledger_app.services.charges import create_charge
-from ledger_app.services.idempotency import Created
+from ledger_app.services.idempotency import (
+    RESERVED_KEY_PREFIXES,
+    Created,
+    refuse_reserved_key,
+    validate_key,
+)
 from ledger_app.services.refunds import create_refund, update_refund_metadata
 from ledger_app.stripe_objects import (
     EMBEDDED_REFUNDS,
@@ -55,12 +61,20 @@ from ledger_app.stripe_objects import (
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409, 413, 415, 429)}
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
-    {"type": "string", "minLength": 1, "maxLength": 255},
+    {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x20-\\x2b\\x2d-\\x7e]+$"},
     OpenApiParameter.HEADER,
-    description="1 to 255 characters. The same key and request again replays the first "
-    "result (header Idempotent-Replayed: true); the same key with another request is a 400 "
+    description="1 to 255 printable ASCII characters (space to ~), no comma, not starting "
+    f"with {', '.join(RESERVED_KEY_PREFIXES)} in any case (the back office's own keys); "
+    "sent once. Otherwise a 400 invalid_idempotency_key (idempotency_key_reserved for a "
+    "reserved prefix). The same key and request again replays the first result (header "
+    "Idempotent-Replayed: true); the same key with another request is a 400 "
     "idempotency_error.",
 )
+# An Idempotency-Key header is printable ASCII. Clients encode other characters
+# differently (Python's http.client sends Latin-1, most others UTF-8) and WSGI hands the
+# bytes over as Latin-1, so one key typed twice could arrive as two different keys.
+PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 DEFAULT_LIMIT = 10
 
 
@@ -173,7 +187,31 @@ def list_page(queryset, params: dict, serializer_class, url: str, *, prepare=Non
 
 
 def idempotency_key(request) -> str | None:
-    return request.headers.get("Idempotency-Key")
+    """The request's Idempotency-Key header, or None without one. Taken first, before
+    anything is read or written: a key that is not 1 to 255 printable ASCII characters,
+    or holds a comma (servers join a repeated header with one, so a comma may be two
+    headers), is refused with `invalid_idempotency_key`; one in a reserved namespace with
+    `idempotency_key_reserved`."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if CONTROL.search(key):
+        raise InvalidIdempotencyKey(
+            "The Idempotency-Key header must not contain control characters."
+        )
+    if not PRINTABLE_ASCII.fullmatch(key):
+        raise InvalidIdempotencyKey(
+            "The Idempotency-Key header must be printable ASCII (space to ~). HTTP clients "
+            "encode other characters differently, so the same key could arrive as different "
+            "keys; send such a key encoded, for example as hex or base64url of its UTF-8."
+        )
+    if "," in key:
+        raise InvalidIdempotencyKey(
+            "The Idempotency-Key header was sent more than once, or holds a comma: a repeated "
+            "header is refused (servers join repeats with commas, so they cannot be told "
+            "apart) and commas are not allowed in a key. Send one header without commas."
+        )
+    return refuse_reserved_key(validate_key(key))
 
 
 class ChargesView(APIView):
@@ -189,13 +227,14 @@ class ChargesView(APIView):
 
     @create_schema("charges_create", ChargeCreateParams, ChargeSerializer)
     def post(self, request):
+        key = idempotency_key(request)
         params = checked(ChargeCreateParams, request.data)
         result = create_charge(
             amount=params["amount"],
             currency=params["currency"],
             description=params.get("description", ""),
             metadata=params["metadata"],
-            idempotency_key=idempotency_key(request),
+            idempotency_key=key,
             actor=request.user.label,
         )
         return created(result, ChargeSerializer)
@@ -246,13 +285,14 @@ class RefundsView(APIView):
 
     @create_schema("refunds_create", RefundCreateParams, RefundSerializer)
     def post(self, request):
+        key = idempotency_key(request)
         params = checked(RefundCreateParams, request.data)
         result = create_refund(
             charge_id=params["charge"],
             amount=params.get("amount"),  # absent: all that is left
             reason=params.get("reason"),
             metadata=params.get("metadata"),
-            idempotency_key=idempotency_key(request),
+            idempotency_key=key,
             actor=request.user.label,
             source=Refund.Source.API,
         )

@@ -40,6 +40,7 @@ from django.db import connections
 from ledger_app.errors import IdempotencyKeyReused, LedgerError
 from ledger_app.models import Refund
 from ledger_app.services.dispatch.pool import in_flight
+from ledger_app.services.idempotency import BULK_ROW_KEYS
 from ledger_app.services.refunds import create_refund, preview_refund
 from ledger_app.services.text import has_control_characters
 
@@ -242,7 +243,7 @@ def run_bulk_refund(
 
 def row_request(row: BulkRow, *, batch_id: str, actor: str) -> tuple[BulkRow, str, dict]:
     """The row, its idempotency key and create_refund's arguments for it."""
-    key = row.idempotency_key or f"bulk:{batch_id}:{row.number}"
+    key = row.idempotency_key or f"{BULK_ROW_KEYS}:{batch_id}:{row.number}"
     request = {
         "charge_id": row.charge,
         "amount": row.amount,

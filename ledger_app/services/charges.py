@@ -13,7 +13,7 @@ from django.utils import timezone
 from ledger_app import errors, faults
 from ledger_app.db import drop_broken_connection
 from ledger_app.models import Charge, EventType, IdempotencyRecord, LedgerEntry, new_charge_id
-from ledger_app.money import normalize_currency, validate_amount
+from ledger_app.money import normalize_currency, validate_amount, validate_within_ceiling
 from ledger_app.services import events, idempotency
 from ledger_app.services.dispatch import send_charge
 from ledger_app.services.dispatch.pool import send_within_budget
@@ -39,10 +39,12 @@ def create_charge(
     once; the capture happens after that commit, with no lock held, and settles it to
     succeeded (with its ledger entry, which names `actor`), failed, or unknown on a
     timeout (the reconciler asks later). An idempotency key replays the same request and
-    refuses a different one.
+    refuses a different one. An amount above the currency's ceiling
+    (money.amount_ceiling) is refused with `amount_too_large` before the key is bound.
     """
     validate_amount(amount)
     currency = normalize_currency(currency)
+    validate_within_ceiling(amount, currency)
     description = validate_text(description, errors.InvalidDescription)
     metadata = validate_metadata(metadata)
     keyed = idempotency.keyed_request(
@@ -101,10 +103,12 @@ def record_charge(
     `charge_succeeded` ledger entry when it succeeded. Nothing is sent to the provider.
 
     Amount and currency are validated like every amount in the ledger: an int of minor
-    units and a known ISO 4217 code, stored lower-case.
+    units and a known ISO 4217 code, stored lower-case; the amount at most the currency's
+    ceiling (`amount_too_large`), like a charge made through the API.
     """
     validate_amount(amount)
     currency = normalize_currency(currency)
+    validate_within_ceiling(amount, currency)
     if status not in Charge.Status.values:
         raise errors.InvalidChargeStatus()
     with transaction.atomic(durable=True):

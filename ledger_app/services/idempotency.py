@@ -12,7 +12,12 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from ledger_app.db import is_lock_timeout
-from ledger_app.errors import IdempotencyKeyInUse, IdempotencyKeyReused, InvalidIdempotencyKey
+from ledger_app.errors import (
+    IdempotencyKeyInUse,
+    IdempotencyKeyReserved,
+    IdempotencyKeyReused,
+    InvalidIdempotencyKey,
+)
 from ledger_app.models import Charge, IdempotencyRecord, Refund
 from ledger_app.selectors import idempotency_record
 from ledger_app.services.text import has_control_characters
@@ -20,6 +25,17 @@ from ledger_app.services.text import has_control_characters
 T = TypeVar("T", Refund, Charge)
 
 MAX_KEY_LENGTH = 255
+
+# The namespaces the back office mints its own keys in, as `<namespace>:...`. A client's
+# key in one of them could take a key minted later (an API refund keyed bulk:b7:1 made
+# row 1 of `bulk_refund --batch-id b7` look changed), so clients may not use them.
+ADMIN_FORM_KEYS = "admin"  # the admin refund form: admin:<32 hex>
+ADMIN_BULK_KEYS = "admin-bulk"  # the admin's bulk refund: admin-bulk:<32 hex>:<charge id>
+BULK_ROW_KEYS = "bulk"  # bulk_refund's rows without a key: bulk:<batch id>:<row number>
+DEMO_KEYS = "demo"  # seed_demo's refunds: demo:<charge id>:<n>
+RESERVED_KEY_PREFIXES = tuple(
+    f"{namespace}:" for namespace in (ADMIN_FORM_KEYS, ADMIN_BULK_KEYS, BULK_ROW_KEYS, DEMO_KEYS)
+)
 REFUND_CREATE, CHARGE_CREATE = "refund.create", "charge.create"
 CLAIM_SQL = f"""
     INSERT INTO {IdempotencyRecord._meta.db_table}
@@ -68,6 +84,20 @@ def validate_key(key: object) -> str:
         raise InvalidIdempotencyKey()
     if has_control_characters(key):
         raise InvalidIdempotencyKey("Idempotency key must not contain control characters.")
+    return key
+
+
+def refuse_reserved_key(key: str) -> str:
+    """Return a client's `key` unless it starts with a reserved prefix (in any case:
+    BULK: is bulk:), which is refused with `idempotency_key_reserved` naming the prefix."""
+    folded = key.lower()
+    for prefix in RESERVED_KEY_PREFIXES:
+        if folded.startswith(prefix):
+            raise IdempotencyKeyReserved(
+                f"Idempotency keys starting with {prefix!r} are reserved: the back office "
+                f"makes its own keys there. Choose a key that does not start with any of "
+                f"{', '.join(RESERVED_KEY_PREFIXES)} (in any case)."
+            )
     return key
 
 

@@ -12,7 +12,7 @@ from django.db import IntegrityError
 
 from ledger_app import errors
 from ledger_app.models import Charge
-from ledger_app.money import normalize_currency
+from ledger_app.money import normalize_currency, validate_amount, validate_within_ceiling
 from ledger_app.services.bulk import DIGITS, UnusableFile, open_csv
 from ledger_app.services.charges import record_charge
 from ledger_app.services.text import has_unstorable_characters
@@ -68,7 +68,10 @@ def _created(text: str) -> datetime | None:
 
 
 def import_charge(values: dict[str, str]) -> str:
-    """'imported' or 'exists'; raises a LedgerError for a row it refuses."""
+    """'imported' or 'exists'; raises a LedgerError for a row it refuses. The id, amount
+    and currency are checked before the row is looked up, so an amount above its
+    currency's ceiling (`amount_too_large`) is refused whether or not the charge is
+    already stored."""
     charge_id = values["id"]
     if not 0 < len(charge_id) <= 64 or has_unstorable_characters(charge_id):
         raise errors.ResourceMissing("The id must be 1 to 64 characters.", param="id")
@@ -77,6 +80,7 @@ def import_charge(values: dict[str, str]) -> str:
             f"{values['amount'][:30]!r} is not a whole number of minor units."
         )
     amount, currency = int(values["amount"]), normalize_currency(values["currency"])
+    validate_within_ceiling(validate_amount(amount), currency)
     existing = Charge.objects.filter(pk=charge_id).first()
     if existing is None:
         try:
