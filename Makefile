@@ -5,6 +5,14 @@ BIN := $(VENV)/bin
 
 .PHONY: run test soak bench bench-quick worker reconcile lint format clean
 
+# `make run`, `make worker` and `make reconcile` are the demo: development mode
+# (DJANGO_DEBUG=true: a per-checkout secret key in .secret_key) with the admin's second
+# factor off unless you set ADMIN_OTP_REQUIRED=true. Production never runs like this:
+# see README "Running in production".
+DEMO_ENV = DJANGO_DEBUG=$${DJANGO_DEBUG:-true} ADMIN_OTP_REQUIRED=$${ADMIN_OTP_REQUIRED:-false}
+# Soak and bench (and scripts/run-tests on its own) run in production mode with a throwaway secret key of their own.
+THROWAWAY_KEY = DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-throwaway-$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(48))')}
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -18,11 +26,11 @@ $(VENV)/.installed-dev: pyproject.toml
 	touch $@ $(VENV)/.installed
 
 run: $(VENV)/.installed
-	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py collectstatic --noinput -v0
-	$(BIN)/python manage.py seed_demo
+	$(DEMO_ENV) $(BIN)/python manage.py migrate --noinput
+	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput -v0
+	$(DEMO_ENV) $(BIN)/python manage.py seed_demo
 	@echo "Serving http://127.0.0.1:8000/admin/ (Ctrl-C stops it)"
-	WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \
+	$(DEMO_ENV) WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \
 	$(BIN)/gunicorn -c gunicorn.conf.py backoffice.wsgi --access-logfile -
 
 test: $(VENV)/.installed-dev
@@ -31,28 +39,28 @@ test: $(VENV)/.installed-dev
 # The reliability suites with soak sizes on PostgreSQL (about 35 minutes), and a summary
 # of operations, faults injected and invariant checks. SOAK_ROUNDS=1 for a shorter one.
 soak: $(VENV)/.installed-dev
-	scripts/soak
+	$(THROWAWAY_KEY) scripts/soak
 
 # Needs a reachable PostgreSQL (BENCH_DATABASE_URL, default the local server); creates
 # its own databases there. Prints a table and writes bench-results.json.
 bench: $(VENV)/.installed-dev
-	$(BIN)/python -W ignore tests/bench/run.py $(BENCH_ARGS)
+	$(THROWAWAY_KEY) $(BIN)/python -W ignore tests/bench/run.py $(BENCH_ARGS)
 
 bench-quick: $(VENV)/.installed-dev
-	$(BIN)/python -W ignore tests/bench/run.py --quick
+	$(THROWAWAY_KEY) $(BIN)/python -W ignore tests/bench/run.py --quick
 
 # Both workers in a loop, side by side: refunds to the provider, webhooks to their
 # endpoints (a slow receiver never holds up a refund). Ctrl-C or SIGTERM stops both; each
 # finishes the refund or delivery in hand.
 worker: $(VENV)/.installed
 	@trap 'kill -TERM $$refunds $$webhooks 2>/dev/null; wait' INT TERM; \
-	$(BIN)/python manage.py process_refunds --loop & refunds=$$!; \
-	WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \
+	$(DEMO_ENV) $(BIN)/python manage.py process_refunds --loop & refunds=$$!; \
+	$(DEMO_ENV) WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \
 	$(BIN)/python manage.py deliver_webhooks --loop & webhooks=$$!; \
 	wait
 
 reconcile: $(VENV)/.installed
-	$(BIN)/python manage.py reconcile
+	$(DEMO_ENV) $(BIN)/python manage.py reconcile
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

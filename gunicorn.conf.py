@@ -10,6 +10,11 @@ line or with GUNICORN_CMD_ARGS.
 
 import os
 
+from backoffice.startup import settings_or_exit
+
+# Refuse to start (one line, exit 2) before any worker boots when the settings cannot run.
+settings_or_exit()
+
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 worker_class = "gthread"

@@ -2,6 +2,7 @@
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -34,8 +35,18 @@ def local_secret_key() -> str:
         return key
 
 
+# DJANGO_DEBUG=true is the development and demo mode (`make run`). Anything else is
+# production: it needs DJANGO_SECRET_KEY (the same on every host) and two factors for
+# whoever moves money. README "Running in production" lists every setting below.
 DEBUG = env_bool("DJANGO_DEBUG", False)
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or local_secret_key()
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set: production (DJANGO_DEBUG is not true) needs one "
+            "secret key shared by every host (README: Running in production)"
+        )
+    SECRET_KEY = local_secret_key()
 ALLOWED_HOSTS = [
     host.strip()
     for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",")
@@ -49,6 +60,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -59,13 +73,17 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "backoffice.request_id.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "backoffice.security.ApiNoStoreMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
 
 ROOT_URLCONF = "backoffice.urls"
@@ -205,9 +223,105 @@ REFUND_DISPATCH_LEASE_SECONDS = int(os.environ.get("REFUND_DISPATCH_LEASE_SECOND
 # case a later failure's webhook never arrived (0: it does not).
 RECONCILE_RECHECK_HOURS = int(os.environ.get("RECONCILE_RECHECK_HOURS", "72"))
 
+# --- Production hardening, from the environment (README: Running in production) ---------
+# Behind a TLS proxy that sets X-Forwarded-Proto: Django then knows a request came in over
+# HTTPS (needed by the SSL redirect and secure cookies).
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("DJANGO_BEHIND_TLS_PROXY") else None
+)
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+CSRF_TRUSTED_ORIGINS = [
+    origin.strip()
+    for origin in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",")
+    if origin.strip()
+]
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
+# A staff session lasts a working day at most (seconds).
+SESSION_COOKIE_AGE = int(os.environ.get("DJANGO_SESSION_SECONDS", str(12 * 3600)))
 X_FRAME_OPTIONS = "DENY"
+# Proxies in front of gunicorn that append to X-Forwarded-For (0: none, REMOTE_ADDR is the
+# client). Login lockouts and the API's failed-authentication limit count per client
+# address, so behind a proxy this must be set or every client shares the proxy's address.
+TRUSTED_PROXY_COUNT = int(os.environ.get("DJANGO_TRUSTED_PROXY_COUNT", "0"))
+
+# Content Security Policy (django-csp) on every response: the admin and the API docs load
+# scripts and styles from this site only, and nothing may frame them.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+
+# Admin sign-in: django-axes locks an address, and a user name, out after
+# LOGIN_FAILURE_LIMIT failed attempts, for LOGIN_LOCKOUT_MINUTES (shared by every process:
+# the attempts are rows in the database). Failures are logged without the password.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("LOGIN_LOCKOUT_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_RESET_ON_SUCCESS = True
+# Axes masks the user name and address in its log lines by default; operators need them to
+# see who is being guessed at and from where. The password is never in them.
+AXES_SENSITIVE_PARAMETERS: list[str] = []
+# No start-up banner on every command's stderr; failures still name the user and address.
+AXES_VERBOSE = False
+AXES_LOCKOUT_CALLABLE = "ledger_app.admin.sign_in.locked_out"
+AXES_IPWARE_PROXY_COUNT = TRUSTED_PROXY_COUNT or None
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if TRUSTED_PROXY_COUNT else ["REMOTE_ADDR"]
+)
+
+# A second factor (TOTP, django-otp) for every admin page and action that moves money,
+# asked again after ADMIN_OTP_IDLE_MINUTES without one. Only the development and demo
+# mode (DJANGO_DEBUG=true) may switch it off.
+ADMIN_OTP_REQUIRED = env_bool("ADMIN_OTP_REQUIRED", True)
+if not ADMIN_OTP_REQUIRED and not DEBUG:
+    raise ImproperlyConfigured(
+        "ADMIN_OTP_REQUIRED=false is only for DJANGO_DEBUG=true demos: production asks "
+        "everyone who moves money for a second factor"
+    )
+ADMIN_OTP_IDLE_MINUTES = float(os.environ.get("ADMIN_OTP_IDLE_MINUTES", "5"))
+OTP_TOTP_ISSUER = os.environ.get("ADMIN_OTP_ISSUER", "Refund back office")
+
+# Caches: per-process memory for what may differ between processes, and a table in the
+# database for counters every process and machine must share (made by migration 0013).
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "shared": {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "shared_cache",
+    },
+}
+
+# The largest amount (minor units) a charge may have, created or imported, per currency:
+# Stripe's maxima by default (eight digits; twelve for IDR). AMOUNT_CEILINGS overrides
+# some, e.g. "usd=5000000,jpy=1000000"; AMOUNT_CEILING_DEFAULT the rest.
+AMOUNT_CEILING_DEFAULT = int(os.environ.get("AMOUNT_CEILING_DEFAULT", "99999999"))
+AMOUNT_CEILINGS = {"idr": 999_999_999_999}
+for _pair in os.environ.get("AMOUNT_CEILINGS", "").split(","):
+    if _pair.strip():
+        _currency, _, _ceiling = _pair.partition("=")
+        if not _ceiling.strip().isdigit() or int(_ceiling) < 1:
+            raise ImproperlyConfigured(f"AMOUNT_CEILINGS: {_pair.strip()!r} is not currency=amount")
+        AMOUNT_CEILINGS[_currency.strip().lower()] = int(_ceiling)
 
 LOGGING = {
     "version": 1,
@@ -229,6 +343,9 @@ LOGGING = {
 # The REST API (/v1/): Stripe's wire format, API keys, Stripe's error envelope.
 # Requests per API key, e.g. 100/second or 5000/minute (counted per web process).
 API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "100/second")
+# Failed API authentications per client address (wrong or revoked keys), counted in the
+# shared cache by every process; past it the address is answered 429 until the period ends.
+API_AUTH_FAILURE_LIMIT = os.environ.get("API_AUTH_FAILURE_LIMIT", "20/minute")
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["ledger_app.api.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["ledger_app.api.authentication.ApiKeyPermission"],

@@ -10,6 +10,7 @@ from django.http import Http404, HttpResponseBadRequest
 from django.template.response import TemplateResponse
 from django.utils.functional import cached_property
 
+from ledger_app.admin.second_factor import money_action_gate
 from ledger_app.money import format_money
 from ledger_app.services.text import has_unstorable_characters
 
@@ -44,6 +45,9 @@ class LargeTablePaginator(Paginator):
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Nothing here is added, changed or deleted by hand."""
 
+    # Actions that can send money to the provider: running or confirming one needs a
+    # fresh second factor (second_factor.py).
+    money_actions: frozenset[str] = frozenset()
     paginator = LargeTablePaginator
     show_full_result_count = False
     list_per_page = 50
@@ -70,7 +74,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         # refuses it outright: answer 400 rather than let it reach the database.
         if any("\x00" in value for _, values in request.GET.lists() for value in values):
             return HttpResponseBadRequest("Filter values must not contain NUL characters.")
-        return super().changelist_view(request, extra_context)
+        return money_action_gate(self, request) or super().changelist_view(request, extra_context)
 
     def has_refund_permission(self, request, obj=None) -> bool:
         return request.user.has_perm(REFUND_PERMISSION)

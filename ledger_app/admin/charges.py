@@ -31,13 +31,14 @@ from ledger_app.admin.forms import (
     RefundForm,
     new_form_key,
 )
+from ledger_app.admin.second_factor import second_factor_gate
 from ledger_app.db import drop_broken_connection
 from ledger_app.errors import ChargeChanged, IdempotencyKeyReused, LedgerError
 from ledger_app.models import Charge, Refund
 from ledger_app.money import MAJOR_AMOUNT, format_money
 from ledger_app.replica import ListsFromReplica
 from ledger_app.selectors import charge_state, charge_states, idempotency_record
-from ledger_app.services.idempotency import Created
+from ledger_app.services.idempotency import ADMIN_BULK_KEYS, ADMIN_FORM_KEYS, Created
 from ledger_app.services.refunds import create_refund
 from ledger_app.services.text import has_unstorable_characters
 
@@ -140,6 +141,7 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     search_help_text = "A charge id, a customer reference, an amount (12.34), or description text."
     ordering = ["-created_at", "-id"]
     actions = ["refund_in_full"]
+    money_actions = frozenset(actions)
     change_form_template = "admin/ledger_app/charge/change_form.html"
     fields = [
         "id",
@@ -244,6 +246,9 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
         After a refund the answer is a redirect to the charge (POST/redirect/GET)."""
         if not self.has_refund_permission(request):
             raise PermissionDenied
+        denied = second_factor_gate(request)
+        if denied is not None:
+            return denied
         charge = self._charge_or_404(object_id)
         if request.method == "POST":
             return self._refund_form_submitted(request, charge)
@@ -251,7 +256,7 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
 
     def _refund_form_opened(self, request, charge: Charge):
         """The form under the key in its URL; without a key, a redirect to a new one."""
-        key = f"admin:{request.GET.get('form', '')}"
+        key = f"{ADMIN_FORM_KEYS}:{request.GET.get('form', '')}"
         if not FORM_KEY.match(key):
             return redirect(f"{refund_url(charge)}?{urlencode({'form': uuid.uuid4().hex})}")
         used = refund_made_with(key)
@@ -574,7 +579,7 @@ def confirmation_form(refundable: list[Charge]) -> BulkRefundForm:
     states = charge_states([c.pk for c in refundable])
     return BulkRefundForm(
         initial={
-            "batch_key": new_form_key("admin-bulk"),
+            "batch_key": new_form_key(ADMIN_BULK_KEYS),
             "confirmed": BulkRefundForm.sign(
                 {c.pk: (states[c.pk], c.amount_refundable) for c in refundable}
             ),

@@ -127,6 +127,7 @@ class RefundAttentionAdmin(RefundAdmin):
     list_filter = ["status", "reason", "source", ("created_at", admin.DateFieldListFilter)]
     list_display = [*RefundAdmin.list_display[:5], "status_detail", "dispatch_attempts"]
     actions = ["reconcile_now", "retry_dispatch", "mark_handled"]
+    money_actions = frozenset({"reconcile_now", "retry_dispatch"})  # both may send a refund
     # The queue is worked through: after an action it shows what is left, from the primary.
     lists_from_replica = False
 

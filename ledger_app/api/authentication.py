@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
+import time
 from dataclasses import dataclass
 
+from axes.helpers import get_client_ip_address
 from django.conf import settings
+from django.core.cache import caches
 from rest_framework import authentication, exceptions, permissions, throttling
 
 from ledger_app.models import ApiKey
@@ -26,11 +30,53 @@ class ApiClient:
         return f"api_key:{self.key.prefix}"
 
 
+log = logging.getLogger("ledger_app.api.authentication")
+
+
+class FailedAuthentications:
+    """Wrong or revoked keys per client address (the address django-axes uses for admin
+    sign-ins, so DJANGO_TRUSTED_PROXY_COUNT applies to both), in fixed windows of
+    API_AUTH_FAILURE_LIMIT's period, counted in the cache every process shares. Past the
+    limit a wrong key from that address is answered 429 (Stripe's rate_limit) until the
+    window ends, with no lookup of the key. A right key is never held back: a 256-bit key
+    cannot be guessed, so what this stops is a flood of wrong ones, and a client sharing an
+    address with a broken one keeps working. It costs nothing on the way of a good key."""
+
+    def __init__(self, request):
+        self.limit, self.period = throttling.SimpleRateThrottle.parse_rate(
+            None, settings.API_AUTH_FAILURE_LIMIT
+        )
+        now = time.time()
+        self.address = get_client_ip_address(request) or "unknown"
+        self.key = f"api-auth-failures:{self.address}:{int(now // self.period)}"
+        self.wait = self.period - now % self.period
+        self.cache = caches["shared"]
+
+    def refuse(self) -> None:
+        """A wrong key: counted, then 401, or 429 once the address is over the limit."""
+        if (self.cache.get(self.key) or 0) >= self.limit:
+            raise exceptions.Throttled(wait=self.wait)
+        if not self.cache.add(self.key, 1, timeout=int(self.wait) + 1):
+            try:
+                self.cache.incr(self.key)
+            except ValueError:  # the window ended in between: this failure starts the next
+                self.cache.add(self.key, 1, timeout=self.period)
+        log.warning("API authentication failed from %s", self.address)
+        raise exceptions.AuthenticationFailed()
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     def authenticate(self, request):
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if not header:
             return None
+        client = self._client(header)
+        if client is None:
+            FailedAuthentications(request).refuse()
+        return client, client.key
+
+    def _client(self, header: str) -> ApiClient | None:
+        """The client the Authorization header names, or None for a wrong or revoked key."""
         scheme, _, credentials = header.partition(" ")
         scheme = scheme.lower()
         if scheme == "bearer":
@@ -39,14 +85,12 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             try:
                 decoded = base64.b64decode(credentials.strip(), validate=True).decode()
             except (binascii.Error, UnicodeDecodeError):
-                raise exceptions.AuthenticationFailed() from None
+                return None
             secret = decoded.partition(":")[0]
         else:
-            raise exceptions.AuthenticationFailed()
+            return None
         key = authenticate_api_key(secret)
-        if key is None:
-            raise exceptions.AuthenticationFailed()
-        return ApiClient(key), key
+        return None if key is None else ApiClient(key)
 
     def authenticate_header(self, request):
         return 'Bearer realm="refund-backoffice"'

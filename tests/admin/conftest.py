@@ -1,6 +1,8 @@
 import pytest
 from django.contrib.auth.models import Group
 
+from tests.second_factor import verified
+
 
 @pytest.fixture
 def support_agent(django_user_model):
@@ -12,6 +14,6 @@ def support_agent(django_user_model):
 
 @pytest.fixture
 def agent_client(client, support_agent):
-    """pytest-django's test client, logged in as the support agent."""
-    client.force_login(support_agent)
-    return client
+    """pytest-django's test client, logged in as the support agent, who has entered a code
+    from their authenticator (refunds need it)."""
+    return verified(client, support_agent)

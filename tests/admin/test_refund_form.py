@@ -415,12 +415,28 @@ class TestPermissions:
 
 
 def test_create_support_agent_makes_a_staff_user_who_may_refund(capsys, client):
+    """The new agent signs in with the printed password, adds the printed secret to an
+    authenticator, and refunds only after entering the code it shows."""
+    import re
+    from base64 import b32decode
+
     from django.core.management import call_command
+    from django_otp.oath import totp
 
     call_command("create_support_agent", "sam")
 
-    line = capsys.readouterr().out.strip()
-    password = line.split(" / ")[1].split()[0]
-    assert client.login(username="sam", password=password)
+    out = capsys.readouterr().out
+    password = re.search(r"Support agent: sam / (\S+)", out).group(1)
+    secret = b32decode(re.search(r"secret: +([A-Z2-7 ]+)", out).group(1).replace(" ", ""))
+    assert "otpauth://totp/" in out
+    signed_in = client.post(
+        reverse("admin:login"), {"username": "sam", "password": password, "next": "/admin/"}
+    )
+    assert signed_in.status_code == 302 and signed_in.url == "/admin/"
     charge = ChargeFactory(amount=1_000)
-    assert client.get(refund_url(charge), follow=True).status_code == 200
+    asked = client.get(refund_url(charge), follow=True)
+    assert asked.redirect_chain[-1][0].startswith(reverse("verify-second-factor"))
+    assert b"Enter your code" in asked.content
+    code = f"{totp(secret):06d}"
+    done = client.post(asked.redirect_chain[-1][0], {"code": code}, follow=True)
+    assert done.status_code == 200 and b'name="amount"' in done.content

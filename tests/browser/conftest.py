@@ -19,10 +19,13 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Group, Permission
 from django.urls import reverse
+from django.utils.http import urlencode
+from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from ledger_app.models import Charge, Refund
 from tests.conftest import IN_CI
 from tests.factories import ChargeFactory
+from tests.second_factor import current_code, device_of
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -205,13 +208,26 @@ def screenshot() -> Callable[..., Path]:
 
 
 def log_in(page, username: str, password: str) -> None:
-    """Through the real login form, as a person would."""
+    """Through the real login form, as a person would; then, for someone with an
+    authenticator, the code it shows through the admin's code page (what the first refund
+    would ask for)."""
     page.goto("/admin/login/?next=/admin/")
     page.fill("#id_username", username)
     page.fill("#id_password", password)
     page.click("input[type=submit]")
     page.wait_for_url("**/admin/")
     assert page.locator("#user-tools").is_visible(), page.content()
+    device = TOTPDevice.objects.filter(user__username=username, confirmed=True).first()
+    if device is not None:
+        enter_code(page, device)
+
+
+def enter_code(page, device, next_url: str = "/admin/") -> None:
+    """On the code page, the code the person's authenticator shows now."""
+    page.goto(f"{reverse('verify-second-factor')}?{urlencode({'next': next_url})}")
+    page.fill("input[name=code]", current_code(device))
+    page.click("input[type=submit]")
+    page.wait_for_url(f"**{next_url}")
 
 
 def support_agents_group() -> Group:
@@ -243,6 +259,7 @@ def support_agent(django_user_model):
     """A staff member in the Support agents group."""
     user = django_user_model.objects.create_user(AGENT[0], password=AGENT[1], is_staff=True)
     user.groups.add(support_agents_group())
+    device_of(user)  # refunds need a code from their authenticator
     return user
 
 

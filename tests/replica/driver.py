@@ -16,6 +16,9 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project, for `tests`
 
 # Answers go to the real stdout; anything else printed goes to stderr (the log file).
 answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
@@ -31,6 +34,7 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.test import Client  # noqa: E402
 
 from ledger_app.services.api_keys import create_api_key, revoke_api_key  # noqa: E402
+from tests.second_factor import verified  # noqa: E402
 
 
 class Remember(logging.Handler):
@@ -48,7 +52,7 @@ def main() -> None:
     api_secret = create_api_key(name="replica test")[1]
     admin = get_user_model().objects.create_superuser("replica-admin", password=None)
     clients = {"api": Client(), "admin": Client()}
-    clients["admin"].force_login(admin)
+    verified(clients["admin"], admin)  # its actions move money: a code, as a person
     for line in sys.stdin:
         command = json.loads(line)
         warnings.messages.clear()

@@ -35,6 +35,7 @@ from tests.factories import ChargeFactory
 from tests.gateways.stripe_stub import StripeStub
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees
 from tests.processes import kill_at, run_command
+from tests.second_factor import verified
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -406,9 +407,7 @@ def admin_refunder(inline_dispatch, django_user_model, settings):
     agent.user_permissions.add(
         *Permission.objects.filter(codename__in=["view_charge", "refund_charge"])
     )
-    client = Client()
-    client.force_login(agent)
-    return client
+    return verified(Client(), agent)
 
 
 @pytest.mark.parametrize("when", CUTS)

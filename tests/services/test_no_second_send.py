@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from http.cookies import SimpleCookie
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -23,6 +24,7 @@ from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees
 from tests.processes import kill_at, run_command, start_command
+from tests.second_factor import verified
 
 pytestmark = [
     pytest.mark.postgres,
@@ -93,8 +95,7 @@ def test_an_admin_button_asks_the_provider_and_records_who_pressed_it(
     applied_but_unrecorded, agent, action
 ):
     refund = applied_but_unrecorded
-    client = Client()
-    client.force_login(agent)
+    client = verified(Client(), agent)
 
     page = press(client, action, refund)
 
@@ -137,11 +138,13 @@ def test_worker_reconciler_and_both_buttons_at_once_make_one_lookup_and_no_resen
         start_command("process_refunds", "--once", **slow),
     ]
     pages = []
+    # One person in two tabs: one sign-in and one code, the session shared by both.
+    signed_in = verified(Client(), agent)
 
     def click(action: str) -> None:
         try:
             client = Client()
-            client.force_login(agent)
+            client.cookies = SimpleCookie(signed_in.cookies)
             pages.append(press(client, action, refund))
         finally:
             connection.close()

@@ -5,16 +5,20 @@ from __future__ import annotations
 import secrets
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.test.utils import override_settings
 from django.utils import timezone
+from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from ledger_app.models import ApiKey, Charge, Refund
 from ledger_app.money import format_money
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.charges import record_charge
+from ledger_app.services.idempotency import DEMO_KEYS
 from ledger_app.services.refunds import create_refund
+from ledger_app.services.second_factor import enrol_totp, enrolment_instructions
 
 ADMIN_USERNAME = "admin"
 QUEUED_CHARGE = "ch_demoUsdQueued0000000014"
@@ -107,7 +111,7 @@ class Command(BaseCommand):
                 create_refund(
                     charge_id=charge_id,
                     amount=refund_amount,
-                    idempotency_key=f"demo:{charge_id}:{number}",
+                    idempotency_key=f"{DEMO_KEYS}:{charge_id}:{number}",
                     reason=Refund.Reason.REQUESTED_BY_CUSTOMER,
                     actor="seed_demo",
                     source=Refund.Source.CLI,
@@ -122,6 +126,7 @@ class Command(BaseCommand):
             )
         self._ensure_admin()
         self._ensure_api_key()
+        self._second_factor_notice()
 
     def _stale_pending_refund(self) -> None:
         """A refund queued for the worker an hour ago that no worker sent: the third kind
@@ -130,7 +135,7 @@ class Command(BaseCommand):
             result = create_refund(
                 charge_id=QUEUED_CHARGE,
                 amount=500,
-                idempotency_key=f"demo:{QUEUED_CHARGE}:1",
+                idempotency_key=f"{DEMO_KEYS}:{QUEUED_CHARGE}:1",
                 reason=Refund.Reason.DUPLICATE,
                 actor="seed_demo",
                 source=Refund.Source.CLI,
@@ -154,6 +159,28 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"Admin login: {ADMIN_USERNAME} / {password}  (shown this once)")
         )
+
+    def _second_factor_notice(self) -> None:
+        """The demo may run without the admin's second factor, and says so; with it on, the
+        admin gets an authenticator the first time."""
+        if not settings.ADMIN_OTP_REQUIRED:
+            self.stdout.write(
+                self.style.WARNING(
+                    "WARNING: the admin's second factor is OFF for this demo "
+                    "(ADMIN_OTP_REQUIRED=false): refunds need only a password here. "
+                    "Production refuses to start like this; `ADMIN_OTP_REQUIRED=true make "
+                    "run` turns it on."
+                )
+            )
+            return
+        admin = get_user_model().objects.get(username=ADMIN_USERNAME)
+        if TOTPDevice.objects.filter(user=admin, confirmed=True).exists():
+            self.stdout.write(
+                f"Second factor: {ADMIN_USERNAME} has an authenticator (`python manage.py "
+                f"enrol_second_factor {ADMIN_USERNAME}` replaces it)."
+            )
+            return
+        self.stdout.write(enrolment_instructions(enrol_totp(admin)))
 
     def _ensure_api_key(self) -> None:
         existing = ApiKey.objects.filter(name=DEMO_KEY_NAME, revoked_at__isnull=True).first()

@@ -1,0 +1,105 @@
+"""Admin sign-in resists guessing (django-axes): after LOGIN_FAILURE_LIMIT wrong passwords
+the right one does not work either, for that user from anywhere and from that address
+for anyone, until the lockout ends; every failure is logged, never the password."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import pytest
+from axes.models import AccessAttempt
+from django.urls import reverse
+from django.utils import timezone
+
+pytestmark = pytest.mark.django_db
+
+LOGIN = reverse("admin:login")
+PASSWORD = "the-right-password-42"
+WRONG = "hunter2-wrong-guess"
+
+
+@pytest.fixture(autouse=True)
+def _quick_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def staff(django_user_model):
+    return django_user_model.objects.create_user("sam", password=PASSWORD, is_staff=True)
+
+
+def sign_in(client, username, password, address="10.0.0.1"):
+    return client.post(
+        LOGIN,
+        {"username": username, "password": password, "next": "/admin/"},
+        REMOTE_ADDR=address,
+    )
+
+
+def signed_in(client) -> bool:
+    return "_auth_user_id" in client.session
+
+
+def test_after_the_limit_even_the_right_password_is_refused(client, staff, settings, caplog):
+    caplog.set_level(logging.INFO)
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        assert sign_in(client, "sam", WRONG).status_code == 200  # the form, with its error
+    assert sign_in(client, "sam", WRONG).status_code == 429  # the last one allowed locks
+
+    response = sign_in(client, "sam", PASSWORD)
+
+    assert response.status_code == 429
+    assert b"Signing in is locked for a while" in response.content
+    assert b"15 minutes" in response.content
+    assert not signed_in(client)
+    failures = [r.getMessage() for r in caplog.records if "login failure" in r.getMessage()]
+    assert len(failures) >= settings.AXES_FAILURE_LIMIT  # each one, and the lock
+    assert all("sam" in line and "10.0.0.1" in line for line in failures)
+    everything_logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert WRONG not in everything_logged and PASSWORD not in everything_logged
+
+
+def test_the_lock_holds_for_the_user_from_elsewhere_and_for_the_address(
+    client, staff, settings, django_user_model
+):
+    django_user_model.objects.create_user("kim", password=PASSWORD, is_staff=True)
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        sign_in(client, "sam", WRONG)
+
+    assert sign_in(client, "sam", PASSWORD, address="10.9.9.9").status_code == 429
+    assert sign_in(client, "kim", PASSWORD, address="10.0.0.1").status_code == 429
+    assert sign_in(client, "kim", PASSWORD, address="10.9.9.9").status_code == 302
+    assert signed_in(client)
+
+
+def test_the_lock_ends_after_the_lockout_time(client, staff, settings):
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        sign_in(client, "sam", WRONG)
+    assert sign_in(client, "sam", PASSWORD).status_code == 429
+
+    AccessAttempt.objects.update(
+        attempt_time=timezone.now() - settings.AXES_COOLOFF_TIME - timedelta(seconds=1)
+    )
+
+    assert sign_in(client, "sam", PASSWORD).status_code == 302
+    assert signed_in(client)
+
+
+def test_a_successful_sign_in_starts_the_count_again(client, staff, settings):
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        sign_in(client, "sam", WRONG)
+    assert sign_in(client, "sam", PASSWORD).status_code == 302
+    client.logout()
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        sign_in(client, "sam", WRONG)
+
+    assert sign_in(client, "sam", PASSWORD).status_code == 302
+
+
+def test_the_limit_comes_from_the_settings(client, staff, settings):
+    settings.AXES_FAILURE_LIMIT = 2
+    sign_in(client, "sam", WRONG)
+    sign_in(client, "sam", WRONG)
+
+    assert sign_in(client, "sam", PASSWORD).status_code == 429

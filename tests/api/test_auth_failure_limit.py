@@ -1,0 +1,100 @@
+"""Failed API authentications are limited per client address (API_AUTH_FAILURE_LIMIT):
+past the limit a wrong key from that address gets Stripe's 429 rate_limit envelope until
+the period ends, without a lookup; a right key is never held back; other addresses are
+not affected; nothing logs a secret."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from django.core.cache import caches
+
+from ledger_app.services.api_keys import create_api_key
+
+pytestmark = pytest.mark.django_db
+
+WRONG = "sk_test_not_a_key_0123456789"
+
+
+@pytest.fixture
+def secret():
+    return create_api_key(name="limit-test")[1]
+
+
+@pytest.fixture(autouse=True)
+def three_a_minute(settings):
+    settings.API_AUTH_FAILURE_LIMIT = "3/minute"
+
+
+def get(client, key, address="10.1.1.1"):
+    return client.get("/v1/charges", HTTP_AUTHORIZATION=f"Bearer {key}", REMOTE_ADDR=address)
+
+
+def test_past_the_limit_wrong_keys_get_429_and_are_not_looked_up(
+    client, secret, django_assert_num_queries
+):
+    for _ in range(3):
+        assert get(client, WRONG).status_code == 401
+
+    with django_assert_num_queries(1):  # the shared counter only, no API key lookup
+        refused = get(client, WRONG)
+
+    assert refused.status_code == 429
+    error = refused.json()["error"]
+    assert error["type"] == "rate_limit_error" and error["code"] == "rate_limit"
+    assert 1 <= int(refused["Retry-After"]) <= 60
+
+
+def test_a_right_key_is_never_held_back_and_costs_no_counter_read(client, secret):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for _ in range(5):
+        get(client, WRONG)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert get(client, secret).status_code == 200
+    assert not any("shared_cache" in q["sql"] for q in queries.captured_queries)
+
+
+def test_other_addresses_are_not_limited(client, secret):
+    for _ in range(4):
+        get(client, WRONG, address="10.1.1.1")
+
+    assert get(client, WRONG, address="10.1.1.1").status_code == 429
+    assert get(client, WRONG, address="10.2.2.2").status_code == 401
+
+
+def test_basic_credentials_and_unknown_schemes_count_too(client, secret):
+    import base64
+
+    basic = base64.b64encode(b"sk_test_wrong:").decode()
+    client.get("/v1/charges", HTTP_AUTHORIZATION=f"Basic {basic}", REMOTE_ADDR="10.1.1.1")
+    client.get("/v1/charges", HTTP_AUTHORIZATION="Token abc", REMOTE_ADDR="10.1.1.1")
+    client.get("/v1/charges", HTTP_AUTHORIZATION="Basic !!!", REMOTE_ADDR="10.1.1.1")
+
+    assert get(client, WRONG).status_code == 429
+
+
+def test_the_count_is_in_the_cache_every_process_shares(client):
+    get(client, WRONG)
+
+    keys = caches["shared"]._cache if hasattr(caches["shared"], "_cache") else None
+    assert keys is None  # not a per-process memory cache
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT cache_key FROM shared_cache")
+        stored = [row[0] for row in cursor.fetchall()]
+    assert any("api-auth-failures:10.1.1.1:" in key for key in stored)
+
+
+def test_failures_are_logged_with_the_address_and_never_the_key(client, secret, caplog):
+    caplog.set_level(logging.INFO)
+    get(client, WRONG)
+    get(client, secret)
+
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "API authentication failed from 10.1.1.1" in logged
+    assert WRONG not in logged and secret not in logged
