@@ -308,7 +308,7 @@ def test_after_too_many_wrong_passwords_even_the_right_one_is_locked_out(
     assert statuses == [200] * (limit - 1) + [429]
 
     assert attempt(AGENT[1]) == 429
-    assert page.inner_text("#content-main h1") == "Signing in is locked for a while"
+    assert page.inner_text("#content h1") == "Signing in is locked for a while"
     minutes = settings.AXES_COOLOFF_TIME.total_seconds() / 60
     assert f"Try again in {minutes:g} minutes" in page.inner_text("#content .errornote")
     assert page.locator("#user-tools").count() == 0
@@ -328,7 +328,7 @@ def test_after_too_many_wrong_passwords_even_the_right_one_is_locked_out(
         with tab.expect_navigation() as answer:
             tab.click("input[type=submit]")
         assert answer.value.status == 429
-        assert tab.inner_text("#content-main h1") == "Signing in is locked for a while"
+        assert tab.inner_text("#content h1") == "Signing in is locked for a while"
         assert tab.locator("#user-tools").count() == 0
     finally:
         other.close()
