@@ -283,6 +283,7 @@ AXES_RESET_ON_SUCCESS = True
 AXES_SENSITIVE_PARAMETERS: list[str] = []
 # No start-up banner on every command's stderr; failures still name the user and address.
 AXES_VERBOSE = False
+AXES_ENABLE_ADMIN = False  # the admin shows failed attempts read-only (admin/sign_in.py)
 AXES_LOCKOUT_CALLABLE = "ledger_app.admin.sign_in.locked_out"
 AXES_IPWARE_PROXY_COUNT = TRUSTED_PROXY_COUNT or None
 AXES_IPWARE_META_PRECEDENCE_ORDER = (

@@ -3,7 +3,13 @@
 Every refund made here goes through ledger_app.services.refunds.create_refund.
 """
 
-from ledger_app.admin import charges, refunds, users, webhooks  # noqa: F401 - registers the admins
+from ledger_app.admin import (  # noqa: F401 - registers the admins
+    charges,
+    refunds,
+    sign_in,
+    users,
+    webhooks,
+)
 from ledger_app.admin.base import ReadOnlyAdmin
 
 __all__ = ["ReadOnlyAdmin"]

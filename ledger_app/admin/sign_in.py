@@ -1,10 +1,35 @@
-"""What a person sees when django-axes has locked signing in (LOGIN_FAILURE_LIMIT)."""
+"""Signing in: what a person sees when django-axes has locked it (LOGIN_FAILURE_LIMIT),
+and the failed attempts, read-only, for whoever looks after staff accounts.
+
+Authenticators (django-otp's devices) get no admin page at all: a password alone must
+never be enough to enrol a new second factor, so they are enrolled from the command line
+(create_support_agent, enrol_second_factor)."""
 
 from __future__ import annotations
 
+from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib import admin
 from django.template.response import TemplateResponse
+from django_otp.plugins.otp_totp.models import TOTPDevice
+
+from ledger_app.admin.base import ReadOnlyAdmin
+
+if admin.site.is_registered(TOTPDevice):
+    admin.site.unregister(TOTPDevice)
+
+
+@admin.register(AccessAttempt)
+class SignInFailureAdmin(ReadOnlyAdmin):
+    """Who is being guessed at, from where, how often. Unlock early from the command line:
+    `manage.py axes_reset_username NAME` or `axes_reset_ip ADDRESS`."""
+
+    list_display = ["attempt_time", "username", "ip_address", "failures_since_start", "path_info"]
+    list_filter = [("attempt_time", admin.DateFieldListFilter)]
+    search_fields = ["username", "ip_address"]
+    ordering = ["-attempt_time"]
+    fields = ["username", "ip_address", "user_agent", "attempt_time", "failures_since_start"]
+    readonly_fields = fields
 
 
 def locked_out(request, original_response=None, credentials=None):

@@ -58,6 +58,8 @@ def test_after_the_limit_even_the_right_password_is_refused(client, staff, setti
     assert all("sam" in line and "10.0.0.1" in line for line in failures)
     everything_logged = "\n".join(r.getMessage() for r in caplog.records)
     assert WRONG not in everything_logged and PASSWORD not in everything_logged
+    stored = AccessAttempt.objects.get(username="sam")
+    assert WRONG not in stored.post_data and PASSWORD not in stored.post_data
 
 
 def test_the_lock_holds_for_the_user_from_elsewhere_and_for_the_address(

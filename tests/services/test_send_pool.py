@@ -132,16 +132,17 @@ def test_zero_budget_waits_in_the_callers_thread(budget):
     assert pool.in_flight() == 0
 
 
-def test_admin_refund_on_a_slow_provider_says_pending_and_settles(budget, admin_client):
+def test_admin_refund_on_a_slow_provider_says_pending_and_settles(budget, client, admin_user):
     """The agent's refund form, as submitted: the page comes back before the provider
     answers, says the amount is reserved, and the refund settles without anyone."""
     from django.contrib.messages import get_messages
 
     from tests.admin.test_refund_form import submit
+    from tests.second_factor import verified
 
     charge = slow_charge()
 
-    response = submit(admin_client, charge, amount="12.34")
+    response = submit(verified(client, admin_user), charge, amount="12.34")
 
     assert response.status_code == 302
     [message] = [str(m) for m in get_messages(response.wsgi_request)]
