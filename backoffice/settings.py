@@ -217,6 +217,9 @@ REFUND_INLINE_WAIT_SECONDS = float(os.environ.get("REFUND_INLINE_WAIT_SECONDS", 
 REFUND_SEND_THREADS = int(os.environ.get("REFUND_SEND_THREADS", "16"))
 if REFUND_INLINE_WAIT_SECONDS < 0 or REFUND_SEND_THREADS < 1:
     raise ImproperlyConfigured("REFUND_INLINE_WAIT_SECONDS >= 0 and REFUND_SEND_THREADS >= 1")
+# A refund over its requester's limit waits this long for another person's approval; then
+# it is canceled and its amount released (`process_refunds` expires them).
+APPROVAL_EXPIRY_HOURS = float(os.environ.get("APPROVAL_EXPIRY_HOURS", "72"))
 # How long a dispatcher holds a claimed refund; after that a crashed one's work is retried.
 REFUND_DISPATCH_LEASE_SECONDS = int(os.environ.get("REFUND_DISPATCH_LEASE_SECONDS", "60"))
 # The reconciler asks the provider again about refunds that succeeded this recently, in

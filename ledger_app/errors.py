@@ -189,3 +189,30 @@ class DeliveryNotResendable(LedgerError):
     code = "delivery_not_resendable"
     param = "delivery"
     default_message = "The delivery's endpoint was deleted; it is not sent again."
+
+
+class ApprovalNotPermitted(LedgerError):
+    code = "approval_not_permitted"
+    param = "refund"
+    default_message = "Only someone with the approve permission decides refunds over a limit."
+
+
+class ApprovalByRequester(LedgerError):
+    code = "approval_by_requester"
+    param = "refund"
+    default_message = (
+        "Four eyes: the person who asked for a refund cannot approve or reject it; another "
+        "approver decides."
+    )
+
+
+class RefundNotAwaitingApproval(LedgerError):
+    code = "refund_not_awaiting_approval"
+    param = "refund"
+    default_message = "This refund is not awaiting approval."
+
+
+class ApprovalExpired(LedgerError):
+    code = "approval_expired"
+    param = "refund"
+    default_message = "This refund was not approved in time: it is canceled, its amount released."

@@ -33,6 +33,11 @@ class MovementStatus(models.TextChoices):
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # the provider said no
     UNKNOWN = "unknown"  # asked, no answer: the provider may have acted
+    # Refunds only. Over its requester's limit: reserved, never sent until another person
+    # approves it (then pending).
+    AWAITING_APPROVAL = "awaiting_approval"
+    # Refunds only: rejected, or not decided in time; the amount is released, nothing sent.
+    CANCELED = "canceled"
 
 
 class ProviderMovement(models.Model):
@@ -50,7 +55,7 @@ class ProviderMovement(models.Model):
     currency = models.CharField(
         max_length=3, help_text="Lower-case ISO 4217 code (a refund's is always its charge's)."
     )
-    status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
+    status = models.CharField(max_length=20, choices=Status, default=Status.PENDING)
     metadata = models.JSONField(default=dict, blank=True)
     status_detail = models.TextField(blank=True, help_text="Why it failed or is unknown.")
     dispatch_attempts = models.PositiveIntegerField(
@@ -156,9 +161,15 @@ class Refund(ProviderMovement):
         BULK = "bulk"
         SYSTEM = "system"
 
-    # Statuses whose amount counts in the charge's amount_refunded: money that left
-    # or may have left. Only a provider's "no" (failed) releases it.
-    LIVE_STATUSES = (MovementStatus.PENDING, MovementStatus.SUCCEEDED, MovementStatus.UNKNOWN)
+    # Statuses whose amount counts in the charge's amount_refunded: money that left, may
+    # have left, or waits for approval. A provider's "no" (failed) or a cancellation
+    # (rejected, or not approved in time) releases it.
+    LIVE_STATUSES = (
+        MovementStatus.PENDING,
+        MovementStatus.SUCCEEDED,
+        MovementStatus.UNKNOWN,
+        MovementStatus.AWAITING_APPROVAL,
+    )
 
     id = models.CharField(primary_key=True, max_length=64, default=new_refund_id, editable=False)
     charge = models.ForeignKey(Charge, on_delete=models.PROTECT, related_name="refunds")
@@ -192,8 +203,24 @@ class Refund(ProviderMovement):
     )
     handled_by = models.CharField(max_length=200, blank=True, help_text="Who marked it handled.")
     handled_note = models.TextField(blank=True, help_text="What support did about the decline.")
+    approval_expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Over its requester's limit: canceled, its amount released, if nobody "
+        "approves it by then.",
+    )
+    decided_at = models.DateTimeField(
+        null=True, blank=True, help_text="When it was approved, rejected or expired."
+    )
+    decided_by = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Who approved or rejected it (system:expiry if nobody).",
+    )
+    decision_note = models.TextField(blank=True, help_text="Why it was approved or rejected.")
 
     class Meta(ProviderMovement.Meta):
+        permissions = [("approve_refund", "Can approve or reject refunds over a limit")]
         indexes = [
             models.Index(fields=["charge", "status"], name="refund_charge_status"),
             models.Index(fields=["status", "leased_until"], name="refund_status_lease"),
@@ -202,6 +229,12 @@ class Refund(ProviderMovement):
             models.Index(fields=["status", "-created_at"], name="refund_status_created"),
             models.Index(fields=["created_by", "-created_at"], name="refund_by_created"),
             models.Index(fields=["provider_refund_id"], name="refund_provider_id"),
+            models.Index(
+                fields=["approval_expires_at"],
+                name="refund_awaiting_approval",
+                condition=Q(status=MovementStatus.AWAITING_APPROVAL),
+            ),
+            models.Index(fields=["actor", "currency", "created_at"], name="refund_actor_day"),
         ]
         constraints = [
             *ProviderMovement.Meta.constraints,
@@ -214,6 +247,63 @@ class Refund(ProviderMovement):
                 name="refund_handled_only_if_failed",
             ),
         ]
+
+
+class RefundApproval(Refund):
+    """Refunds over their requester's limit, waiting for another person to decide."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "refund awaiting approval"
+        verbose_name_plural = "refunds awaiting approval"
+
+
+class RefundLimit(models.Model):
+    """In one currency, the most one refund may be and the most one requester may refund in
+    a day (UTC) without another person's approval, for a group, a user or an API key. A
+    user's own limit wins over their groups'; among several groups the highest counts.
+    Blank: no limit of that kind. No row at all: no limit (refunds go straight through)."""
+
+    group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    api_key = models.ForeignKey(
+        "ApiKey", null=True, blank=True, on_delete=models.CASCADE, related_name="limits"
+    )
+    currency = models.CharField(max_length=3, help_text="Lower-case ISO 4217 code, e.g. usd.")
+    per_refund = models.BigIntegerField(
+        null=True, blank=True, help_text="Minor units: the most one refund may be."
+    )
+    per_day = models.BigIntegerField(
+        null=True, blank=True, help_text="Minor units: the most one requester may refund a day."
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(group__isnull=False, user__isnull=True, api_key__isnull=True)
+                    | Q(group__isnull=True, user__isnull=False, api_key__isnull=True)
+                    | Q(group__isnull=True, user__isnull=True, api_key__isnull=False)
+                ),
+                name="refundlimit_one_subject",
+            ),
+            models.CheckConstraint(
+                condition=(Q(per_refund__isnull=True) | Q(per_refund__gt=0))
+                & (Q(per_day__isnull=True) | Q(per_day__gt=0)),
+                name="refundlimit_positive",
+            ),
+            models.UniqueConstraint(fields=["group", "currency"], name="refundlimit_group"),
+            models.UniqueConstraint(fields=["user", "currency"], name="refundlimit_user"),
+            models.UniqueConstraint(fields=["api_key", "currency"], name="refundlimit_api_key"),
+        ]
+
+    def __str__(self) -> str:
+        subject = self.group or self.user or self.api_key
+        return f"{subject} ({self.currency.upper()})"
 
 
 class RefundAttention(Refund):

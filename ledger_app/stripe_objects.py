@@ -95,15 +95,32 @@ class RefundSerializer(serializers.Serializer):
     reason = BlankAsNull()
     receipt_number = Fixed()
     source_transfer_reversal = Fixed()
-    status = serializers.ChoiceField(
-        choices=Refund.Status.choices,
-        help_text="pending, succeeded, failed, or unknown (the provider's answer is not "
-        "known yet; the amount stays reserved until the reconciler learns it).",
+    status = serializers.SerializerMethodField(
+        help_text="pending, succeeded, failed, canceled, or unknown (the provider's answer is "
+        "not known yet; the amount stays reserved until the reconciler learns it). A refund "
+        "over the requester's limit is pending, with pending_reason awaiting_approval, until "
+        "another person approves it (then it is sent) or rejects it (canceled)."
+    )
+    pending_reason = serializers.SerializerMethodField(
+        help_text="awaiting_approval while over the requester's limit; processing while the "
+        "provider has not answered; null otherwise."
     )
     transfer_reversal = Fixed()
 
     def get_object(self, refund) -> str:
         return "refund"
+
+    def get_status(self, refund) -> str:
+        # Stripe's clients know pending: money reserved, not final. Ours waits for a person.
+        if refund.status == Refund.Status.AWAITING_APPROVAL:
+            return Refund.Status.PENDING
+        return refund.status
+
+    def get_pending_reason(self, refund) -> str | None:
+        return {
+            Refund.Status.AWAITING_APPROVAL: "awaiting_approval",
+            Refund.Status.PENDING: "processing",
+        }.get(refund.status)
 
     def get_created(self, refund) -> int:
         return unix(refund.created_at)

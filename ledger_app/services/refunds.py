@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, transaction
+from django.utils import timezone
 
 from ledger_app import errors, faults
 from ledger_app.db import drop_broken_connection, is_lock_timeout
@@ -21,7 +23,7 @@ from ledger_app.models import (
 )
 from ledger_app.money import format_money, validate_amount
 from ledger_app.selectors import charge_state, charges_for_update, live_endpoints
-from ledger_app.services import events, idempotency, writes
+from ledger_app.services import events, idempotency, limits, writes
 from ledger_app.services.dispatch import send_refund
 from ledger_app.services.dispatch.pool import send_within_budget
 from ledger_app.services.idempotency import Created
@@ -155,10 +157,16 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
     charge, make every check, then write the refund, the balance, the ledger entry and
     the events together (one round trip on PostgreSQL: `writes`)."""
     endpoints = live_endpoints()  # not the charge's: read before its lock is taken
+    requester_limits = limits.limits_of(user=request.created_by, actor_label=request.actor_label)
+    if any(lim.per_day is not None for lim in requester_limits.values()):
+        limits.lock_requester(request.actor_label)  # before the charge: one lock order
     charge = _lock_charge(request.charge_id)
     if request.unchanged_since is not None:
         ensure_unchanged(charge, request.unchanged_since)
     amount = amount_to_refund(charge, request.amount)
+    status, expires_at = _status_within_limits(
+        request, requester_limits.get(charge.currency, limits.NO_LIMITS), amount, charge.currency
+    )
 
     # Last check passed: from here on, only writes.
     refund = Refund(
@@ -166,7 +174,8 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         charge=charge,
         amount=amount,
         currency=charge.currency,
-        status=Refund.Status.PENDING,
+        status=status,
+        approval_expires_at=expires_at,
         reason=request.reason,
         metadata=request.metadata,
         note=request.note,
@@ -202,6 +211,22 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
     writes.execute_together(statements)
     faults.checkpoint("refund.reserve_locked")  # written, not yet committed
     return refund
+
+
+def _status_within_limits(
+    request: RefundRequest, requester_limits: limits.Limits, amount: int, currency: str
+) -> tuple[str, datetime | None]:
+    """pending, or awaiting_approval (and until when) when the refund is over its
+    requester's limit for one refund or for the day. Read under the requester's lock."""
+    if not requester_limits.any:
+        return Refund.Status.PENDING, None
+    now = timezone.now()
+    spent = 0
+    if requester_limits.per_day is not None:
+        spent = limits.spent_today(actor_label=request.actor_label, currency=currency, now=now)
+    if not limits.needs_approval(requester_limits, amount=amount, spent=spent):
+        return Refund.Status.PENDING, None
+    return Refund.Status.AWAITING_APPROVAL, now + timedelta(hours=settings.APPROVAL_EXPIRY_HOURS)
 
 
 def _newest_refunds(charge: Charge, refund: Refund) -> list[Refund]:
@@ -287,8 +312,8 @@ def _after_reserve(refund: Refund) -> Refund:
     pool finishes it; `dispatch/pool.py`). The reservation has committed, so if this is
     interrupted the refund stays pending and the worker or the reconciler sends it
     (asking the provider first if an attempt was recorded) with the same provider key."""
-    if settings.REFUND_DISPATCH != "inline":
-        return refund
+    if settings.REFUND_DISPATCH != "inline" or refund.status != Refund.Status.PENDING:
+        return refund  # the worker's, or waiting for approval (sent once approved)
     faults.checkpoint("refund.reserved")  # committed, not yet sent
     try:
         dispatched = send_within_budget(send_refund, refund.id, refund)

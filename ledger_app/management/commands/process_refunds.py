@@ -17,6 +17,7 @@ from django.core.management.base import CommandError
 
 from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome, PollingWorker
 from ledger_app.models import Refund
+from ledger_app.services.approvals import expire_approvals
 from ledger_app.services.dispatch import process_pending_refunds
 
 
@@ -38,13 +39,19 @@ class Command(PollingWorker, ExitsByOutcome):
             raise CommandError("--batch-size must be at least 1")
         if options["lease_seconds"] is not None and not 0 <= options["lease_seconds"] <= 604_800:
             raise CommandError("--lease-seconds must be 0 to 604800 (a week)", returncode=2)
-        total = self.run_passes(options, process_pending_refunds, on_refund=self._log_refund)
+        total = self.run_passes(options, self._pass, on_refund=self._log_refund)
         self.stdout.write(f"process_refunds: {total.summary()}")
         if total.errors:
             raise CommandError("some refunds were interrupted; they will be retried", returncode=1)
         for status in UNSETTLED:
             if total.statuses.get(status):
                 self.report_unsettled(status, f"{total.statuses[status]} refund(s)")
+
+    def _pass(self, **kwargs):
+        """One pass: refunds whose approval ran out are canceled, then pending ones sent."""
+        for refund_id in expire_approvals():
+            self.stdout.write(f"{refund_id} canceled (not approved in time)")
+        return process_pending_refunds(**kwargs)
 
     def _log_refund(self, refund: Refund) -> None:
         detail = f" ({refund.status_detail})" if refund.status_detail else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger_app.services.approvals import expire_approvals
 from ledger_app.services.dispatch import (
     recheck_succeeded_refunds,
     reconcile_charges,
@@ -35,9 +36,13 @@ class Command(BaseCommand):
         refunds = reconcile_refunds(lease_seconds=lease, on_refund=self._line("refund"))
         charges = reconcile_charges(lease_seconds=lease, on_charge=self._line("charge"))
         rechecked = recheck_succeeded_refunds(on_refund=self._line("refund"))
+        expired = expire_approvals()
+        for refund_id in expired:
+            self.stdout.write(f"refund {refund_id} canceled (not approved in time)")
         self.stdout.write(
             f"reconcile: refunds: {refunds.summary()}; charges: {charges.summary()}; "
-            f"succeeded refunds now failed: {sum(rechecked.statuses.values())}"
+            f"succeeded refunds now failed: {sum(rechecked.statuses.values())}; "
+            f"approvals expired: {len(expired)}"
         )
         if refunds.errors or charges.errors or rechecked.errors:
             raise CommandError("some were interrupted by database errors", returncode=1)

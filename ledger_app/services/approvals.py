@@ -1,0 +1,157 @@
+"""Four eyes: a refund over its requester's limit waits, reserved, for another person.
+
+Enforced here, whatever calls it (admin, tests, a future API):
+- only someone with `ledger_app.approve_refund` decides, and never the requester;
+- only a refund still awaiting approval, and not past its expiry, can be approved;
+- approving makes it `pending` and it goes to the provider through the one guarded send;
+  rejecting (with a note) or expiring cancels it and releases its amount with a
+  `refund_released` ledger entry;
+- each decision is written on the refund (who, when, why) and told as `refund.updated`,
+  in the same transaction, under the same locks as every other move (charge, then refund),
+  so two people deciding at once make one decision and at most one send.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from ledger_app import errors
+from ledger_app.models import EventType, LedgerEntry, Refund
+from ledger_app.selectors import charges_for_update, live_endpoints
+from ledger_app.services import events, writes
+from ledger_app.services.dispatch import send_refund
+from ledger_app.services.dispatch.pool import send_within_budget
+from ledger_app.services.ledger import new_entry
+from ledger_app.services.refunds import actor_label
+from ledger_app.services.validation import validate_text
+
+APPROVE_PERMISSION = "ledger_app.approve_refund"
+EXPIRY_ACTOR = "system:expiry"
+DECIDED_FIELDS = ["status", "decided_by", "decided_at", "decision_note", "updated_at"]
+
+
+def approve_refund(*, refund_id: str, approver, note: str = "") -> Refund:
+    """Approve a refund awaiting approval; it is then sent (inline mode, within the wait
+    budget) like any new refund, and the settlement's ledger entry names the approver."""
+    note = validate_text(note, errors.InvalidNote)
+    refund = _decide(refund_id, approver, note, approve=True)
+    if settings.REFUND_DISPATCH != "inline":
+        return refund
+    label = actor_label(approver)
+    return send_within_budget(lambda pk: send_refund(pk, actor=label), refund.pk, refund)
+
+
+def reject_refund(*, refund_id: str, approver, note: str) -> Refund:
+    """Reject a refund awaiting approval: canceled, its amount released. A note is required."""
+    note = validate_text(note, errors.InvalidNote)
+    if not note.strip():
+        raise errors.NoteRequired("Say why the refund is rejected.")
+    return _decide(refund_id, approver, note, approve=False)
+
+
+def expire_approvals(now: datetime | None = None) -> list[str]:
+    """Cancel every refund whose approval time ran out, releasing its amount. Returns
+    their ids. Safe to run from any number of processes at once."""
+    now = now or timezone.now()
+    expired = []
+    due = Refund.objects.filter(
+        status=Refund.Status.AWAITING_APPROVAL, approval_expires_at__lte=now
+    ).values_list("pk", flat=True)
+    for refund_id in list(due[:1000]):
+        endpoints = live_endpoints()  # read before the locks, as every move does
+        with transaction.atomic(durable=True):
+            refund = _lock(refund_id)
+            if refund.status != Refund.Status.AWAITING_APPROVAL:
+                continue
+            _cancel(refund, EXPIRY_ACTOR, "not approved in time", now, endpoints)
+            expired.append(refund_id)
+    return expired
+
+
+def _decide(refund_id: str, approver, note: str, *, approve: bool) -> Refund:
+    if not approver.has_perm(APPROVE_PERMISSION):
+        raise errors.ApprovalNotPermitted()
+    decider = actor_label(approver)
+    now = timezone.now()
+    endpoints = live_endpoints()  # read before the locks, as every move does
+    with transaction.atomic(durable=True):
+        refund = _lock(refund_id)
+        if refund.status != Refund.Status.AWAITING_APPROVAL:
+            by = f" by {refund.decided_by}" if refund.decided_by else ""
+            raise errors.RefundNotAwaitingApproval(
+                f"Refund {refund.pk} is {refund.status}{by}: it is not awaiting approval."
+            )
+        if refund.created_by_id == approver.pk or refund.actor == decider:
+            raise errors.ApprovalByRequester()
+        expired = refund.approval_expires_at is not None and refund.approval_expires_at <= now
+        if expired:  # too late: canceled now rather than left for the expiry run
+            _cancel(refund, EXPIRY_ACTOR, "not approved in time", now, endpoints)
+        elif approve:
+            _approve(refund, decider, note, now, endpoints)
+        else:
+            _cancel(refund, decider, note, now, endpoints)
+    if expired:
+        raise errors.ApprovalExpired(
+            f"Refund {refund.pk} was not approved before "
+            f"{refund.approval_expires_at:%Y-%m-%d %H:%M} UTC: it is canceled and its "
+            "amount released."
+        )
+    return refund
+
+
+def _lock(refund_id: str) -> Refund:
+    """The charge, then the refund: the lock order of every move."""
+    charge_id = Refund.objects.filter(pk=refund_id).values_list("charge_id", flat=True).first()
+    if charge_id is None:
+        raise errors.ResourceMissing(f"No such refund: '{refund_id}'.")
+    charge = charges_for_update().get(pk=charge_id)
+    refund = Refund.objects.select_for_update().get(pk=refund_id)
+    refund.charge = charge
+    return refund
+
+
+def _record(refund: Refund, decider: str, note: str, now: datetime) -> dict:
+    previous = {"status": refund.status}
+    refund.decided_by, refund.decided_at, refund.decision_note = decider, now, note
+    return previous
+
+
+def _approve(refund: Refund, decider: str, note: str, now: datetime, endpoints) -> None:
+    previous = _record(refund, decider, note, now)
+    refund.status = Refund.Status.PENDING
+    statements = [writes.update(refund, DECIDED_FIELDS)]
+    statements += events.event_writes(
+        [(EventType.REFUND_UPDATED, refund, previous)], endpoints=endpoints
+    )
+    writes.execute_together(statements)
+
+
+def _cancel(refund: Refund, decider: str, note: str, now: datetime, endpoints) -> None:
+    """Canceled, and the amount back on the charge with a `refund_released` entry."""
+    previous = _record(refund, decider, note, now)
+    refund.status = Refund.Status.CANCELED
+    charge = refund.charge
+    charge.amount_refunded -= refund.amount
+    entry = new_entry(
+        charge=charge,
+        refund=refund,
+        kind=LedgerEntry.Kind.REFUND_RELEASED,
+        amount=refund.amount,
+        actor=decider,
+        memo=f"{'expired' if decider == EXPIRY_ACTOR else 'rejected'}: {note}",
+    )
+    statements = [
+        writes.update(
+            refund, ["status", "decided_by", "decided_at", "decision_note", "updated_at"]
+        ),
+        writes.update(charge, ["amount_refunded", "updated_at"]),
+        writes.insert([entry]),
+    ]
+    statements += events.event_writes(
+        [(EventType.REFUND_UPDATED, refund, previous)], endpoints=endpoints
+    )
+    writes.execute_together(statements)

@@ -1,0 +1,105 @@
+"""Refund limits: how much a requester may refund without another person's approval.
+
+A requester is a staff user (their own RefundLimit rows win over their groups'; among
+groups the highest limit counts) or an API key. Commands run by an operator on the
+server are not limited (`bulk_refund --requested-by USER` refunds as that user, with
+their limits). With no row for the requester and currency, nothing is limited.
+
+The daily total is what the requester's refunds in that currency since midnight UTC
+took from charges and kept (pending, unknown or succeeded; not those waiting for
+approval, declined or canceled). `create_refund` checks it under a lock held per
+requester, so two requests at once cannot both fit under what is left of the day.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, time
+from zlib import crc32
+
+from django.db import connection
+from django.db.models import Q, Sum
+
+from ledger_app.models import MovementStatus, Refund, RefundLimit
+
+# Refunds that count against the day: what went through without waiting for anyone.
+SPENT_STATUSES = (MovementStatus.PENDING, MovementStatus.UNKNOWN, MovementStatus.SUCCEEDED)
+# A PostgreSQL advisory lock space of this app's own (the first key of the pair).
+LOCK_SPACE = 0x7265
+
+
+@dataclass(frozen=True)
+class Limits:
+    per_refund: int | None = None
+    per_day: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.per_refund is not None or self.per_day is not None
+
+
+NO_LIMITS = Limits()
+
+
+def limits_of(*, user=None, actor_label: str = "") -> dict[str, Limits]:
+    """The requester's limits per currency, in one query: a user's own row for a currency,
+    else their groups' highest; an API key's (`api_key:<prefix>` label); otherwise none."""
+    if user is not None:
+        rows = RefundLimit.objects.filter(Q(user=user) | Q(group__user=user))
+    elif actor_label.startswith("api_key:"):
+        rows = RefundLimit.objects.filter(api_key__prefix=actor_label.removeprefix("api_key:"))
+    else:
+        return {}
+    own: dict[str, Limits] = {}
+    by_group: dict[str, list[RefundLimit]] = {}
+    for row in rows:
+        if row.group_id is None:
+            own[row.currency] = Limits(row.per_refund, row.per_day)
+        else:
+            by_group.setdefault(row.currency, []).append(row)
+    return {**{c: _highest(group_rows) for c, group_rows in by_group.items()}, **own}
+
+
+def limits_for(*, user=None, actor_label: str = "", currency: str) -> Limits:
+    """The requester's limits in one currency (NO_LIMITS when none are set)."""
+    return limits_of(user=user, actor_label=actor_label).get(currency, NO_LIMITS)
+
+
+def _highest(rows: list[RefundLimit]) -> Limits:
+    """Several groups: each kind of limit is the highest any of them grants; a group that
+    leaves a kind blank grants it without limit."""
+
+    def most(values: list[int | None]) -> int | None:
+        return None if any(v is None for v in values) else max(values)  # type: ignore[type-var]
+
+    return Limits(most([r.per_refund for r in rows]), most([r.per_day for r in rows]))
+
+
+def spent_today(*, actor_label: str, currency: str, now: datetime) -> int:
+    """What this requester's refunds in `currency` took since midnight UTC and kept."""
+    midnight = datetime.combine(now.astimezone(UTC).date(), time(), tzinfo=UTC)
+    total = Refund.objects.filter(
+        Q(actor=actor_label, currency=currency, created_at__gte=midnight)
+        & Q(status__in=SPENT_STATUSES)
+    ).aggregate(total=Sum("amount"))["total"]
+    return total or 0
+
+
+def lock_requester(actor_label: str) -> None:
+    """Serialise one requester's refunds for the rest of the transaction, so their daily
+    total is read and added to by one request at a time. (SQLite's IMMEDIATE transactions
+    already serialise every write.)"""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, %s)",
+                [LOCK_SPACE, crc32(actor_label.encode()) - 2**31],
+            )
+
+
+def needs_approval(limits: Limits, *, amount: int, spent: int) -> bool:
+    """Over the per-refund limit, or over what is left of the day: exactly at either is
+    allowed."""
+    if limits.per_refund is not None and amount > limits.per_refund:
+        return True
+    return limits.per_day is not None and spent + amount > limits.per_day
