@@ -36,12 +36,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from django.db import connections
+from django.utils import timezone
 
 from ledger_app.errors import IdempotencyKeyReused, LedgerError
 from ledger_app.models import Refund
+from ledger_app.services import limits
 from ledger_app.services.dispatch.pool import in_flight
 from ledger_app.services.idempotency import BULK_ROW_KEYS
-from ledger_app.services.refunds import create_refund, preview_refund
+from ledger_app.services.refunds import actor_label, create_refund, preview_refund
 from ledger_app.services.text import has_control_characters
 
 COLUMNS = {"charge", "amount", "reason", "note", "idempotency_key"}
@@ -70,10 +72,13 @@ class RowOutcome(StrEnum):
     PENDING = "pending"  # written, not sent yet: process_refunds sends it (worker mode)
     UNKNOWN = "unknown"  # sent, no answer: the amount stays reserved until reconcile
     FAILED = "failed"  # the provider declined; nothing was refunded
+    # over the requester's limit (--requested-by): reserved, waiting for a lead's approval
+    AWAITING_APPROVAL = "awaiting_approval"
     REPLAYED = "replayed"  # the row's key had already made its refund; nothing written
     REFUSED = "refused"  # create_refund (or its checks, in a dry run) refused the row
     # A dry run
     WOULD_REFUND = "would_refund"
+    WOULD_AWAIT_APPROVAL = "would_await_approval"
     WOULD_REPLAY = "would_replay"
 
 
@@ -82,9 +87,17 @@ OUTCOME_BY_STATUS = {
     Refund.Status.PENDING: RowOutcome.PENDING,
     Refund.Status.UNKNOWN: RowOutcome.UNKNOWN,
     Refund.Status.FAILED: RowOutcome.FAILED,
+    Refund.Status.AWAITING_APPROVAL: RowOutcome.AWAITING_APPROVAL,
 }
 # Rows whose amount is (or, in a dry run, would be) taken from the charge.
-RESERVING = {RowOutcome.REFUNDED, RowOutcome.PENDING, RowOutcome.UNKNOWN, RowOutcome.WOULD_REFUND}
+RESERVING = {
+    RowOutcome.REFUNDED,
+    RowOutcome.PENDING,
+    RowOutcome.UNKNOWN,
+    RowOutcome.AWAITING_APPROVAL,
+    RowOutcome.WOULD_REFUND,
+    RowOutcome.WOULD_AWAIT_APPROVAL,
+}
 
 
 @dataclass(frozen=True)
@@ -292,6 +305,7 @@ class DryRun:
     def __init__(self) -> None:
         self.reserved: dict[str, int] = defaultdict(int)  # what earlier rows would take
         self.keys_seen: dict[str, tuple] = {}  # what each key was first used for
+        self.spent: dict[str, int] = defaultdict(int)  # what earlier rows add to today's total
 
     def check_row(self, row: BulkRow, key: str, request: dict[str, Any]) -> RowResult:
         """The row's would_* result; raises the LedgerError the real run would refuse with."""
@@ -302,16 +316,33 @@ class DryRun:
             return RowResult(row, key, RowOutcome.WOULD_REPLAY)
         self.keys_seen[key] = sent
         preview = preview_refund(**request, also_reserved=self.reserved[row.charge])
+        outcome = RowOutcome.WOULD_REPLAY
         if preview.replay_of is None:
             self.reserved[row.charge] += preview.amount
+            outcome = self.within_limits(request["actor"], preview.amount, preview.charge.currency)
         return RowResult(
             row,
             key,
-            RowOutcome.WOULD_REPLAY if preview.replay_of else RowOutcome.WOULD_REFUND,
+            outcome,
             refund_id=preview.replay_of.id if preview.replay_of else "",
             amount=preview.amount,
             currency=preview.charge.currency,
         )
+
+    def within_limits(self, actor, amount: int, currency: str) -> RowOutcome:
+        """would_refund, or would_await_approval over the requester's limits (counting what
+        the run's earlier rows would add to today's total)."""
+        user = None if isinstance(actor, str) else actor
+        label = actor_label(actor)
+        found = limits.limits_for(user=user, actor_label=label, currency=currency)
+        if not found.any:
+            return RowOutcome.WOULD_REFUND
+        now = timezone.now()
+        spent = limits.spent_today(actor_label=label, currency=currency, now=now)
+        if limits.needs_approval(found, amount=amount, spent=spent + self.spent[currency]):
+            return RowOutcome.WOULD_AWAIT_APPROVAL
+        self.spent[currency] += amount
+        return RowOutcome.WOULD_REFUND
 
 
 def job_for(charge: str, jobs: int) -> int:

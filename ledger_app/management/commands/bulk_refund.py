@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
@@ -60,6 +61,15 @@ class Command(BaseCommand):
         )
         parser.add_argument("--report", type=Path, help="Write one line per row to this CSV.")
         parser.add_argument(
+            "--requested-by",
+            metavar="USERNAME",
+            help=(
+                "Refund as this staff user: their refund limits apply, and rows over them "
+                "wait, reserved, for another person's approval (outcome awaiting_approval). "
+                "Without it the rows are the operator's (cli:<login>), which no limit holds."
+            ),
+        )
+        parser.add_argument(
             "--jobs",
             type=job_count,
             default=1,
@@ -93,10 +103,12 @@ class Command(BaseCommand):
         dry_run: bool,
         report: Path | None,
         jobs: int,
+        requested_by: str | None = None,
         **options,
     ):
         if not file.is_file():
             raise CommandError(f"unusable file: {file} does not exist", returncode=2)
+        self.actor = cli_actor() if requested_by is None else requester(requested_by)
         jobs = self.usable_jobs(jobs, dry_run=dry_run)
         if jobs == 1:
             summary = self.run_batch(file, batch_id=batch_id, dry_run=dry_run, report=report)
@@ -170,7 +182,7 @@ class Command(BaseCommand):
             return run_bulk_refund(
                 file,
                 batch_id=batch_id,
-                actor=cli_actor(),
+                actor=self.actor,
                 dry_run=dry_run,
                 jobs=jobs,
                 should_stop=should_stop,
@@ -229,6 +241,17 @@ def report_line(result: RowResult) -> list:
         result.code,
         result.message,
     ]
+
+
+def requester(username: str):
+    """The active staff user `--requested-by` names, or exit 2."""
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None or not user.is_active or not user.is_staff:
+        raise CommandError(
+            f"--requested-by: no active staff user {username!r}; nothing was written",
+            returncode=2,
+        )
+    return user
 
 
 def summary_line(summary: BulkSummary, *, dry_run: bool = False, prefix: str = "") -> str:
