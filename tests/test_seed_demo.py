@@ -21,11 +21,20 @@ def test_seed_demo_loads_once_and_prints_the_password_once(capsys):
     succeeded = sum(row[3] == "succeeded" for row in DEMO_CHARGES)
     listed = sum(len(row[5]) for row in DEMO_CHARGES)
     # One entry per succeeded charge; reserved + settled for each listed refund but the
-    # timed-out one (unknown: reserved only); the queued one (pending) is reserved only.
-    assert counts == (len(DEMO_CHARGES), listed + 1, succeeded + 2 * listed - 1 + 1)
+    # timed-out one (unknown: reserved only); the queued one (pending) and the one over
+    # Ana's limit (awaiting approval) are reserved only.
+    assert counts == (len(DEMO_CHARGES), listed + 2, succeeded + 2 * listed - 1 + 2)
     statuses = list(Refund.objects.values_list("status", flat=True))
-    assert sorted(set(statuses)) == ["failed", "pending", "succeeded", "unknown"]
+    assert sorted(set(statuses)) == [
+        "awaiting_approval",
+        "failed",
+        "pending",
+        "succeeded",
+        "unknown",
+    ]
     assert [statuses.count(s) for s in ("failed", "pending", "unknown")] == [1, 1, 1]
+    waiting = Refund.objects.get(status="awaiting_approval")
+    assert waiting.created_by.username == "ana" and waiting.amount == 45_000
     assert (Charge.objects.count(), Refund.objects.count(), LedgerEntry.objects.count()) == counts
     assert "Admin login: admin / " in first
     assert "Admin login: admin (" in second and "admin / " not in second

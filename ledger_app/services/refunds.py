@@ -86,6 +86,9 @@ def create_refund(
       A key already bound still replays first. It is not part of the fingerprint.
     - Every check comes before the first write, and all writes share one transaction:
       a refused request leaves no refund, no ledger entry and no bound key.
+    - Limits (services/limits.py): over the requester's limit for one refund or for the
+      day, the refund is created `awaiting_approval` instead of `pending`: reserved the
+      same way, never sent until another person approves it (services/approvals.py).
     The refund is created `pending`, counted in amount_refunded at once, and carries a
     provider idempotency key minted here that never changes. With REFUND_DISPATCH=inline
     (the default) it is then sent to the provider once, after the commit and with no lock

@@ -7,12 +7,13 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
 from django.test.utils import override_settings
 from django.utils import timezone
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from ledger_app.models import ApiKey, Charge, Refund
+from ledger_app.models import ApiKey, Charge, Refund, RefundLimit
 from ledger_app.money import format_money
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.charges import record_charge
@@ -85,7 +86,13 @@ DEMO_CHARGES = [
         [],
         {"simulate_refund": "succeed_then_fail"},
     ),
+    ("ch_demoUsdNeedsLead00000017", 90000, "usd", "succeeded", "Laptop (big refund)", [], {}),
 ]
+# Support agents may refund up to $100 at a time and $300 a day (USD) in the demo; above
+# that a lead approves. Ana, an agent, asked for one such refund: it waits in the queue.
+AGENT_LIMITS = {"currency": "usd", "per_refund": 10_000, "per_day": 30_000}
+WAITING_CHARGE = "ch_demoUsdNeedsLead00000017"
+DEMO_AGENT = "ana"
 
 
 class Command(BaseCommand):
@@ -117,6 +124,7 @@ class Command(BaseCommand):
                     source=Refund.Source.CLI,
                 )
         self._stale_pending_refund()
+        self._refund_awaiting_approval()
         self.stdout.write(f"Demo data: {created} charges created, {len(DEMO_CHARGES)} in all.")
         for charge in Charge.objects.filter(pk__in=[row[0] for row in DEMO_CHARGES]):
             self.stdout.write(
@@ -127,6 +135,28 @@ class Command(BaseCommand):
         self._ensure_admin()
         self._ensure_api_key()
         self._second_factor_notice()
+
+    def _refund_awaiting_approval(self) -> None:
+        """The agents' demo limits, and one refund over them that a lead (the admin) can
+        approve or reject under "Refunds awaiting approval"."""
+        agents = Group.objects.get(name="Support agents")
+        RefundLimit.objects.get_or_create(group=agents, currency="usd", defaults=AGENT_LIMITS)
+        ana, made = get_user_model().objects.get_or_create(
+            username=DEMO_AGENT, defaults={"is_staff": True}
+        )
+        if made:
+            ana.set_unusable_password()  # a requester for the demo; she does not sign in
+            ana.save()
+            ana.groups.add(agents)
+        create_refund(
+            charge_id=WAITING_CHARGE,
+            amount=45_000,
+            idempotency_key=f"{DEMO_KEYS}:{WAITING_CHARGE}:1",
+            reason=Refund.Reason.REQUESTED_BY_CUSTOMER,
+            note="Customer returned the laptop unopened.",
+            actor=ana,
+            source=Refund.Source.ADMIN,
+        )
 
     def _stale_pending_refund(self) -> None:
         """A refund queued for the worker an hour ago that no worker sent: the third kind
