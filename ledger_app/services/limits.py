@@ -6,8 +6,8 @@ server are not limited (`bulk_refund --requested-by USER` refunds as that user, 
 their limits). With no row for the requester and currency, nothing is limited.
 
 The daily total is what the requester's refunds in that currency since midnight UTC
-took from charges and kept (pending, unknown or succeeded; not those waiting for
-approval, declined or canceled). `create_refund` checks it under a lock held per
+took from charges on their own authority and kept (pending, unknown or succeeded; not
+those waiting for approval, approved by someone else, declined or canceled). `create_refund` checks it under a lock held per
 requester, so two requests at once cannot both fit under what is left of the day.
 """
 
