@@ -76,11 +76,12 @@ def _highest(rows: list[RefundLimit]) -> Limits:
 
 
 def spent_today(*, actor_label: str, currency: str, now: datetime) -> int:
-    """What this requester's refunds in `currency` took since midnight UTC and kept."""
+    """What this requester's refunds in `currency` took since midnight UTC on their own
+    authority and kept (an approved one was another person's decision)."""
     midnight = datetime.combine(now.astimezone(UTC).date(), time(), tzinfo=UTC)
     total = Refund.objects.filter(
         Q(actor=actor_label, currency=currency, created_at__gte=midnight)
-        & Q(status__in=SPENT_STATUSES)
+        & Q(status__in=SPENT_STATUSES, decided_at__isnull=True)
     ).aggregate(total=Sum("amount"))["total"]
     return total or 0
 
