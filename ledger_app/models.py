@@ -48,7 +48,7 @@ class ProviderMovement(models.Model):
     Status = MovementStatus
     # Not final: the guarded send may still take these to the provider.
     OPEN_STATUSES = (Status.PENDING, Status.UNKNOWN)
-    FINAL_STATUSES = (Status.SUCCEEDED, Status.FAILED)
+    FINAL_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.CANCELED)
     provider_id_field: str  # the field that holds the provider's own id for it
 
     amount = models.BigIntegerField(help_text="Minor units (cents; yen are already minor units).")

@@ -4,6 +4,7 @@ Every refund made here goes through ledger_app.services.refunds.create_refund.
 """
 
 from ledger_app.admin import (  # noqa: F401 - registers the admins
+    approvals,
     charges,
     refunds,
     sign_in,

@@ -4,6 +4,7 @@ the pages admin actions draw."""
 from __future__ import annotations
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
 from django.http import Http404, HttpResponseBadRequest
@@ -68,6 +69,13 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         if has_unstorable_characters(object_id):
             raise Http404("No such object.")
         return super().get_object(request, object_id, from_field)
+
+    def history_view(self, request, object_id, extra_context=None):
+        # Django looks the object up first and redirects when there is none: someone who
+        # may not look at these objects would learn which ids exist. Refuse them first.
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        return super().history_view(request, object_id, extra_context)
 
     def changelist_view(self, request, extra_context=None):
         # A NUL in a filter or lookup value is nothing any row could match, and PostgreSQL

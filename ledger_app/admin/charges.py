@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 from decimal import Decimal
 from functools import cache
 
@@ -21,6 +22,7 @@ from django.shortcuts import redirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.http import urlencode
 
 from ledger_app.admin.base import AmountColumn, ReadOnlyAdmin
@@ -39,7 +41,8 @@ from ledger_app.money import MAJOR_AMOUNT, format_money
 from ledger_app.replica import ListsFromReplica
 from ledger_app.selectors import charge_state, charge_states, idempotency_record
 from ledger_app.services.idempotency import ADMIN_BULK_KEYS, ADMIN_FORM_KEYS, Created
-from ledger_app.services.refunds import create_refund
+from ledger_app.services.limits import limits_for, spent_today
+from ledger_app.services.refunds import actor_label, create_refund
 from ledger_app.services.text import has_unstorable_characters
 
 log = logging.getLogger("ledger_app.admin")
@@ -357,6 +360,7 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     def _refund_form_page(self, request, charge: Charge, form: RefundForm, notice: str = ""):
         context = {
             **self._refund_page_context(request, charge),
+            "limits": limits_shown(request.user, charge.currency),
             "form": form,
             "notice": notice,
             "media": self.media + form.media,
@@ -395,6 +399,15 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
             )
             return "replayed"
         note = f": {refund.note}" if refund.note else ""
+        if refund.status == Refund.Status.AWAITING_APPROVAL:
+            self.log_change(
+                request,
+                charge,
+                f"Asked for a refund of {amount} as {refund.id} ({refund.reason or 'other'}), "
+                f"awaiting approval (over the limit){note}",
+            )
+            self.message_user(request, awaiting_approval_words(refund, amount), messages.WARNING)
+            return "awaiting_approval"
         self.log_change(
             request, charge, f"Refunded {amount} as {refund.id} ({refund.reason or 'other'}){note}"
         )
@@ -509,7 +522,17 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
         line = f"{charge.pk} {amount_text} ({refund.id})"
         if result.replayed:
             return BulkOutcome.REPLAYED, line
-        self.log_change(request, charge, f"Refunded {amount_text} as {refund.id} in a bulk refund.")
+        if refund.status == Refund.Status.AWAITING_APPROVAL:
+            self.log_change(
+                request,
+                charge,
+                f"Asked for a refund of {amount_text} as {refund.id} in a bulk refund, "
+                "awaiting approval (over the limit).",
+            )
+        else:
+            self.log_change(
+                request, charge, f"Refunded {amount_text} as {refund.id} in a bulk refund."
+            )
         return BulkOutcome(refund.status), line
 
 
@@ -519,11 +542,18 @@ class BulkOutcome(models.TextChoices):
 
     SUCCEEDED = Refund.Status.SUCCEEDED, "Refunded"
     PENDING = Refund.Status.PENDING, "Refunded, waiting for the provider"
+    AWAITING_APPROVAL = (
+        Refund.Status.AWAITING_APPROVAL,
+        "Waiting for approval (over your limit): amounts reserved",
+    )
     UNKNOWN = (
         Refund.Status.UNKNOWN,
         "Refunded, provider outcome unknown (the reconciler will ask)",
     )
     FAILED = Refund.Status.FAILED, "Declined by the provider"
+    # A new refund is never canceled (only a decision or expiry cancels one, later); here so
+    # that whatever status a refund comes back with is told.
+    CANCELED = Refund.Status.CANCELED, "Canceled (nothing sent, amount released)"
     REPLAYED = "replayed", "Already refunded by this confirmation (replayed)"
     CHANGED = (
         "changed",
@@ -543,14 +573,51 @@ class BulkOutcome(models.TextChoices):
 BULK_OUTCOMES = [
     (BulkOutcome.SUCCEEDED, messages.SUCCESS),
     (BulkOutcome.PENDING, messages.INFO),
+    (BulkOutcome.AWAITING_APPROVAL, messages.WARNING),
     (BulkOutcome.UNKNOWN, messages.WARNING),
     (BulkOutcome.FAILED, messages.ERROR),
+    (BulkOutcome.CANCELED, messages.WARNING),
     (BulkOutcome.REPLAYED, messages.WARNING),
     (BulkOutcome.CHANGED, messages.ERROR),
     (BulkOutcome.SKIPPED, messages.WARNING),
     (BulkOutcome.REFUSED, messages.ERROR),
     (BulkOutcome.INTERRUPTED, messages.ERROR),
 ]
+
+
+def awaiting_approval_words(refund: Refund, amount: str) -> str:
+    expires = (
+        f" by {refund.approval_expires_at:%Y-%m-%d %H:%M} UTC" if refund.approval_expires_at else ""
+    )
+    return (
+        f"Refund {refund.id} of {amount} is over your limit and is awaiting approval: the "
+        "amount is reserved on the charge and nothing is sent until a support lead approves "
+        f"it. If it is rejected, or not approved{expires}, the amount is released."
+    )
+
+
+@dataclass(frozen=True)
+class LimitsShown:
+    """A requester's limits in one currency and what they refunded today, formatted."""
+
+    currency: str
+    per_refund: str | None
+    per_day: str | None
+    spent_today: str
+
+
+def limits_shown(user, currency: str) -> LimitsShown | None:
+    """What the refund form tells its requester before they submit; None without limits."""
+    mine = limits_for(user=user, actor_label=actor_label(user), currency=currency)
+    if not mine.any:
+        return None
+    spent = spent_today(actor_label=actor_label(user), currency=currency, now=timezone.now())
+    return LimitsShown(
+        currency=currency.upper(),
+        per_refund=None if mine.per_refund is None else format_money(mine.per_refund, currency),
+        per_day=None if mine.per_day is None else format_money(mine.per_day, currency),
+        spent_today=format_money(spent, currency),
+    )
 
 
 def is_refundable(charge: Charge) -> bool:

@@ -13,6 +13,7 @@ from ledger_app.models import ApiKey, IdempotencyRecord, LedgerEntry, Refund, Re
 from ledger_app.money import format_money
 from ledger_app.replica import ListsFromReplica
 from ledger_app.selectors import needing_attention
+from ledger_app.services.approvals import APPROVE_PERMISSION
 from ledger_app.services.attention import mark_refund_handled
 from ledger_app.services.dispatch import send_refund
 from ledger_app.services.refunds import actor_label
@@ -96,10 +97,29 @@ class RefundAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
         "handled_at",
         "handled_by",
         "handled_note",
+        "approval_expires_at",
+        "decided_at",
+        "decided_by",
+        "decision_note",
         "created_at",
         "updated_at",
     ]
     fields = readonly_fields
+    change_form_template = "admin/ledger_app/refund/change_form.html"
+
+    def has_approve_permission(self, request, obj=None) -> bool:
+        return request.user.has_perm(APPROVE_PERMISSION)
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        """A refund awaiting approval offers "Approve…" and "Reject…" (the queue's actions,
+        for this one refund) to those who may decide it: not to the person who asked."""
+        context["decision_offered"] = (
+            obj is not None
+            and obj.status == Refund.Status.AWAITING_APPROVAL
+            and self.has_approve_permission(request)
+            and not requested_by(obj, request.user)
+        )
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def get_search_results(self, request, queryset, search_term):
         return exact_id_search(queryset, search_term, "pk", "charge_id", "provider_idempotency_key")
@@ -226,6 +246,11 @@ class RefundAttentionAdmin(RefundAdmin):
                 f"asking the provider): {', '.join(not_done)}",
                 messages.WARNING,
             )
+
+
+def requested_by(refund: Refund, user) -> bool:
+    """Whether `user` asked for this refund (and so may not decide it)."""
+    return refund.created_by_id == user.pk or refund.actor == actor_label(user)
 
 
 def selected_refunds(queryset) -> list[Refund]:

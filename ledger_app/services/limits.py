@@ -7,8 +7,9 @@ their limits). With no row for the requester and currency, nothing is limited.
 
 The daily total is what the requester's refunds in that currency since midnight UTC
 took from charges on their own authority and kept (pending, unknown or succeeded; not
-those waiting for approval, approved by someone else, declined or canceled). `create_refund` checks it under a lock held per
-requester, so two requests at once cannot both fit under what is left of the day.
+those waiting for approval, approved by someone else, declined or canceled).
+`create_refund` checks it under a lock held per requester, so two requests at once cannot
+both fit under what is left of the day.
 """
 
 from __future__ import annotations

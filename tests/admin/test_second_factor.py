@@ -121,15 +121,25 @@ class TestWithoutAFreshCode:
 def test_every_action_that_needs_the_refund_permission_is_gated_or_named_harmless():
     """A new money-moving action cannot be added without the gate: each admin action that
     needs the refund permission is in its admin's money_actions, or named here as one that
-    never reaches the provider."""
+    never reaches the provider; each that needs the approve permission (approving sends a
+    refund, rejecting releases its reservation) is in money_actions, no exceptions."""
+    approving = []
     for model_admin in admin.site._registry.values():
         for name in getattr(model_admin, "actions", None) or []:
             action = getattr(model_admin, name, None)
-            if "refund" in getattr(action, "allowed_permissions", ()):
+            needs = getattr(action, "allowed_permissions", ())
+            if "refund" in needs:
                 assert name in model_admin.money_actions or name in NOT_MONEY, (
                     f"{type(model_admin).__name__}.{name} needs the refund permission but "
                     "is neither in money_actions nor known to move no money"
                 )
+            if "approve" in needs:
+                approving.append(name)
+                assert name in model_admin.money_actions, (
+                    f"{type(model_admin).__name__}.{name} needs the approve permission but "
+                    "is not in money_actions"
+                )
+    assert {"approve_refunds", "reject_refunds"} <= set(approving)
 
 
 class TestWithACode:

@@ -1,0 +1,48 @@
+"""The queues a person works through, counted for the admin's index page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.urls import reverse
+
+from ledger_app.models import Refund
+from ledger_app.selectors import needing_attention
+
+COUNT_CAP = 1_000  # counted up to this, then "1000+": the index never scans a large queue
+
+
+@dataclass(frozen=True)
+class Queue:
+    title: str
+    count: str
+    url: str
+    empty: bool
+
+
+def queues_of(request) -> list[Queue]:
+    """The refund queues this person may look at, each with how many it holds (by status,
+    which is indexed)."""
+    user = request.user
+    wanted = [
+        (
+            "ledger_app.view_refundapproval",
+            "Refunds awaiting approval",
+            Refund.objects.filter(status=Refund.Status.AWAITING_APPROVAL),
+            "admin:ledger_app_refundapproval_changelist",
+        ),
+        (
+            "ledger_app.view_refundattention",
+            "Refunds needing attention",
+            Refund.objects.filter(needing_attention()),
+            "admin:ledger_app_refundattention_changelist",
+        ),
+    ]
+    queues = []
+    for permission, title, rows, url_name in wanted:
+        if not user.has_perm(permission):
+            continue
+        count = rows.order_by()[: COUNT_CAP + 1].count()
+        shown = f"{COUNT_CAP}+" if count > COUNT_CAP else str(count)
+        queues.append(Queue(title, shown, reverse(url_name), count == 0))
+    return queues
