@@ -13,13 +13,15 @@ Enforced here, whatever calls it (admin, tests, a future API):
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from ledger_app import errors
+from ledger_app.db import drop_broken_connection
 from ledger_app.models import EventType, LedgerEntry, Refund
 from ledger_app.selectors import charges_for_update, live_endpoints
 from ledger_app.services import events, writes
@@ -28,6 +30,8 @@ from ledger_app.services.dispatch.pool import send_within_budget
 from ledger_app.services.ledger import new_entry
 from ledger_app.services.refunds import actor_label
 from ledger_app.services.validation import validate_text
+
+log = logging.getLogger("ledger_app.approvals")
 
 APPROVE_PERMISSION = "ledger_app.approve_refund"
 EXPIRY_ACTOR = "system:expiry"
@@ -42,7 +46,13 @@ def approve_refund(*, refund_id: str, approver, note: str = "") -> Refund:
     if settings.REFUND_DISPATCH != "inline":
         return refund
     label = actor_label(approver)
-    return send_within_budget(lambda pk: send_refund(pk, actor=label), refund.pk, refund)
+    try:
+        return send_within_budget(lambda pk: send_refund(pk, actor=label), refund.pk, refund)
+    except DatabaseError:
+        # The approval has committed: the refund is pending and the worker sends it.
+        log.exception("refund %s approved; dispatch interrupted, it will be retried", refund.pk)
+        drop_broken_connection()
+        return refund
 
 
 def reject_refund(*, refund_id: str, approver, note: str) -> Refund:
@@ -115,13 +125,17 @@ def _lock(refund_id: str) -> Refund:
 
 
 def _record(refund: Refund, decider: str, note: str, now: datetime) -> dict:
-    previous = {"status": refund.status}
+    """Writes the decision on the refund; returns what `refund.updated` says changed, in
+    the API's terms: a waiting refund shows as pending with pending_reason
+    awaiting_approval, so approving changes its pending_reason (to processing) and
+    canceling its status too."""
     refund.decided_by, refund.decided_at, refund.decision_note = decider, now, note
-    return previous
+    return {"status": Refund.Status.PENDING, "pending_reason": "awaiting_approval"}
 
 
 def _approve(refund: Refund, decider: str, note: str, now: datetime, endpoints) -> None:
     previous = _record(refund, decider, note, now)
+    del previous["status"]  # pending before and after, to API clients
     refund.status = Refund.Status.PENDING
     statements = [writes.update(refund, DECIDED_FIELDS)]
     statements += events.event_writes(

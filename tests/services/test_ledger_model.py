@@ -1,7 +1,8 @@
 """A model of the ledger in plain Python beside the real services: after every step of a
 random sequence of charges, refunds, retries, bad requests, provider misbehaviour,
-crashed workers and reconciles, the database says what the model says and every
-invariant holds.
+crashed workers and reconciles, refunds over their requester's limit and the approvals,
+rejections and expiries that decide them, the database says what the model says and
+every invariant holds.
 
 Crashes are in-process: a checkpoint (ledger_app.faults) raises `Crash`, which nothing in
 the application catches, so the transaction open at that point rolls back and whatever
@@ -12,9 +13,14 @@ processes at the same points.)
 from __future__ import annotations
 
 import contextlib
+from datetime import UTC, datetime, time, timedelta
+from functools import partial
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.db import connection
+from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -23,12 +29,14 @@ from hypothesis.stateful import (
     consumes,
     initialize,
     invariant,
+    precondition,
     rule,
     run_state_machine_as_test,
 )
 
 from ledger_app import errors, faults
-from ledger_app.models import Charge, IdempotencyRecord, Refund
+from ledger_app.models import Charge, IdempotencyRecord, Refund, RefundLimit
+from ledger_app.services.approvals import approve_refund, expire_approvals, reject_refund
 from ledger_app.services.charges import create_charge, record_charge
 from ledger_app.services.dispatch import (
     process_pending_refunds,
@@ -39,7 +47,7 @@ from ledger_app.services.dispatch import (
 from ledger_app.services.provider_events import apply_provider_event
 from ledger_app.services.refunds import create_refund
 from simulated_provider import news
-from simulated_provider.models import ProviderCharge, ProviderRefund
+from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 from tests import tally
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees
 
@@ -61,13 +69,30 @@ SETTLES_AS = {
     "pending_then_succeed": {"unknown", "succeeded"},
     "succeed_then_fail": {"succeeded", "failed"},
 }
-ORDER = {"pending": 0, "unknown": 1, "succeeded": 2, "failed": 2}
+# awaiting_approval comes before pending (approved) or canceled (rejected or expired)
+ORDER = {
+    "awaiting_approval": -1,
+    "pending": 0,
+    "unknown": 1,
+    "succeeded": 2,
+    "failed": 2,
+    "canceled": 2,
+}
+FINAL = ("succeeded", "failed", "canceled")
+# What counts against the requester's day: pending, unknown or succeeded refunds.
+SPENT = ("pending", "unknown", "succeeded")
+# The requester's limits, and amounts exactly at them and one minor unit over.
+LIMITS = [100, 500, 1_000, 2_500]
+AT_AND_OVER_LIMITS = [limit + over for limit in LIMITS for over in (0, 1)]
+PER_REFUND = st.one_of(st.sampled_from(LIMITS), st.integers(1, 6_000))
+PER_DAY = st.one_of(st.none(), st.sampled_from(LIMITS), st.integers(1, 10_000))
 WORKER_CRASH_POINTS = [
     "refund.before_provider_call",
     "refund.after_provider_call",
     "refund.settle_locked",
 ]
 TABLES = [
+    "ledger_app_refundlimit",
     "simulated_provider_providerrequest",
     "simulated_provider_providerrefund",
     "simulated_provider_providercharge",
@@ -102,6 +127,23 @@ def crash_at(point: str):
         faults.checkpoint = real
 
 
+def people():
+    """The requester, who may approve refunds but never their own, and another approver
+    (users outlive `wipe`: made once per test)."""
+    approve = Permission.objects.get(codename="approve_refund")
+    made = []
+    for username in ("model-requester", "model-approver"):
+        user, created = get_user_model().objects.get_or_create(username=username)
+        if created:
+            user.user_permissions.add(approve)
+        made.append(user)
+    return made
+
+
+def midnight(now: datetime) -> datetime:
+    return datetime.combine(now.astimezone(UTC).date(), time(), tzinfo=UTC)
+
+
 def wipe() -> None:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
@@ -121,7 +163,10 @@ class LedgerModel(RuleBasedStateMachine):
         # id -> amount, refunded (live), status, behaviour (refunds), capture (charges)
         self.charges: dict[str, dict] = {}
         self.charge_ids: list[str] = []  # creation order: draws must not depend on random ids
-        self.refunds: dict[str, dict] = {}  # id -> charge, amount, status
+        # id -> charge, amount, status, by_requester, created_at, expires_at
+        self.refunds: dict[str, dict] = {}
+        self.requester, self.approver = people()
+        self.limit: tuple[int | None, int | None] | None = None  # the requester's
         self.requests: dict[str, tuple] = {}  # key -> (operation, params, object id)
         self.seen_status: dict[str, str] = {}
         self.refund_ids: list[str] = []  # creation order, for draws
@@ -232,41 +277,180 @@ class LedgerModel(RuleBasedStateMachine):
         crash=st.sampled_from([None, None, None, "refund.reserve_locked"]),
     )
     def refund(self, data, amount, keyed, key, crash):
+        """A refund by the system: never limited."""
         charge_id = data.draw(st.sampled_from(self.charge_ids))
-        key = key if keyed else None
+        return self.request_refund(charge_id, amount, key if keyed else None, crash, actor=None)
+
+    @rule(
+        target=keys,
+        data=st.data(),
+        amount=st.one_of(st.none(), st.integers(1, 6_000), st.sampled_from(AT_AND_OVER_LIMITS)),
+        keyed=st.booleans(),
+        key=st.text(alphabet="abcdef", min_size=1, max_size=6),
+    )
+    def requester_refunds(self, data, amount, keyed, key):
+        """A refund by a person with limits: over them, it waits for someone else."""
+        charge_id = data.draw(st.sampled_from(self.charge_ids))
+        return self.request_refund(
+            charge_id, amount, key if keyed else None, None, actor=self.requester
+        )
+
+    def request_refund(self, charge_id, amount, key, crash, *, actor):
         params = (charge_id, amount)
+        request = dict(charge_id=charge_id, amount=amount, idempotency_key=key, actor=actor)
         if key is not None and key in self.requests:
             operation, sent, refund_id = self.requests[key]
-            if (operation, sent) == ("refund", params):
-                result = create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
+            if (operation, sent) == ("refund", params):  # whoever sends it again
+                result = create_refund(**request)
                 assert result.replayed and result.item.id == refund_id
+                assert result.item.status == self.refunds[refund_id]["status"]  # as it is now
             else:  # another request, whichever charge or operation: the key is the ledger's
                 with pytest.raises(errors.IdempotencyKeyReused):
-                    create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
+                    create_refund(**request)
             self.step()
             return key
         outcome = self.expected(charge_id, amount)
         if isinstance(outcome, type):
             with pytest.raises(outcome):
-                create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
+                create_refund(**request)
             self.step()
             return key or "unused"
         if crash is not None:  # dies before its reservation commits: nothing, no key bound
             with crash_at(crash), pytest.raises(Crash):
-                create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
+                create_refund(**request)
             assert not IdempotencyRecord.objects.filter(key=key or "").exists()
             self.step(faults=1)
             return key or "unused"
-        result = create_refund(charge_id=charge_id, amount=amount, idempotency_key=key)
+        asked_at = timezone.now()
+        predicted = self.expected_status(outcome, asked_at) if actor else "pending"
+        result = create_refund(**request)
         refund = result.item
-        assert not result.replayed and refund.amount == outcome and refund.status == "pending"
+        assert not result.replayed and refund.amount == outcome
+        if midnight(timezone.now()) == midnight(asked_at):  # a new day began: either is right
+            assert refund.status == predicted, (self.limit, outcome, refund.status)
+        assert (refund.approval_expires_at is None) == (refund.status == "pending")
         self.charges[charge_id]["refunded"] += outcome
-        self.refunds[refund.id] = {"charge": charge_id, "amount": outcome, "status": "pending"}
+        self.refunds[refund.id] = {
+            "charge": charge_id,
+            "amount": outcome,
+            "status": refund.status,
+            "by_requester": actor is not None,
+            "created_at": refund.created_at,
+            "expires_at": refund.approval_expires_at,
+        }
         self.refund_ids.append(refund.id)
         if key is not None:
             self.requests[key] = ("refund", params, refund.id)
         self.step()
         return key or "unused"
+
+    def expected_status(self, amount: int, now: datetime) -> str:
+        """pending, or awaiting_approval when over the requester's limit for one refund or
+        for what is left of their day (exactly at either goes through)."""
+        if self.limit is None:
+            return "pending"
+        per_refund, per_day = self.limit
+        spent = sum(
+            r["amount"]
+            for r in self.refunds.values()
+            if r["by_requester"] and r["status"] in SPENT and r["created_at"] >= midnight(now)
+        )
+        if per_refund is not None and amount > per_refund:
+            return "awaiting_approval"
+        if per_day is not None and spent + amount > per_day:
+            return "awaiting_approval"
+        return "pending"
+
+    # --- limits and four eyes -----------------------------------------------------------
+
+    @initialize(per_refund=PER_REFUND, per_day=PER_DAY)
+    def a_requester_with_limits(self, per_refund, per_day):
+        """Most sequences start with limits set, so that refunds wait to be decided."""
+        self.set_requester_limit(per_refund, per_day)
+
+    @rule(per_refund=st.one_of(st.none(), PER_REFUND), per_day=PER_DAY)
+    def set_requester_limit(self, per_refund, per_day):
+        RefundLimit.objects.update_or_create(
+            user=self.requester,
+            currency="usd",
+            defaults={"per_refund": per_refund, "per_day": per_day},
+        )
+        self.limit = (per_refund, per_day)
+        self.step()
+
+    @rule()
+    def clear_requester_limit(self):
+        RefundLimit.objects.filter(user=self.requester).delete()
+        self.limit = None
+        self.step()
+
+    def requested(self, status: str | None = None) -> list[str]:
+        """The requester's refunds (with that status), in creation order."""
+        return [
+            refund_id
+            for refund_id in self.refund_ids
+            if self.refunds[refund_id]["by_requester"]
+            and status in (None, self.refunds[refund_id]["status"])
+        ]
+
+    @precondition(lambda self: self.requested())
+    @rule(
+        data=st.data(),
+        decision=st.sampled_from(["approve", "reject"]),
+        who=st.sampled_from(["approver", "approver", "requester"]),
+        late=st.booleans(),
+        a_waiting_one=st.booleans(),
+    )
+    def decide(self, data, decision, who, late, a_waiting_one):
+        """Someone approves or rejects one of the requester's refunds: only another person,
+        only while it waits, only in time."""
+        theirs, waiting = self.requested(), self.requested("awaiting_approval")
+        refund_id = data.draw(st.sampled_from(waiting if waiting and a_waiting_one else theirs))
+        model = self.refunds[refund_id]
+        person = self.approver if who == "approver" else self.requester
+        if late and model["status"] == "awaiting_approval":  # its time ran out just now
+            model["expires_at"] = timezone.now()
+            Refund.objects.filter(pk=refund_id).update(approval_expires_at=model["expires_at"])
+        service = approve_refund if decision == "approve" else partial(reject_refund, note="no")
+        call = partial(service, refund_id=refund_id, approver=person)
+        if model["status"] != "awaiting_approval":
+            with pytest.raises(errors.RefundNotAwaitingApproval):
+                call()
+        elif who == "requester":
+            with pytest.raises(errors.ApprovalByRequester):
+                call()
+        elif model["expires_at"] <= timezone.now():  # late now, or made late earlier
+            with pytest.raises(errors.ApprovalExpired):
+                call()
+            self.cancel(refund_id)
+        elif decision == "approve":
+            assert call().status == "pending"  # worker mode: the worker sends it
+            model["status"] = "pending"
+        else:
+            assert call().status == "canceled"
+            self.cancel(refund_id)
+        self.step()
+
+    @precondition(lambda self: self.requested("awaiting_approval"))
+    @rule(hours=st.sampled_from([0, 1, 71, 73, 100]))
+    def approvals_expire(self, hours):
+        """The expiry run, as if `hours` had passed: cancels exactly what is due."""
+        now = timezone.now() + timedelta(hours=hours)
+        due = {
+            refund_id
+            for refund_id, model in self.refunds.items()
+            if model["status"] == "awaiting_approval" and model["expires_at"] <= now
+        }
+        expired = expire_approvals(now=now)
+        assert sorted(expired) == sorted(due)
+        for refund_id in due:
+            self.cancel(refund_id)
+        self.step()
+
+    def cancel(self, refund_id):
+        model = self.refunds[refund_id]
+        model["status"] = "canceled"
+        self.charges[model["charge"]]["refunded"] -= model["amount"]
 
     @rule(key=consumes(keys), data=st.data())
     def retry_with_a_used_key_for_another_charge(self, key, data):
@@ -433,21 +617,41 @@ class LedgerModel(RuleBasedStateMachine):
         tally.add("model", invariant_checks=1)
 
     @invariant()
+    def refunds_waiting_or_canceled_never_reached_the_provider(self):
+        unsent = dict(
+            Refund.objects.filter(status__in=["awaiting_approval", "canceled"]).values_list(
+                "id", "status"
+            )
+        )
+        assert unsent == {
+            refund_id: model["status"]
+            for refund_id, model in self.refunds.items()
+            if model["status"] in ("awaiting_approval", "canceled")
+        }
+        keys = [f"refund:{refund_id}" for refund_id in unsent]
+        assert not ProviderRequest.objects.filter(idempotency_key__in=keys).exists()
+        assert not ProviderRefund.objects.filter(idempotency_key__in=keys).exists()
+        assert not Refund.objects.filter(pk__in=unsent, dispatch_attempts__gt=0).exists()
+
+    @invariant()
     def states_only_move_forward(self):
         statuses = [
             *Refund.objects.values_list("id", "status"),
             *Charge.objects.values_list("id", "status"),
         ]
         for object_id, status in statuses:
-            before = self.seen_status.get(object_id, "pending")
+            first = "awaiting_approval" if status == "awaiting_approval" else "pending"
+            before = self.seen_status.get(object_id, first)
             self.seen_status[object_id] = status
+            if status == "canceled":  # only what waited is canceled, and it stays so
+                assert before in ("awaiting_approval", "canceled"), (object_id, before)
             if (before, status) == ("succeeded", "failed"):
                 # only on the provider's later word, for a refund it failed after success
                 charge = self.charges[self.refunds[object_id]["charge"]]
                 assert charge["behaviour"] == "succeed_then_fail", object_id
                 continue
             assert ORDER[status] >= ORDER[before], (object_id, before, status)
-            assert not (before in ("succeeded", "failed") and status != before)
+            assert not (before in FINAL and status != before)
 
 
 @pytest.mark.django_db(transaction=True)
