@@ -71,10 +71,15 @@ def second_factor_gate(request, next_url: str | None = None) -> HttpResponseRedi
 
 
 def money_action_gate(model_admin, request) -> HttpResponseRedirect | None:
-    """For a changelist request: when it runs (or confirms) one of the admin's
-    `money_actions` that this person may run, the second factor's gate; otherwise None."""
-    action = request.POST.get("action") if request.method == "POST" else None
-    if action in model_admin.money_actions and action in model_admin.get_actions(request):
+    """For a changelist request: when it names one of the admin's `money_actions` that this
+    person may run, the second factor's gate; otherwise None. Every `action` value counts,
+    not just one: Django runs the first of several (`action` appears once per action bar),
+    so a post naming a money action anywhere is gated."""
+    if request.method != "POST":
+        return None
+    permitted = model_admin.get_actions(request)
+    named = set(request.POST.getlist("action"))
+    if any(action in model_admin.money_actions and action in permitted for action in named):
         return second_factor_gate(request, request.get_full_path())
     return None
 

@@ -38,7 +38,7 @@ class FailedAuthentications:
     sign-ins, so DJANGO_TRUSTED_PROXY_COUNT applies to both), in fixed windows of
     API_AUTH_FAILURE_LIMIT's period, counted in the cache every process shares. Past the
     limit a wrong key from that address is answered 429 (Stripe's rate_limit) until the
-    window ends, with no lookup of the key. A right key is never held back: a 256-bit key
+    window ends. A right key is never held back: a 256-bit key
     cannot be guessed, so what this stops is a flood of wrong ones, and a client sharing an
     address with a broken one keeps working. It costs nothing on the way of a good key."""
 
@@ -84,7 +84,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         elif scheme == "basic":
             try:
                 decoded = base64.b64decode(credentials.strip(), validate=True).decode()
-            except (binascii.Error, UnicodeDecodeError):
+            except (binascii.Error, ValueError):  # ValueError: non-ASCII; UnicodeDecodeError too
                 return None
             secret = decoded.partition(":")[0]
         else:

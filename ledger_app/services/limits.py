@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from zlib import crc32
 
-from django.db import connection
+from django.db import OperationalError, connection
 from django.db.models import Q, Sum
 
+from ledger_app import errors
+from ledger_app.db import is_lock_timeout
 from ledger_app.models import MovementStatus, Refund, RefundLimit
 
 # Refunds that count against the day: what went through without waiting for anyone.
@@ -92,11 +94,19 @@ def lock_requester(actor_label: str) -> None:
     total is read and added to by one request at a time. (SQLite's IMMEDIATE transactions
     already serialise every write.)"""
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_advisory_xact_lock(%s, %s)",
-                [LOCK_SPACE, crc32(actor_label.encode()) - 2**31],
-            )
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(%s, %s)",
+                    [LOCK_SPACE, crc32(actor_label.encode()) - 2**31],
+                )
+        except OperationalError as exc:  # past DATABASE_LOCK_TIMEOUT_MS: retry with the key
+            if is_lock_timeout(exc):
+                raise errors.LockTimeout(
+                    "Another refund by the same requester is still being made. Retry with "
+                    "the same key shortly."
+                ) from exc
+            raise
 
 
 def needs_approval(limits: Limits, *, amount: int, spent: int) -> bool:

@@ -265,3 +265,50 @@ def test_enrol_second_factor_replaces_the_old_authenticator(support_agent, capsy
     assert "otpauth://totp/" in out and "secret:" in out
     assert not type(old).objects.filter(pk=old.pk).exists()
     assert type(old).objects.filter(user=support_agent, confirmed=True).count() == 1
+
+
+class TestActionNamedMoreThanOnce:
+    """Django runs the first `action` of a post and the admin page has one per action bar:
+    a post naming a money action anywhere among several is gated, whatever comes last."""
+
+    @pytest.mark.parametrize("order", ["money first", "money last"])
+    def test_the_bulk_refund_is_gated(self, unverified, order):
+        charge = ChargeFactory(amount=1_000)
+        actions = ["refund_in_full", "delete_selected"]
+        if order == "money last":
+            actions.reverse()
+
+        response = unverified.post(
+            CHARGES,
+            {"action": actions, "index": "0", "post": "yes", "_selected_action": [charge.pk]},
+        )
+
+        assert sent_to_code_page(response, CHARGES)
+        assert Refund.objects.count() == 0
+
+    def test_approving_is_gated(self, client, support_agent, django_user_model):
+        from django.contrib.auth.models import Group
+
+        from ledger_app.models import RefundLimit
+
+        RefundLimit.objects.create(user=support_agent, currency="usd", per_refund=100)
+        waiting = create_refund(
+            charge_id=ChargeFactory(amount=1_000).pk, amount=500, actor=support_agent
+        ).item
+        lead = django_user_model.objects.create_user("lead", password="x", is_staff=True)
+        lead.groups.add(Group.objects.get(name="Support leads"))
+        device_of(lead)
+        client.force_login(lead)  # a password, no code
+        queue = reverse("admin:ledger_app_refundapproval_changelist")
+
+        response = client.post(
+            queue,
+            {
+                "action": ["approve_refunds", "nope"],
+                "post": "yes",
+                "_selected_action": [waiting.pk],
+            },
+        )
+
+        assert sent_to_code_page(response, queue)
+        assert Refund.objects.get(pk=waiting.pk).status == Refund.Status.AWAITING_APPROVAL

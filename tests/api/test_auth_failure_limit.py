@@ -98,3 +98,13 @@ def test_failures_are_logged_with_the_address_and_never_the_key(client, secret, 
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "API authentication failed from 10.1.1.1" in logged
     assert WRONG not in logged and secret not in logged
+
+
+@pytest.mark.parametrize("credentials", ["\xe9\xe9", "\u00e9=", "bm9uZQ==\u00ff"])
+def test_non_ascii_basic_credentials_are_a_wrong_key_not_a_crash(client, credentials):
+    response = client.get(
+        "/v1/charges", HTTP_AUTHORIZATION=f"Basic {credentials}", REMOTE_ADDR="10.1.1.1"
+    )
+
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "api_key_invalid"

@@ -225,3 +225,42 @@ class TestDailyLimitRace:
         assert statuses.count("succeeded") == 3, statuses  # 900 of 1,000; a fourth is over
         assert statuses.count("awaiting_approval") == 5, statuses
         assert_books_and_provider_agree()
+
+
+def test_a_requester_lock_held_too_long_is_a_retryable_lock_timeout(agent, agents):
+    """Another of the requester's refunds holds their lock (a slow one): past the lock
+    timeout the next is refused as lock_timeout (409, retry with the key), having written
+    nothing, not answered as a database failure."""
+    from zlib import crc32
+
+    import psycopg
+    from django.db import connection
+
+    from ledger_app.services.limits import LOCK_SPACE
+
+    set_limit(group=agents, currency="eur", per_day=50_000)  # a daily limit: the lock is taken
+    charge = ChargeFactory(amount=10_000)
+    settings_dict = connection.settings_dict
+    holder = psycopg.connect(
+        dbname=settings_dict["NAME"],
+        user=settings_dict["USER"],
+        host=settings_dict["HOST"],
+        port=settings_dict["PORT"] or 5432,
+    )
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, %s)",
+                [LOCK_SPACE, crc32(b"user:race-agent") - 2**31],
+            )
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(errors.LockTimeout):
+            create_refund(charge_id=charge.id, amount=100, actor=agent)
+    finally:
+        holder.rollback()
+        holder.close()
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    assert not Refund.objects.filter(charge=charge).exists()
