@@ -2,8 +2,9 @@
 
 from django.db.models import Count, F
 
-from ledger_app.models import Charge, IdempotencyRecord, Refund
+from ledger_app.models import Charge, Event, IdempotencyRecord, LedgerEntry, Refund
 from ledger_app.selectors import find_ledger_drift
+from simulated_provider.models import ProviderRequest
 
 
 def assert_ledger_invariants() -> None:
@@ -66,4 +67,18 @@ def books(charge: Charge) -> tuple:
         Refund.objects.count(),
         LedgerEntry.objects.count(),
         IdempotencyRecord.objects.count(),
+    )
+
+
+def rows_written() -> tuple[int, ...]:
+    """How many rows every table a refusal must leave alone holds: charges, refunds, ledger
+    entries, idempotency keys, events and provider requests. Equal before and after means
+    nothing was written."""
+    return (
+        Charge.objects.count(),
+        Refund.objects.count(),
+        LedgerEntry.objects.count(),
+        IdempotencyRecord.objects.count(),
+        Event.objects.count(),
+        ProviderRequest.objects.count(),
     )

@@ -16,7 +16,7 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db import InterfaceError, OperationalError, models
 
 from ledger_app import errors
-from ledger_app.admin.base import ReadOnlyAdmin
+from ledger_app.admin.base import ReadOnlyAdmin, report_grouped, totals_by_currency
 from ledger_app.admin.forms import ApproveForm, RefundLimitForm, RejectForm
 from ledger_app.admin.refunds import (
     MAX_SELECTED,
@@ -133,9 +133,6 @@ class RefundApprovalAdmin(RefundAdmin):
             self._decide_each(request, refunds, form.cleaned_data["note"], approve=approve)
             return None
         waiting = [r for r in refunds if r.status == Refund.Status.AWAITING_APPROVAL]
-        totals: dict[str, int] = defaultdict(int)
-        for refund in waiting:
-            totals[refund.currency] += refund.amount
         return self.action_confirmation(
             request,
             "admin/ledger_app/refundapproval/decide.html",
@@ -153,7 +150,7 @@ class RefundApprovalAdmin(RefundAdmin):
                 for r in refunds
                 if r.status != Refund.Status.AWAITING_APPROVAL
             ],
-            totals=[(c.upper(), format_money(t, c)) for c, t in sorted(totals.items())],
+            totals=totals_by_currency((r.amount, r.currency) for r in waiting),
         )
 
     def _decide_each(self, request, refunds: list[Refund], note: str, *, approve: bool) -> None:
@@ -162,11 +159,7 @@ class RefundApprovalAdmin(RefundAdmin):
         for refund in refunds:
             outcome, line = self._decide_one(request, refund, note, approve=approve)
             outcomes[outcome].append(line)
-        for outcome, level in DECISIONS:
-            if outcomes[outcome]:
-                self.message_user(
-                    request, f"{outcome.label}: {', '.join(outcomes[outcome])}", level
-                )
+        report_grouped(self, request, outcomes, DECISIONS)
         if not refunds:
             self.message_user(request, "No refunds were selected.", messages.WARNING)
 

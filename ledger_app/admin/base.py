@@ -3,6 +3,9 @@ the pages admin actions draw."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -108,6 +111,24 @@ class ReadOnlyAdmin(admin.ModelAdmin):
                 **context,
             },
         )
+
+
+def totals_by_currency(amounts: Iterable[tuple[int, str]]) -> list[tuple[str, str]]:
+    """What a confirmation page adds up: (amount, currency) pairs as one formatted total per
+    currency, e.g. [("JPY", "¥3,000"), ("USD", "$31.00")]."""
+    totals: dict[str, int] = defaultdict(int)
+    for amount, currency in amounts:
+        totals[currency] += amount
+    return [(c.upper(), format_money(t, c)) for c, t in sorted(totals.items())]
+
+
+def report_grouped(model_admin, request, lines: dict, order: list[tuple]) -> None:
+    """An action's result, one message per outcome in `order` ((outcome, level) pairs,
+    the outcome's label first): "Refunded: ch_1 $5.00 (re_1), ch_2 …"."""
+    for outcome, level in order:
+        if lines.get(outcome):
+            joined = ", ".join(lines[outcome])
+            model_admin.message_user(request, f"{outcome.label}: {joined}", level)
 
 
 class AmountColumn:

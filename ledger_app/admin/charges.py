@@ -25,7 +25,12 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from ledger_app.admin.base import AmountColumn, ReadOnlyAdmin
+from ledger_app.admin.base import (
+    AmountColumn,
+    ReadOnlyAdmin,
+    report_grouped,
+    totals_by_currency,
+)
 from ledger_app.admin.forms import (
     FORM_KEY,
     BulkRefundForm,
@@ -454,9 +459,6 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     def _refund_in_full_confirmation(
         self, request, charges: list[Charge], refundable: list[Charge], form: BulkRefundForm
     ):
-        totals: dict[str, int] = defaultdict(int)
-        for charge in refundable:
-            totals[charge.currency] += charge.amount_refundable
         return self.action_confirmation(
             request,
             "admin/ledger_app/charge/refund_in_full_confirmation.html",
@@ -476,7 +478,7 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
                 for c in charges
                 if not is_refundable(c)
             ],
-            totals=[(c.upper(), format_money(t, c)) for c, t in sorted(totals.items())],
+            totals=totals_by_currency((c.amount_refundable, c.currency) for c in refundable),
         )
 
     def _refund_in_full(self, request, charges: list[Charge], form: BulkRefundForm) -> None:
@@ -490,11 +492,7 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
                 state, amount = shown[charge.pk]
                 outcome, line = self._refund_one_in_full(request, charge, form, state, amount)
             outcomes[outcome].append(line)
-        for outcome, level in BULK_OUTCOMES:
-            if outcomes[outcome]:
-                self.message_user(
-                    request, f"{outcome.label}: {', '.join(outcomes[outcome])}", level
-                )
+        report_grouped(self, request, outcomes, BULK_OUTCOMES)
 
     def _refund_one_in_full(
         self, request, charge: Charge, form: BulkRefundForm, state: int, amount: int

@@ -51,6 +51,30 @@ class CodedChoiceField(CodedField, forms.ChoiceField):
     pass
 
 
+def note_field(help_text: str, *, code: str = "invalid_note", required: bool = False):
+    """The free-text note every refund form asks for, as the service stores it."""
+    return CodedCharField(
+        code=code,
+        required=required,
+        max_length=1000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text=help_text,
+    )
+
+
+class NoteNeeded:
+    """A form whose note must say something; blank (or only spaces) is `note_required`
+    with `note_needed` as the message."""
+
+    note_needed = "Say what this is for."
+
+    def clean(self):
+        cleaned = super().clean()
+        if not cleaned.get("note", "").strip() and "note" not in self.errors:
+            self.add_error("note", note_required(self.note_needed))
+        return cleaned
+
+
 def new_form_key(prefix: str = ADMIN_FORM_KEYS) -> str:
     """Minted when a form is rendered: every submission of that rendering shares it."""
     return f"{prefix}:{uuid.uuid4().hex}"
@@ -58,13 +82,7 @@ def new_form_key(prefix: str = ADMIN_FORM_KEYS) -> str:
 
 class ReasonAndNote(forms.Form):
     reason = CodedChoiceField(choices=[("", "---------"), *REASONS], code="invalid_reason")
-    note = CodedCharField(
-        code="invalid_note",
-        required=False,
-        max_length=1000,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="Required when the reason is Other, and for a full refund of a charge.",
-    )
+    note = note_field("Required when the reason is Other, and for a full refund of a charge.")
 
     def add_error(self, field, error):
         """An error on a hidden field would be invisible next to it: show it on top."""
@@ -178,7 +196,7 @@ class RefundForm(ReasonAndNote):
         return cleaned
 
 
-class BulkRefundForm(ReasonAndNote):
+class BulkRefundForm(NoteNeeded, ReasonAndNote):
     """Refunds every selected charge in full, so, like a full refund, it needs a note.
 
     `confirmed` is the signed list of what the confirmation page showed: for each charge
@@ -186,6 +204,7 @@ class BulkRefundForm(ReasonAndNote):
     charge that changed since the page was drawn is refused, not refunded anew."""
 
     SALT = "ledger_app.admin.bulk-refund"
+    note_needed = "Say why these charges are refunded in full."
 
     batch_key = forms.CharField(widget=forms.HiddenInput, max_length=200)
     confirmed = forms.CharField(widget=forms.HiddenInput, max_length=100_000)
@@ -204,52 +223,28 @@ class BulkRefundForm(ReasonAndNote):
             ) from None
         return {pk: (int(state), int(amount)) for pk, (state, amount) in shown.items()}
 
-    def clean(self):
-        cleaned = super().clean()
-        if not cleaned.get("note", "").strip() and "note" not in self.errors:
-            self.add_error("note", note_required("Say why these charges are refunded in full."))
-        return cleaned
-
 
 class HandledForm(forms.Form):
     """What support did about a declined refund, before it leaves the queue."""
 
-    note = CodedCharField(
+    note = note_field(
+        "What was done about the decline (customer told, refunded another way, …).",
         code="note_required",
-        max_length=1000,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="What was done about the decline (customer told, refunded another way, …).",
+        required=True,
     )
 
 
 class ApproveForm(forms.Form):
     """Approving refunds over a limit: a note is welcome, not required."""
 
-    note = CodedCharField(
-        code="invalid_note",
-        required=False,
-        max_length=1000,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="Optional: why they are approved. Kept on each refund.",
-    )
+    note = note_field("Optional: why they are approved. Kept on each refund.")
 
 
-class RejectForm(forms.Form):
+class RejectForm(NoteNeeded, forms.Form):
     """Rejecting refunds over a limit: the requester is owed a reason."""
 
-    note = CodedCharField(
-        code="invalid_note",
-        required=False,
-        max_length=1000,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="Why they are rejected. Kept on each refund, for the person who asked.",
-    )
-
-    def clean(self):
-        cleaned = super().clean()
-        if not cleaned.get("note", "").strip() and "note" not in self.errors:
-            self.add_error("note", note_required("Say why these refunds are rejected."))
-        return cleaned
+    note = note_field("Why they are rejected. Kept on each refund, for the person who asked.")
+    note_needed = "Say why these refunds are rejected."
 
 
 class RefundLimitForm(forms.ModelForm):

@@ -13,25 +13,19 @@ Enforced here, whatever calls it (admin, tests, a future API):
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from ledger_app import errors
-from ledger_app.db import drop_broken_connection
 from ledger_app.models import EventType, LedgerEntry, Refund
 from ledger_app.selectors import charges_for_update, live_endpoints
 from ledger_app.services import events, writes
-from ledger_app.services.dispatch import send_refund
-from ledger_app.services.dispatch.pool import send_within_budget
 from ledger_app.services.ledger import new_entry
-from ledger_app.services.refunds import actor_label
+from ledger_app.services.refunds import actor_label, send_inline
 from ledger_app.services.validation import validate_text
-
-log = logging.getLogger("ledger_app.approvals")
 
 APPROVE_PERMISSION = "ledger_app.approve_refund"
 EXPIRY_ACTOR = "system:expiry"
@@ -45,14 +39,7 @@ def approve_refund(*, refund_id: str, approver, note: str = "") -> Refund:
     refund = _decide(refund_id, approver, note, approve=True)
     if settings.REFUND_DISPATCH != "inline":
         return refund
-    label = actor_label(approver)
-    try:
-        return send_within_budget(lambda pk: send_refund(pk, actor=label), refund.pk, refund)
-    except DatabaseError:
-        # The approval has committed: the refund is pending and the worker sends it.
-        log.exception("refund %s approved; dispatch interrupted, it will be retried", refund.pk)
-        drop_broken_connection()
-        return refund
+    return send_inline(refund, actor=actor_label(approver))
 
 
 def reject_refund(*, refund_id: str, approver, note: str) -> Refund:
@@ -124,29 +111,30 @@ def _lock(refund_id: str) -> Refund:
     return refund
 
 
-def _record(refund: Refund, decider: str, note: str, now: datetime) -> dict:
-    """Writes the decision on the refund; returns what `refund.updated` says changed, in
-    the API's terms: a waiting refund shows as pending with pending_reason
-    awaiting_approval, so approving changes its pending_reason (to processing) and
-    canceling its status too."""
+# What `refund.updated` says a decision changed, in the API's terms: a waiting refund
+# shows as pending with pending_reason awaiting_approval, so approving changes only its
+# pending_reason (to processing), and canceling its status too.
+APPROVED_FROM = {"pending_reason": "awaiting_approval"}
+CANCELED_FROM = {"status": Refund.Status.PENDING, **APPROVED_FROM}
+
+
+def _record(refund: Refund, decider: str, note: str, now: datetime) -> None:
     refund.decided_by, refund.decided_at, refund.decision_note = decider, now, note
-    return {"status": Refund.Status.PENDING, "pending_reason": "awaiting_approval"}
 
 
 def _approve(refund: Refund, decider: str, note: str, now: datetime, endpoints) -> None:
-    previous = _record(refund, decider, note, now)
-    del previous["status"]  # pending before and after, to API clients
+    _record(refund, decider, note, now)
     refund.status = Refund.Status.PENDING
     statements = [writes.update(refund, DECIDED_FIELDS)]
     statements += events.event_writes(
-        [(EventType.REFUND_UPDATED, refund, previous)], endpoints=endpoints
+        [(EventType.REFUND_UPDATED, refund, dict(APPROVED_FROM))], endpoints=endpoints
     )
     writes.execute_together(statements)
 
 
 def _cancel(refund: Refund, decider: str, note: str, now: datetime, endpoints) -> None:
     """Canceled, and the amount back on the charge with a `refund_released` entry."""
-    previous = _record(refund, decider, note, now)
+    _record(refund, decider, note, now)
     refund.status = Refund.Status.CANCELED
     charge = refund.charge
     charge.amount_refunded -= refund.amount
@@ -159,13 +147,11 @@ def _cancel(refund: Refund, decider: str, note: str, now: datetime, endpoints) -
         memo=f"{'expired' if decider == EXPIRY_ACTOR else 'rejected'}: {note}",
     )
     statements = [
-        writes.update(
-            refund, ["status", "decided_by", "decided_at", "decision_note", "updated_at"]
-        ),
+        writes.update(refund, DECIDED_FIELDS),
         writes.update(charge, ["amount_refunded", "updated_at"]),
         writes.insert([entry]),
     ]
     statements += events.event_writes(
-        [(EventType.REFUND_UPDATED, refund, previous)], endpoints=endpoints
+        [(EventType.REFUND_UPDATED, refund, dict(CANCELED_FROM))], endpoints=endpoints
     )
     writes.execute_together(statements)

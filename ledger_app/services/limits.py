@@ -78,14 +78,38 @@ def _highest(rows: list[RefundLimit]) -> Limits:
     return Limits(most([r.per_refund for r in rows]), most([r.per_day for r in rows]))
 
 
+def spent_today_if_limited(
+    actor_label: str, requester_limits: dict[str, Limits], now: datetime
+) -> dict[str, int]:
+    """With a daily limit in some currency: the requester's lock, taken for the rest of the
+    transaction (before any charge lock: one lock order), then today's totals in those
+    currencies, read under it. Without: nothing locked or read."""
+    currencies = [c for c, found in requester_limits.items() if found.per_day is not None]
+    if not currencies:
+        return {}
+    lock_requester(actor_label)
+    totals = (
+        Refund.objects.filter(spent_by(actor_label, now), currency__in=currencies)
+        .values_list("currency")
+        .annotate(total=Sum("amount"))
+    )
+    return dict(totals)
+
+
+def spent_by(actor_label: str, now: datetime) -> Q:
+    """The requester's refunds since midnight UTC (of `now`) that count against their day."""
+    midnight = datetime.combine(now.astimezone(UTC).date(), time(), tzinfo=UTC)
+    return Q(
+        actor=actor_label, created_at__gte=midnight, status__in=SPENT_STATUSES, decided_at=None
+    )
+
+
 def spent_today(*, actor_label: str, currency: str, now: datetime) -> int:
     """What this requester's refunds in `currency` took since midnight UTC on their own
     authority and kept (an approved one was another person's decision)."""
-    midnight = datetime.combine(now.astimezone(UTC).date(), time(), tzinfo=UTC)
-    total = Refund.objects.filter(
-        Q(actor=actor_label, currency=currency, created_at__gte=midnight)
-        & Q(status__in=SPENT_STATUSES, decided_at__isnull=True)
-    ).aggregate(total=Sum("amount"))["total"]
+    total = Refund.objects.filter(spent_by(actor_label, now), currency=currency).aggregate(
+        total=Sum("amount")
+    )["total"]
     return total or 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -160,15 +161,18 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
     charge, make every check, then write the refund, the balance, the ledger entry and
     the events together (one round trip on PostgreSQL: `writes`)."""
     endpoints = live_endpoints()  # not the charge's: read before its lock is taken
+    now = timezone.now()
     requester_limits = limits.limits_of(user=request.created_by, actor_label=request.actor_label)
-    if any(lim.per_day is not None for lim in requester_limits.values()):
-        limits.lock_requester(request.actor_label)  # before the charge: one lock order
+    spent = limits.spent_today_if_limited(request.actor_label, requester_limits, now)
     charge = _lock_charge(request.charge_id)
     if request.unchanged_since is not None:
         ensure_unchanged(charge, request.unchanged_since)
     amount = amount_to_refund(charge, request.amount)
     status, expires_at = _status_within_limits(
-        request, requester_limits.get(charge.currency, limits.NO_LIMITS), amount, charge.currency
+        requester_limits.get(charge.currency, limits.NO_LIMITS),
+        amount,
+        spent.get(charge.currency, 0),
+        now,
     )
 
     # Last check passed: from here on, only writes.
@@ -217,16 +221,10 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
 
 
 def _status_within_limits(
-    request: RefundRequest, requester_limits: limits.Limits, amount: int, currency: str
+    requester_limits: limits.Limits, amount: int, spent: int, now: datetime
 ) -> tuple[str, datetime | None]:
     """pending, or awaiting_approval (and until when) when the refund is over its
-    requester's limit for one refund or for the day. Read under the requester's lock."""
-    if not requester_limits.any:
-        return Refund.Status.PENDING, None
-    now = timezone.now()
-    spent = 0
-    if requester_limits.per_day is not None:
-        spent = limits.spent_today(actor_label=request.actor_label, currency=currency, now=now)
+    requester's limit for one refund or for the day (`spent`: today's total so far)."""
     if not limits.needs_approval(requester_limits, amount=amount, spent=spent):
         return Refund.Status.PENDING, None
     return Refund.Status.AWAITING_APPROVAL, now + timedelta(hours=settings.APPROVAL_EXPIRY_HOURS)
@@ -318,14 +316,21 @@ def _after_reserve(refund: Refund) -> Refund:
     if settings.REFUND_DISPATCH != "inline" or refund.status != Refund.Status.PENDING:
         return refund  # the worker's, or waiting for approval (sent once approved)
     faults.checkpoint("refund.reserved")  # committed, not yet sent
+    dispatched = send_inline(refund)
+    faults.checkpoint("refund.settled")  # settled (or left for the worker), not yet told
+    return dispatched
+
+
+def send_inline(refund: Refund, *, actor: str = "") -> Refund:
+    """The guarded send of a committed pending refund, waited for within the budget; if
+    the database fails meanwhile it stays pending and the worker or the reconciler sends
+    it (asking the provider first when an attempt was recorded)."""
     try:
-        dispatched = send_within_budget(send_refund, refund.id, refund)
+        return send_within_budget(partial(send_refund, actor=actor), refund.id, refund)
     except DatabaseError:
-        log.exception("refund %s reserved; dispatch interrupted, it will be retried", refund.id)
+        log.exception("refund %s committed; dispatch interrupted, it will be retried", refund.id)
         drop_broken_connection()
         return refund
-    faults.checkpoint("refund.settled")  # settled, the client not yet told
-    return dispatched
 
 
 def _validate_charge_id(charge_id: object) -> None:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ledger_app.models import Charge, Event, IdempotencyRecord, LedgerEntry
-from simulated_provider.models import ProviderRequest
+from ledger_app.models import Charge, IdempotencyRecord
+from tests.invariants import rows_written
 
 pytestmark = pytest.mark.django_db
 
@@ -19,23 +19,13 @@ def _instant_provider(settings):
     settings.SIMULATED_GATEWAY_LATENCY_MS = 0
 
 
-def written() -> tuple[int, ...]:
-    return (
-        Charge.objects.count(),
-        LedgerEntry.objects.count(),
-        IdempotencyRecord.objects.count(),
-        Event.objects.count(),
-        ProviderRequest.objects.count(),
-    )
-
-
 def charge(api, body: str, key: str | None = None):
     headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
     return api.post("/v1/charges", body, content_type=FORM, **headers)
 
 
 def test_one_cent_over_stripes_usd_ceiling_is_a_400_and_writes_nothing(api):
-    before = written()
+    before = rows_written()
 
     refused = charge(api, "amount=100000000&currency=usd", key="order-A-17")
 
@@ -48,7 +38,7 @@ def test_one_cent_over_stripes_usd_ceiling_is_a_400_and_writes_nothing(api):
             "message": "Amount must be at most $999,999.99 (99999999 minor units) for USD.",
         }
     }
-    assert written() == before
+    assert rows_written() == before
 
 
 def test_the_same_key_then_makes_the_corrected_charge(api):

@@ -10,23 +10,22 @@ probe-batch` look changed since the batch ran."""
 
 from __future__ import annotations
 
-import csv
 import http.client
-import io
 import json
 import socket
 
 import pytest
 import stripe
-from django.core.management import CommandError, call_command
 
 from ledger_app.admin.forms import new_form_key
-from ledger_app.models import Charge, Event, IdempotencyRecord, LedgerEntry, Refund
+from ledger_app.models import Charge, IdempotencyRecord, Refund
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.bulk import BulkRow, row_request
 from ledger_app.services.idempotency import ADMIN_BULK_KEYS, RESERVED_KEY_PREFIXES
-from simulated_provider.models import ProviderRequest
+from tests.commands.test_bulk_refund import bulk as bulk_refund
+from tests.commands.test_bulk_refund import write_csv
 from tests.factories import ChargeFactory
+from tests.invariants import rows_written
 from tests.processes import GunicornServer
 
 FORM = "application/x-www-form-urlencoded"
@@ -37,17 +36,6 @@ ENDPOINTS = ["/v1/refunds", "/v1/charges"]
 @pytest.fixture(autouse=True)
 def _instant_provider(settings):
     settings.SIMULATED_GATEWAY_LATENCY_MS = 0
-
-
-def written() -> tuple[int, ...]:
-    return (
-        Charge.objects.count(),
-        Refund.objects.count(),
-        LedgerEntry.objects.count(),
-        IdempotencyRecord.objects.count(),
-        Event.objects.count(),
-        ProviderRequest.objects.count(),
-    )
 
 
 def body_for(path: str, charge: Charge) -> str:
@@ -67,24 +55,6 @@ def assert_refused(response, code: str) -> dict:
         "idempotency_key",
     )
     return error
-
-
-def write_csv(path, rows):
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(("charge", "amount", "reason", "note"))
-        writer.writerows(rows)
-    return path
-
-
-def bulk_refund(*args) -> tuple[int, str, str]:
-    """manage.py bulk_refund in-process: its exit code, stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        call_command("bulk_refund", *map(str, args), stdout=out, stderr=err)
-    except CommandError as exc:
-        return exc.returncode, out.getvalue(), err.getvalue() + str(exc)
-    return 0, out.getvalue(), err.getvalue()
 
 
 class TestReservedNamespaces:
@@ -108,13 +78,13 @@ class TestReservedNamespaces:
     @pytest.mark.parametrize("case", [str, str.upper, str.title], ids=["as-is", "upper", "title"])
     def test_a_client_key_in_one_is_refused_on_both_creates(self, api, path, prefix, case):
         charge = ChargeFactory(amount=10_000)
-        before = written()
+        before = rows_written()
 
         response = post(api, path, body_for(path, charge), case(prefix) + "order-17")
 
         error = assert_refused(response, "idempotency_key_reserved")
         assert repr(prefix) in error["message"]
-        assert written() == before
+        assert rows_written() == before
 
     @pytest.mark.django_db
     @pytest.mark.parametrize("key", ["bulk", "bulk-17", "demo-order:1", "my-admin:1", "adminx:1"])
@@ -155,25 +125,25 @@ class TestTheHeader:
     )
     def test_a_key_that_is_not_ascii_is_refused(self, api, path, key):
         charge = ChargeFactory(amount=10_000)
-        before = written()
+        before = rows_written()
 
         response = post(api, path, body_for(path, charge), key)
 
         error = assert_refused(response, "invalid_idempotency_key")
         assert "printable ASCII" in error["message"]
-        assert written() == before
+        assert rows_written() == before
 
     @pytest.mark.parametrize("path", ENDPOINTS)
     @pytest.mark.parametrize("key", ["a,b", "order-17,", ",", "a, b"])
     def test_a_comma_is_refused_as_a_repeated_header(self, api, path, key):
         charge = ChargeFactory(amount=10_000)
-        before = written()
+        before = rows_written()
 
         response = post(api, path, body_for(path, charge), key)
 
         error = assert_refused(response, "invalid_idempotency_key")
         assert "more than once" in error["message"] and "comma" in error["message"]
-        assert written() == before
+        assert rows_written() == before
 
     def test_a_control_character_is_named_as_one(self, api):
         charge = ChargeFactory(amount=10_000)
@@ -257,7 +227,7 @@ class TestOverTheWire:
     )
     def test_non_ascii_bytes_are_refused_by_the_real_server(self, gunicorn, auth, raw_key):
         body = self.refund_body()
-        before = written()
+        before = rows_written()
 
         status, _, payload = send_raw(
             gunicorn, "/v1/refunds", [auth, b"Idempotency-Key: " + raw_key], body
@@ -267,12 +237,12 @@ class TestOverTheWire:
         assert payload["error"]["code"] == "invalid_idempotency_key", payload
         assert payload["error"]["param"] == "idempotency_key"
         assert "printable ASCII" in payload["error"]["message"]
-        assert written() == before
+        assert rows_written() == before
 
     @pytest.mark.parametrize("path", ENDPOINTS)
     def test_two_idempotency_key_headers_are_refused(self, gunicorn, auth, path):
         body = self.refund_body() if path == "/v1/refunds" else b"amount=100&currency=usd"
-        before = written()
+        before = rows_written()
 
         status, _, payload = send_raw(
             gunicorn, path, [auth, b"Idempotency-Key: a", b"Idempotency-Key: b"], body
@@ -283,7 +253,7 @@ class TestOverTheWire:
         assert payload["error"]["type"] == "invalid_request_error"
         assert payload["error"]["code"] == "invalid_idempotency_key"
         assert "more than once" in payload["error"]["message"]
-        assert written() == before
+        assert rows_written() == before
 
     def test_one_ascii_key_still_works_and_replays(self, gunicorn, auth):
         body = self.refund_body()

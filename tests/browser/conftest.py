@@ -7,7 +7,6 @@ the one apt installed, by its path.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import time
@@ -24,7 +23,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from ledger_app.models import Charge, Refund
 from tests.conftest import IN_CI
-from tests.factories import ChargeFactory
+from tests.factories import AGENTS_MIGRATION, ChargeFactory, migration_group
 from tests.second_factor import current_code, device_of
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -231,20 +230,8 @@ def enter_code(page, device, next_url: str = "/admin/") -> None:
 
 
 def support_agents_group() -> Group:
-    """The group the data migration makes, made again from the migration's own list when
-    an earlier transactional test has flushed it away (flushing keeps no migration data;
-    serialized_rollback cannot bring it back once a plain flush has renumbered the
-    content types)."""
-    migration = importlib.import_module("ledger_app.migrations.0006_support_agents_group")
-    group, created = Group.objects.get_or_create(name=migration.GROUP)
-    if created:
-        group.permissions.set(
-            [
-                Permission.objects.get(content_type__app_label=app_label, codename=codename)
-                for app_label, codename in migration.PERMISSIONS
-            ]
-        )
-    return group
+    """The "Support agents" group, made again if a transactional test flushed it."""
+    return migration_group(AGENTS_MIGRATION)
 
 
 @pytest.fixture(autouse=True)

@@ -5,11 +5,9 @@ Screenshots land in test-artifacts/screenshots/."""
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 from django.contrib.admin.utils import quote
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from ledger_app.models import Charge, Refund, RefundLimit
@@ -25,6 +23,7 @@ from tests.browser.conftest import (
     refund_url,
     wait_until,
 )
+from tests.factories import LEADS_MIGRATION, migration_group
 from tests.second_factor import device_of
 
 # The live server answers from its own thread, so test data must really be committed.
@@ -35,18 +34,8 @@ QUEUE = reverse("admin:ledger_app_refundapproval_changelist")
 
 
 def support_leads_group() -> Group:
-    """The group migration 0015 makes, made again from its own list after a flush (see
-    support_agents_group in conftest.py)."""
-    migration = importlib.import_module("ledger_app.migrations.0015_support_leads_group")
-    group, created = Group.objects.get_or_create(name=migration.GROUP)
-    if created:
-        group.permissions.set(
-            [
-                Permission.objects.get(content_type__app_label=app_label, codename=codename)
-                for app_label, codename in migration.PERMISSIONS
-            ]
-        )
-    return group
+    """The "Support leads" group, made again if a transactional test flushed it."""
+    return migration_group(LEADS_MIGRATION)
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ bounded by its charge."""
 import pytest
 
 from ledger_app import errors
-from ledger_app.models import Charge, Event, IdempotencyRecord, LedgerEntry
+from ledger_app.models import IdempotencyRecord
 from ledger_app.money import amount_ceiling, validate_within_ceiling
 from ledger_app.services.charges import create_charge, record_charge
-from simulated_provider.models import ProviderRequest
+from tests.invariants import rows_written
 
 pytestmark = pytest.mark.django_db
 
@@ -21,16 +21,6 @@ AT_THE_BOUNDARY = [("usd", STRIPE_CEILING), ("jpy", STRIPE_CEILING), ("idr", IDR
 @pytest.fixture(autouse=True)
 def _instant_provider(settings):
     settings.SIMULATED_GATEWAY_LATENCY_MS = 0
-
-
-def written() -> tuple[int, ...]:
-    return (
-        Charge.objects.count(),
-        LedgerEntry.objects.count(),
-        IdempotencyRecord.objects.count(),
-        Event.objects.count(),
-        ProviderRequest.objects.count(),
-    )
 
 
 class TestAmountCeiling:
@@ -73,14 +63,14 @@ class TestCreateCharge:
 
     @pytest.mark.parametrize(("currency", "ceiling"), AT_THE_BOUNDARY)
     def test_refuses_one_minor_unit_more_and_writes_nothing(self, currency, ceiling):
-        before = written()
+        before = rows_written()
 
         with pytest.raises(errors.AmountTooLarge) as refused:
             create_charge(amount=ceiling + 1, currency=currency, idempotency_key="order-1")
 
         assert refused.value.code == "amount_too_large"
         assert f"({ceiling} minor units) for {currency.upper()}" in refused.value.message
-        assert written() == before
+        assert rows_written() == before
 
     def test_the_key_of_a_refused_charge_is_free_for_the_corrected_one(self):
         with pytest.raises(errors.AmountTooLarge):
@@ -111,10 +101,10 @@ class TestRecordCharge:
 
     @pytest.mark.parametrize(("currency", "ceiling"), AT_THE_BOUNDARY)
     def test_refuses_above_the_ceiling_and_writes_nothing(self, currency, ceiling):
-        before = written()
+        before = rows_written()
 
         with pytest.raises(errors.AmountTooLarge):
             record_charge(amount=ceiling + 1, currency=currency)
 
-        assert written() == before
+        assert rows_written() == before
         assert record_charge(amount=ceiling, currency=currency).amount == ceiling

@@ -4,11 +4,10 @@ once) or rejects it (canceled, released); not decided in time, it expires the sa
 
 from __future__ import annotations
 
-import importlib
 from datetime import UTC, datetime, time, timedelta
 
 import pytest
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from ledger_app import errors
@@ -19,7 +18,7 @@ from ledger_app.services.dispatch import process_pending_refunds, reconcile_refu
 from ledger_app.services.provider_events import apply_provider_event
 from ledger_app.services.refunds import create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
-from tests.factories import ChargeFactory
+from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
 from tests.invariants import assert_provider_agrees, books
 from tests.processes import run_command
 
@@ -28,26 +27,8 @@ pytestmark = [
     pytest.mark.usefixtures("ledger_invariants", "inline_dispatch"),
 ]
 
-AGENTS_MIGRATION = "0006_support_agents_group"
-LEADS_MIGRATION = "0015_support_leads_group"
-
 
 # --- people and limits (helpers shared with test_approval_races and the model test) -------
-
-
-def migration_group(migration: str) -> Group:
-    """The group a data migration makes, made again from the migration's own list when a
-    transactional test has flushed it away."""
-    module = importlib.import_module(f"ledger_app.migrations.{migration}")
-    group, created = Group.objects.get_or_create(name=module.GROUP)
-    if created:
-        group.permissions.set(
-            [
-                Permission.objects.get(content_type__app_label=app, codename=codename)
-                for app, codename in module.PERMISSIONS
-            ]
-        )
-    return group
 
 
 def staff(django_user_model, username: str, *groups: Group):
