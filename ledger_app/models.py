@@ -29,15 +29,15 @@ def new_refund_id() -> str:
 class MovementStatus(models.TextChoices):
     """Where a charge or refund stands with the provider."""
 
-    PENDING = "pending"  # written here, not yet answered
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"  # the provider said no
-    UNKNOWN = "unknown"  # asked, no answer: the provider may have acted
+    PENDING = "pending", "Pending"  # written here, not yet answered
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"  # the provider said no
+    UNKNOWN = "unknown", "Unknown"  # asked, no answer: the provider may have acted
     # Refunds only. Over its requester's limit: reserved, never sent until another person
     # approves it (then pending).
-    AWAITING_APPROVAL = "awaiting_approval"
+    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
     # Refunds only: rejected, or not decided in time; the amount is released, nothing sent.
-    CANCELED = "canceled"
+    CANCELED = "canceled", "Canceled"
 
 
 class ProviderMovement(models.Model):
@@ -127,7 +127,10 @@ class Charge(ProviderMovement):
                 name="charge_refunded_within_amount",
             ),
         ]
-        permissions = [("refund_charge", "Can issue refunds on charges")]
+        permissions = [
+            ("refund_charge", "Can issue refunds on charges"),
+            ("export_charge", "Can export charges as CSV"),
+        ]
 
     @property
     def refunded(self) -> bool:
@@ -144,9 +147,9 @@ class Charge(ProviderMovement):
 
 
 class RefundReason(models.TextChoices):
-    DUPLICATE = "duplicate"
-    FRAUDULENT = "fraudulent"
-    REQUESTED_BY_CUSTOMER = "requested_by_customer"
+    DUPLICATE = "duplicate", "Duplicate"
+    FRAUDULENT = "fraudulent", "Fraudulent"
+    REQUESTED_BY_CUSTOMER = "requested_by_customer", "Requested by customer"
 
 
 class Refund(ProviderMovement):
@@ -155,11 +158,13 @@ class Refund(ProviderMovement):
     Reason = RefundReason
 
     class Source(models.TextChoices):
-        ADMIN = "admin"
-        API = "api"
-        CLI = "cli"
-        BULK = "bulk"
-        SYSTEM = "system"
+        ADMIN = "admin", "Admin"
+        API = "api", "API"
+        CLI = "cli", "Command line"
+        BULK = "bulk", "Bulk file"
+        SYSTEM = "system", "System"
+        # Made at the provider before its charge was imported (import_charges); never sent.
+        IMPORT = "import", "Charge import"
 
     # Statuses whose amount counts in the charge's amount_refunded: money that left, may
     # have left, or waits for approval. A provider's "no" (failed) or a cancellation
@@ -220,7 +225,10 @@ class Refund(ProviderMovement):
     decision_note = models.TextField(blank=True, help_text="Why it was approved or rejected.")
 
     class Meta(ProviderMovement.Meta):
-        permissions = [("approve_refund", "Can approve or reject refunds over a limit")]
+        permissions = [
+            ("approve_refund", "Can approve or reject refunds over a limit"),
+            ("export_refund", "Can export refunds as CSV"),
+        ]
         indexes = [
             models.Index(fields=["charge", "status"], name="refund_charge_status"),
             models.Index(fields=["status", "leased_until"], name="refund_status_lease"),
@@ -316,8 +324,8 @@ class RefundAttention(Refund):
 
 
 class IdempotencyOperation(models.TextChoices):
-    REFUND_CREATE = "refund.create"
-    CHARGE_CREATE = "charge.create"
+    REFUND_CREATE = "refund.create", "Create a refund"
+    CHARGE_CREATE = "charge.create", "Create a charge"
 
 
 class IdempotencyRecord(models.Model):
@@ -394,10 +402,10 @@ class LedgerEntry(models.Model):
     """
 
     class Kind(models.TextChoices):
-        CHARGE_SUCCEEDED = "charge_succeeded"
-        REFUND_RESERVED = "refund_reserved"
-        REFUND_SUCCEEDED = "refund_succeeded"
-        REFUND_RELEASED = "refund_released"
+        CHARGE_SUCCEEDED = "charge_succeeded", "Charge succeeded"
+        REFUND_RESERVED = "refund_reserved", "Refund reserved"
+        REFUND_SUCCEEDED = "refund_succeeded", "Refund succeeded"
+        REFUND_RELEASED = "refund_released", "Refund released"
 
     charge = models.ForeignKey(Charge, on_delete=models.PROTECT, related_name="ledger_entries")
     refund = models.ForeignKey(
@@ -416,6 +424,7 @@ class LedgerEntry(models.Model):
     class Meta:
         ordering = ["id"]
         verbose_name_plural = "ledger entries"
+        permissions = [("export_ledgerentry", "Can export ledger entries as CSV")]
         constraints = [
             models.CheckConstraint(condition=Q(amount__gt=0), name="ledger_amount_positive"),
             # Each kind moves amount_refunded in exactly one way.
@@ -463,6 +472,21 @@ class ApiKey(models.Model):
         return f"{self.name} ({self.prefix}...)"
 
 
+class StaffPreference(models.Model):
+    """What one staff member chose for how the admin shows things to them: the zone they
+    read times in (blank: settings.ADMIN_TIME_ZONE). Set on the admin's Time zone page."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="staff_preference"
+    )
+    time_zone = models.CharField(
+        max_length=64, blank=True, help_text="An IANA name such as Europe/Paris."
+    )
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.time_zone or 'default zone'})"
+
+
 def new_event_id() -> str:
     return new_id("evt_")
 
@@ -474,12 +498,12 @@ def new_endpoint_id() -> str:
 class EventType(models.TextChoices):
     """Stripe's names for what happened to a charge or refund."""
 
-    CHARGE_SUCCEEDED = "charge.succeeded"
-    CHARGE_FAILED = "charge.failed"
-    CHARGE_REFUNDED = "charge.refunded"
-    REFUND_CREATED = "refund.created"
-    REFUND_UPDATED = "refund.updated"
-    REFUND_FAILED = "refund.failed"
+    CHARGE_SUCCEEDED = "charge.succeeded", "Charge succeeded"
+    CHARGE_FAILED = "charge.failed", "Charge failed"
+    CHARGE_REFUNDED = "charge.refunded", "Charge refunded"
+    REFUND_CREATED = "refund.created", "Refund created"
+    REFUND_UPDATED = "refund.updated", "Refund updated"
+    REFUND_FAILED = "refund.failed", "Refund failed"
 
 
 class Event(models.Model):
@@ -519,8 +543,8 @@ class WebhookEndpoint(models.Model):
     shows it once, when the endpoint is created."""
 
     class Status(models.TextChoices):
-        ENABLED = "enabled"
-        DISABLED = "disabled"
+        ENABLED = "enabled", "Enabled"
+        DISABLED = "disabled", "Disabled"
 
     id = models.CharField(primary_key=True, max_length=64, default=new_endpoint_id, editable=False)
     url = models.CharField(max_length=2048)
@@ -551,10 +575,10 @@ class WebhookDelivery(models.Model):
     up on (`failed`) when it is older than the retry window."""
 
     class Status(models.TextChoices):
-        PENDING = "pending"
-        DELIVERED = "delivered"
-        FAILED = "failed"  # gave up after the retry window
-        CANCELED = "canceled"  # the endpoint was deleted before it was delivered
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed (gave up)"  # after the retry window
+        CANCELED = "canceled", "Canceled"  # the endpoint was deleted before it was delivered
 
     event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="deliveries")
     endpoint = models.ForeignKey(

@@ -190,20 +190,28 @@ def _bulk_row(number: int, columns: list[str], values: list[str], *, line: int) 
     if len(values) != len(columns):
         raise UnusableFile(f"line {line}: {len(values)} fields, the header has {len(columns)}")
     row = dict(zip(columns, (v.strip() for v in values), strict=True))
-    amount = row.get("amount", "")
-    if amount and not DIGITS.match(amount):
-        raise UnusableFile(
-            f"line {line}: amount {amount[:30]!r} is not a whole number "
-            "of minor units (cents; 1234 for $12.34)"
-        )
     return BulkRow(
         number=number,
         charge=row["charge"],
-        amount=int(amount) if amount else None,
+        amount=minor_units_or_unusable(row.get("amount", ""), line=line),
         reason=row.get("reason", ""),
         note=row.get("note", ""),
         idempotency_key=row.get("idempotency_key", ""),
     )
+
+
+def minor_units_or_unusable(text: str, *, line: int, column: str = "amount") -> int | None:
+    """A cell of a minor-units column: None when blank, else its int. Anything but ASCII
+    digits (12.50, 1,234, -5, 1e3) is a sign that the whole file is in the wrong units, so
+    it makes the file unusable rather than refusing one row (bulk_refund, import_charges)."""
+    if not text:
+        return None
+    if not DIGITS.match(text):
+        raise UnusableFile(
+            f"line {line}: {column} {text[:30]!r} is not a whole number "
+            "of minor units (cents; 1234 for $12.34)"
+        )
+    return int(text)
 
 
 def check_file(path: Path) -> int:

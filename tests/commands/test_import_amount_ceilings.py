@@ -36,7 +36,7 @@ def test_rows_above_the_ceiling_are_refused_with_amount_too_large(tmp_path):
     code, out, err = import_file(path)
 
     assert code == 1
-    assert "6 rows: 2 imported, 4 refused (amount_too_large)" in out
+    assert "6 rows: 2 charges imported, 4 rows refused (amount_too_large)" in out
     assert (
         "line 3: refused, amount_too_large: Amount must be at most $999,999.99 "
         "(99999999 minor units) for USD." in err
@@ -81,5 +81,5 @@ def test_a_stored_charge_above_a_lowered_ceiling_is_refused_not_reported_as_exis
     code, out, _ = import_file(path)
 
     assert code == 1
-    assert "1 rows: 1 refused (amount_too_large)" in out
+    assert "import_charges: 1 row: 1 row refused (amount_too_large)" in out
     assert Charge.objects.get().amount == 50_000  # never changed
