@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+AXE_CORE := ~4.14.1
+AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
 .PHONY: run test soak bench bench-quick worker reconcile lint format clean
 
@@ -25,6 +27,13 @@ $(VENV)/.installed-dev: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
+# axe-core (npm) for the browser accessibility tests, tests/browser/test_accessibility.py.
+# Its own target, so that a dev install made before it existed gets it too.
+$(AXE):
+	@if command -v npm >/dev/null; then \
+		npm install --silent --no-audit --no-fund --prefix $(VENV)/node axe-core@$(AXE_CORE); \
+	else echo "npm not found: the accessibility tests will skip (and fail under CI=true)"; fi
+
 run: $(VENV)/.installed
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --noinput
 	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput -v0
@@ -33,7 +42,7 @@ run: $(VENV)/.installed
 	$(DEMO_ENV) WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \
 	$(BIN)/gunicorn -c gunicorn.conf.py backoffice.wsgi --access-logfile -
 
-test: $(VENV)/.installed-dev
+test: $(VENV)/.installed-dev $(AXE)
 	scripts/run-tests
 
 # The reliability suites with soak sizes on PostgreSQL (about 35 minutes), and a summary

@@ -4,6 +4,7 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -80,6 +81,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "backoffice.time_zones.AdminTimeZoneMiddleware",
     "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -181,9 +183,22 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
+TIME_ZONE = "UTC"  # what is stored, logged and spoken by the API and the commands
 USE_I18N = True
 USE_TZ = True
+# The admin shows times in the reader's zone: their own (set under "Time zone" in the admin's
+# user links) or this default, an IANA name such as Europe/Paris; every time it shows is
+# labelled with its zone (backoffice/time_zones.py, backoffice/formats/en/formats.py). With
+# LANGUAGE_CODE en-us the locale's formats win over DATETIME_FORMAT settings, hence a module.
+ADMIN_TIME_ZONE = os.environ.get("ADMIN_TIME_ZONE", "") or "UTC"
+try:
+    ZoneInfo(ADMIN_TIME_ZONE)
+except (ZoneInfoNotFoundError, ValueError):
+    raise ImproperlyConfigured(
+        f"ADMIN_TIME_ZONE {ADMIN_TIME_ZONE!r} is not a known time zone (an IANA name such "
+        "as UTC, Europe/Paris or America/New_York)"
+    ) from None
+FORMAT_MODULE_PATH = ["backoffice.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"

@@ -4,6 +4,7 @@ from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
 from ledger_app.admin.second_factor import verify_view
+from ledger_app.admin.time_zone import time_zone_view
 from ledger_app.api.errors import not_found
 from ledger_app.api.provider_webhooks import stripe_webhook
 
@@ -20,6 +21,7 @@ urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     re_path(r"^admin/[\s\S]*\x00", nul_in_admin_url),
     path("admin/verify/", admin.site.admin_view(verify_view), name="verify-second-factor"),
+    path("admin/time-zone/", admin.site.admin_view(time_zone_view), name="admin-time-zone"),
     path("admin/", admin.site.urls),
     path("v1", not_found),  # an unknown URL like any other, not a redirect to /v1/
     path("v1/", include("ledger_app.api.urls")),

@@ -2,7 +2,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from ledger_app.management.commands.seed_demo import DEMO_CHARGES
+from ledger_app.management.commands.seed_demo import DEMO_CHARGES, history_rows
 from ledger_app.models import Charge, LedgerEntry, Refund
 from ledger_app.selectors import needing_attention
 from tests.invariants import assert_ledger_invariants
@@ -22,8 +22,14 @@ def test_seed_demo_loads_once_and_prints_the_password_once(capsys):
     listed = sum(len(row[5]) for row in DEMO_CHARGES)
     # One entry per succeeded charge; reserved + settled for each listed refund but the
     # timed-out one (unknown: reserved only); the queued one (pending) and the one over
-    # Ana's limit (awaiting approval) are reserved only.
-    assert counts == (len(DEMO_CHARGES), listed + 2, succeeded + 2 * listed - 1 + 2)
+    # Ana's limit (awaiting approval) are reserved only. The month of history: a charge
+    # and a settled refund each (three entries).
+    history = len(history_rows())
+    assert counts == (
+        len(DEMO_CHARGES) + history,
+        listed + 2 + history,
+        succeeded + 2 * listed - 1 + 2 + 3 * history,
+    )
     statuses = list(Refund.objects.values_list("status", flat=True))
     assert sorted(set(statuses)) == [
         "awaiting_approval",
@@ -61,3 +67,27 @@ def test_the_needs_attention_queue_shows_one_refund_of_each_kind(capsys):
     assert sorted(queue.values_list("status", flat=True)) == ["failed", "pending", "unknown"]
     stale = queue.get(status="pending")
     assert stale.charge_id == "ch_demoUsdQueued0000000014" and stale.dispatch_attempts == 0
+
+
+def test_the_demo_has_a_month_of_refunds_for_the_chart(capsys):
+    """Refunds on many of the last 29 days, by every reason and none, all settled, each
+    dated after its charge; today's demo refunds stay today's."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    call_command("seed_demo")
+
+    rows = history_rows()
+    history = Refund.objects.filter(charge_id__in=[row[0] for row in rows])
+    now = timezone.now()
+    days = {(now - refund.created_at).days for refund in history}
+    assert len(rows) >= 30 and history.count() == len(rows)
+    assert len(days) >= 15 and max(days) < 30 and min(days) >= 1
+    reasons = {refund.reason or "none" for refund in history}
+    assert reasons == {"requested_by_customer", "duplicate", "fraudulent", "none"}
+    assert {refund.currency for refund in history} == {"usd", "eur", "jpy"}
+    assert set(history.values_list("status", flat=True)) == {"succeeded"}
+    assert all(r.created_at > r.charge.created_at for r in history.select_related("charge"))
+    today = Refund.objects.filter(created_at__gte=now - timedelta(hours=2))
+    assert today.exists()

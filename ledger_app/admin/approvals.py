@@ -15,8 +15,9 @@ from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db import InterfaceError, OperationalError, models
 
+from backoffice.time_zones import shown_time
 from ledger_app import errors
-from ledger_app.admin.base import ReadOnlyAdmin, report_grouped, totals_by_currency
+from ledger_app.admin.base import ReadOnlyAdmin, clipped, report_grouped, totals_by_currency
 from ledger_app.admin.forms import ApproveForm, RefundLimitForm, RejectForm
 from ledger_app.admin.refunds import (
     MAX_SELECTED,
@@ -94,7 +95,7 @@ class RefundApprovalAdmin(RefundAdmin):
         "requester",
         "reason",
         "expires",
-        "charge",
+        "charge_display",
         "created_at",
     ]
     list_filter = []  # a short queue, worked through: its columns need the width
@@ -107,13 +108,13 @@ class RefundApprovalAdmin(RefundAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).filter(status=Refund.Status.AWAITING_APPROVAL)
 
-    @admin.display(description="Expires (UTC)", ordering="approval_expires_at")
+    @admin.display(description="Expires", ordering="approval_expires_at")
     def expires(self, obj: Refund) -> str:
-        return f"{obj.approval_expires_at:%Y-%m-%d %H:%M}" if obj.approval_expires_at else "-"
+        return shown_time(obj.approval_expires_at, empty="-")
 
     @admin.display(description="Requested by", ordering="actor")
     def requester(self, obj: Refund) -> str:
-        return obj.actor
+        return clipped(obj.actor, "text")
 
     @admin.action(permissions=["approve"], description="Approve…")
     def approve_refunds(self, request, queryset):
@@ -159,7 +160,7 @@ class RefundApprovalAdmin(RefundAdmin):
         for refund in refunds:
             outcome, line = self._decide_one(request, refund, note, approve=approve)
             outcomes[outcome].append(line)
-        report_grouped(self, request, outcomes, DECISIONS)
+        report_grouped(self, request, outcomes, DECISIONS, noun=("refund", "refunds"))
         if not refunds:
             self.message_user(request, "No refunds were selected.", messages.WARNING)
 
@@ -240,10 +241,10 @@ class RefundLimitAdmin(ReadOnlyAdmin):
     @admin.display(description="Applies to")
     def subject(self, obj: RefundLimit) -> str:
         if obj.group_id is not None:
-            return f"Group: {obj.group.name}"
+            return clipped(f"Group: {obj.group.name}", "wide")
         if obj.user_id is not None:
-            return f"User: {obj.user.get_username()}"
-        return f"API key: {obj.api_key.name} ({obj.api_key.prefix})"
+            return clipped(f"User: {obj.user.get_username()}", "wide")
+        return clipped(f"API key: {obj.api_key.name} ({obj.api_key.prefix})", "wide")
 
     @admin.display(description="Currency", ordering="currency")
     def currency_display(self, obj: RefundLimit) -> str:

@@ -13,10 +13,12 @@ from django.db import connection
 from django.http import Http404, HttpResponseBadRequest
 from django.template.response import TemplateResponse
 from django.utils.functional import cached_property
+from django.utils.html import format_html
 
 from ledger_app.admin.second_factor import money_action_gate
 from ledger_app.money import format_money
 from ledger_app.services.text import has_unstorable_characters
+from ledger_app.wording import count_of
 
 REFUND_PERMISSION = "ledger_app.refund_charge"
 
@@ -55,6 +57,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     paginator = LargeTablePaginator
     show_full_result_count = False
     list_per_page = 50
+
+    class Media:
+        # Lists and pages fit their window (long ids and text clipped, see clipped()).
+        css = {"all": ["ledger_app/admin.css"]}
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -122,13 +128,37 @@ def totals_by_currency(amounts: Iterable[tuple[int, str]]) -> list[tuple[str, st
     return [(c.upper(), format_money(t, c)) for c, t in sorted(totals.items())]
 
 
-def report_grouped(model_admin, request, lines: dict, order: list[tuple]) -> None:
-    """An action's result, one message per outcome in `order` ((outcome, level) pairs,
-    the outcome's label first): "Refunded: ch_1 $5.00 (re_1), ch_2 …"."""
+def report_grouped(
+    model_admin, request, lines: dict, order: list[tuple], noun: tuple[str, str]
+) -> None:
+    """An action's result, one message per outcome in `order` ((outcome, level) pairs):
+    the outcome's label, how many of `noun` (singular, plural), then each line:
+    "Refunded: 2 charges — ch_1 $5.00 (re_1), ch_2 …"."""
     for outcome, level in order:
         if lines.get(outcome):
             joined = ", ".join(lines[outcome])
-            model_admin.message_user(request, f"{outcome.label}: {joined}", level)
+            counted = count_of(len(lines[outcome]), *noun)
+            model_admin.message_user(request, f"{outcome.label}: {counted} — {joined}", level)
+
+
+def clipped(text: object, width: str = "id") -> str:
+    """Text a list shows on one line, cut short with "…" past its column's width ("id",
+    "text" or "wide" in admin.css) rather than widening the table. The whole text stays in
+    the page (screen readers and search read it) and shows on hover."""
+    text = "" if text is None else str(text)
+    if not text:
+        return "-"  # what the admin shows for an empty value
+    return format_html('<span class="clip clip-{}" title="{}">{}</span>', width, text, text)
+
+
+def clipped_lines(first: object, second: object, width: str = "text") -> str:
+    """Two values in one list cell, one clipped line each (the second quieter): columns
+    combined so that a list fits its window. An empty second value leaves one line."""
+    if not second:
+        return clipped(first, width)
+    return format_html(
+        '<span class="lines">{}{}</span>', clipped(first, width), clipped(second, width)
+    )
 
 
 class AmountColumn:

@@ -23,14 +23,19 @@ from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.http import urlencode
 
+from backoffice.time_zones import shown_time
 from ledger_app.admin.base import (
     AmountColumn,
     ReadOnlyAdmin,
+    clipped,
+    clipped_lines,
     report_grouped,
     totals_by_currency,
 )
+from ledger_app.admin.export import CsvExport
 from ledger_app.admin.forms import (
     FORM_KEY,
     BulkRefundForm,
@@ -97,7 +102,10 @@ class CurrencyFilter(admin.SimpleListFilter):
             ),
             600,
         )
-        return [(c, c.upper()) for c in sorted(currencies)]
+        # The chosen currency is always a choice: a filter with no choices is not applied,
+        # and the cached list may predate the first charge in that currency.
+        chosen = {self.value()} if self.value() else set()
+        return [(c, c.upper()) for c in sorted({*currencies, *chosen})]
 
     def queryset(self, request, queryset):
         return queryset.filter(currency=self.value()) if self.value() else queryset
@@ -125,19 +133,38 @@ def amount_search(term: str) -> Q | None:
 
 
 @admin.register(Charge)
-class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
+class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     """The list (GET) may read the replica; the charge page, the refund form and the bulk
     refund action (a POST to the list) read and write the primary."""
 
-    list_display = [
+    export_columns = (  # export.py: the list as CSV
         "id",
-        "created_at",
+        "amount",
+        "amount_formatted",
+        "amount_refunded",
+        "amount_refunded_formatted",
+        "currency",
         "status",
-        "amount_display",
-        "refunded_display",
-        "refundable_display",
+        "status_detail",
         "customer",
         "description",
+        "metadata",
+        "provider_charge_id",
+        "provider_idempotency_key",
+        "dispatch_attempts",
+        "created_at",
+        "updated_at",
+    )
+
+    # What an agent acts on first (also the first columns a phone shows), then what tells
+    # charges apart; the rest is on the charge's page.
+    list_display = [
+        "id_display",
+        "status",
+        "amount_and_refunded",
+        "refundable_display",
+        "created_at",
+        "customer_and_description",
     ]
     list_filter = [
         "status",
@@ -169,6 +196,23 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
         "admin_history",
     ]
     readonly_fields = fields
+
+    @admin.display(description="ID", ordering="id")
+    def id_display(self, obj: Charge) -> str:
+        return clipped(obj.pk)  # ids made here fit; imported ones may be up to 64 characters
+
+    @admin.display(description="Amount / refunded", ordering="amount")
+    def amount_and_refunded(self, obj: Charge) -> str:
+        """The amount, and under it what was refunded of it, when anything was."""
+        amount = format_money(obj.amount, obj.currency)
+        if not obj.amount_refunded:
+            return amount
+        refunded = format_money(obj.amount_refunded, obj.currency)
+        return format_html('{}<span class="second-line">{} refunded</span>', amount, refunded)
+
+    @admin.display(description="Customer / description", ordering="customer")
+    def customer_and_description(self, obj: Charge) -> str:
+        return clipped_lines(obj.customer, obj.description)
 
     @admin.display(description="Refunded", ordering="amount_refunded")
     def refunded_display(self, obj: Charge) -> str:
@@ -399,7 +443,7 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
             self.message_user(
                 request,
                 f"Already submitted: this form issued refund {refund.id} of {amount} "
-                f"({refund.status}) before. Nothing new was refunded.",
+                f"({refund.get_status_display().lower()}) before. Nothing new was refunded.",
                 messages.WARNING,
             )
             return "replayed"
@@ -408,13 +452,13 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
             self.log_change(
                 request,
                 charge,
-                f"Asked for a refund of {amount} as {refund.id} ({refund.reason or 'other'}), "
+                f"Asked for a refund of {amount} as {refund.id} ({reason_words(refund)}), "
                 f"awaiting approval (over the limit){note}",
             )
             self.message_user(request, awaiting_approval_words(refund, amount), messages.WARNING)
             return "awaiting_approval"
         self.log_change(
-            request, charge, f"Refunded {amount} as {refund.id} ({refund.reason or 'other'}){note}"
+            request, charge, f"Refunded {amount} as {refund.id} ({reason_words(refund)}){note}"
         )
         level = {
             Refund.Status.SUCCEEDED: messages.SUCCESS,
@@ -492,7 +536,7 @@ class ChargeAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
                 state, amount = shown[charge.pk]
                 outcome, line = self._refund_one_in_full(request, charge, form, state, amount)
             outcomes[outcome].append(line)
-        report_grouped(self, request, outcomes, BULK_OUTCOMES)
+        report_grouped(self, request, outcomes, BULK_OUTCOMES, noun=("charge", "charges"))
 
     def _refund_one_in_full(
         self, request, charge: Charge, form: BulkRefundForm, state: int, amount: int
@@ -584,9 +628,7 @@ BULK_OUTCOMES = [
 
 
 def awaiting_approval_words(refund: Refund, amount: str) -> str:
-    expires = (
-        f" by {refund.approval_expires_at:%Y-%m-%d %H:%M} UTC" if refund.approval_expires_at else ""
-    )
+    expires = f" by {shown_time(refund.approval_expires_at)}" if refund.approval_expires_at else ""
     return (
         f"Refund {refund.id} of {amount} is over your limit and is awaiting approval: the "
         "amount is reserved on the charge and nothing is sent until a support lead approves "
@@ -616,6 +658,11 @@ def limits_shown(user, currency: str) -> LimitsShown | None:
         per_day=None if mine.per_day is None else format_money(mine.per_day, currency),
         spent_today=format_money(spent, currency),
     )
+
+
+def reason_words(refund: Refund) -> str:
+    """A refund's reason as the admin history tells it; a refund may have none."""
+    return refund.get_reason_display() if refund.reason else "no reason"
 
 
 def is_refundable(charge: Charge) -> bool:

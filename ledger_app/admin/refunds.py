@@ -6,7 +6,9 @@ from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.db.models import Q
 
-from ledger_app.admin.base import AmountColumn, ReadOnlyAdmin
+from ledger_app.admin.base import AmountColumn, ReadOnlyAdmin, clipped, clipped_lines
+from ledger_app.admin.charges import CurrencyFilter
+from ledger_app.admin.export import CsvExport
 from ledger_app.admin.forms import HandledForm
 from ledger_app.errors import LedgerError
 from ledger_app.models import ApiKey, IdempotencyRecord, LedgerEntry, Refund, RefundAttention
@@ -18,6 +20,7 @@ from ledger_app.services.attention import mark_refund_handled
 from ledger_app.services.dispatch import send_refund
 from ledger_app.services.refunds import actor_label
 from ledger_app.services.text import has_unstorable_characters
+from ledger_app.wording import count_of
 
 MAX_SELECTED = 500  # refunds one queue action acts on
 
@@ -52,23 +55,52 @@ def exact_id_search(queryset, term: str, *fields: str):
 
 
 @admin.register(Refund)
-class RefundAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
+class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     """The list (GET) may read the replica; a refund's page reads the primary."""
 
-    list_display = [
+    export_columns = (  # export.py: the list as CSV
         "id",
-        "created_at",
         "charge",
-        "amount_display",
+        "amount",
+        "amount_formatted",
+        "currency",
         "status",
+        "status_detail",
         "reason",
+        "note",
+        "metadata",
         "source",
         "actor",
+        "created_by",
+        "provider_idempotency_key",
+        "provider_refund_id",
+        "dispatch_attempts",
+        "handled_at",
+        "handled_by",
+        "handled_note",
+        "approval_expires_at",
+        "decided_at",
+        "decided_by",
+        "decision_note",
+        "created_at",
+        "updated_at",
+    )
+
+    # Which refund, where it stands and how much first (a phone shows these without
+    # scrolling); reason, source, note and the rest are on the refund's page.
+    list_display = [
+        "id",
+        "status",
+        "amount_display",
+        "charge_display",
+        "created_at",
+        "actor_display",
     ]
     list_filter = [
         "status",
         "reason",
         "source",
+        CurrencyFilter,  # a refund's currency is its charge's: the same short list
         IssuedByFilter,
         ("created_at", admin.DateFieldListFilter),
     ]
@@ -110,6 +142,18 @@ class RefundAdmin(ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     def has_approve_permission(self, request, obj=None) -> bool:
         return request.user.has_perm(APPROVE_PERMISSION)
 
+    @admin.display(description="Charge", ordering="charge_id")
+    def charge_display(self, obj: Refund) -> str:
+        return clipped(obj.charge_id)
+
+    @admin.display(description="By", ordering="actor")
+    def actor_display(self, obj: Refund) -> str:
+        return clipped(obj.actor, "text")
+
+    @admin.display(description="Status detail")
+    def detail_display(self, obj: Refund) -> str:
+        return clipped(obj.status_detail, "text")
+
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         """A refund awaiting approval offers "Approve…" and "Reject…" (the queue's actions,
         for this one refund) to those who may decide it: not to the person who asked."""
@@ -145,7 +189,14 @@ class RefundAttentionAdmin(RefundAdmin):
     """
 
     list_filter = ["status", "reason", "source", ("created_at", admin.DateFieldListFilter)]
-    list_display = [*RefundAdmin.list_display[:5], "status_detail", "dispatch_attempts"]
+    list_display = [
+        "id",
+        "status",
+        "amount_display",
+        "detail_display",
+        "dispatch_attempts",
+        "created_at",
+    ]
     actions = ["reconcile_now", "retry_dispatch", "mark_handled"]
     money_actions = frozenset({"reconcile_now", "retry_dispatch"})  # both may send a refund
     # The queue is worked through: after an action it shows what is left, from the primary.
@@ -191,12 +242,15 @@ class RefundAttentionAdmin(RefundAdmin):
                 self.log_change(request, refund, f"{verb}: {line}")
             done.append(line)
         if done:
-            self.message_user(request, f"{verb}: " + "; ".join(done), messages.INFO)
+            self.message_user(
+                request, f"{verb}: {count_of(len(done), 'refund')} — " + "; ".join(done)
+            )
         if skipped:
             self.message_user(
                 request,
                 "Not sent or asked about, because the provider already declined them (mark "
-                "them handled, or make a new refund on the charge): " + ", ".join(skipped),
+                "them handled, or make a new refund on the charge): "
+                f"{count_of(len(skipped), 'refund')} — " + ", ".join(skipped),
                 messages.WARNING,
             )
         if not done and not skipped:
@@ -237,13 +291,17 @@ class RefundAttentionAdmin(RefundAdmin):
             self.log_change(request, refund, f"Marked handled: {note}")
             handled.append(refund.pk)
         if handled:
-            self.message_user(request, f"Marked handled: {', '.join(handled)}", messages.SUCCESS)
+            self.message_user(
+                request,
+                f"Marked handled: {count_of(len(handled), 'refund')} — {', '.join(handled)}",
+                messages.SUCCESS,
+            )
         if refused or others:
             not_done = refused + [f"{r.pk} ({r.status})" for r in others]
             self.message_user(
                 request,
-                "Not marked handled (only declines can be; the others are settled by "
-                f"asking the provider): {', '.join(not_done)}",
+                "Not marked handled (only declines can be; the others are settled by asking "
+                f"the provider): {count_of(len(not_done), 'refund')} — {', '.join(not_done)}",
                 messages.WARNING,
             )
 
@@ -259,16 +317,29 @@ def selected_refunds(queryset) -> list[Refund]:
 
 
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(AmountColumn, ReadOnlyAdmin):
-    list_display = [
+class LedgerEntryAdmin(CsvExport, AmountColumn, ReadOnlyAdmin):
+    export_columns = (  # export.py: the list as CSV
         "id",
-        "created_at",
         "kind",
         "charge",
         "refund",
-        "amount_display",
+        "amount",
+        "amount_formatted",
         "refunded_delta",
+        "refunded_delta_formatted",
+        "currency",
         "actor",
+        "memo",
+        "created_at",
+    )
+    list_display = [
+        "id",
+        "kind",
+        "amount_display",
+        "delta_display",
+        "charge_and_refund",
+        "created_at",
+        "actor_display",
     ]
     list_filter = ["kind", ("created_at", admin.DateFieldListFilter)]
     list_select_related = ["charge", "refund"]
@@ -280,10 +351,23 @@ class LedgerEntryAdmin(AmountColumn, ReadOnlyAdmin):
     def get_search_results(self, request, queryset, search_term):
         return exact_id_search(queryset, search_term, "charge_id", "refund_id")
 
+    @admin.display(description="Refunded change", ordering="refunded_delta")
+    def delta_display(self, obj: LedgerEntry) -> str:
+        sign = "+" if obj.refunded_delta > 0 else ""
+        return sign + format_money(obj.refunded_delta, obj.currency)
+
+    @admin.display(description="Charge / refund", ordering="charge_id")
+    def charge_and_refund(self, obj: LedgerEntry) -> str:
+        return clipped_lines(obj.charge_id, obj.refund_id, width="id")
+
+    @admin.display(description="By", ordering="actor")
+    def actor_display(self, obj: LedgerEntry) -> str:
+        return clipped(obj.actor, "text")
+
 
 @admin.register(IdempotencyRecord)
 class IdempotencyRecordAdmin(ReadOnlyAdmin):
-    list_display = ["key", "operation", "refund", "charge", "created_at"]
+    list_display = ["key_display", "operation", "refund_display", "charge_display", "created_at"]
     list_select_related = ["refund", "charge"]
     search_fields = ["key"]
     search_help_text = "A key, a refund id or a charge id, exactly."
@@ -293,12 +377,28 @@ class IdempotencyRecordAdmin(ReadOnlyAdmin):
     def get_search_results(self, request, queryset, search_term):
         return exact_id_search(queryset, search_term, "key", "refund_id", "charge_id")
 
+    @admin.display(description="Key", ordering="key")
+    def key_display(self, obj: IdempotencyRecord) -> str:
+        return clipped(obj.key, "wide")
+
+    @admin.display(description="Charge", ordering="charge_id")
+    def charge_display(self, obj: IdempotencyRecord) -> str:
+        return clipped(obj.charge_id)
+
+    @admin.display(description="Refund", ordering="refund_id")
+    def refund_display(self, obj: IdempotencyRecord) -> str:
+        return clipped(obj.refund_id)
+
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(ReadOnlyAdmin):
     """Keys are created and revoked with manage.py; the secret is never stored."""
 
-    list_display = ["name", "prefix", "read_only", "created_at", "revoked_at"]
+    list_display = ["name_display", "prefix", "read_only", "created_at", "revoked_at"]
     list_filter = ["read_only"]
     fields = ["name", "prefix", "read_only", "created_at", "revoked_at"]
     readonly_fields = fields
+
+    @admin.display(description="Name", ordering="name")
+    def name_display(self, obj: ApiKey) -> str:
+        return clipped(obj.name, "text")

@@ -13,7 +13,7 @@ from django.contrib import admin
 from django.template.response import TemplateResponse
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from ledger_app.admin.base import ReadOnlyAdmin
+from ledger_app.admin.base import ReadOnlyAdmin, clipped
 
 if admin.site.is_registered(TOTPDevice):
     admin.site.unregister(TOTPDevice)
@@ -24,12 +24,28 @@ class SignInFailureAdmin(ReadOnlyAdmin):
     """Who is being guessed at, from where, how often. Unlock early from the command line:
     `manage.py axes_reset_username NAME` or `axes_reset_ip ADDRESS`."""
 
-    list_display = ["attempt_time", "username", "ip_address", "failures_since_start", "path_info"]
+    list_display = ["attempt_time", "username_display", "address", "failures", "path"]
     list_filter = [("attempt_time", admin.DateFieldListFilter)]
     search_fields = ["username", "ip_address"]
     ordering = ["-attempt_time"]
     fields = ["username", "ip_address", "user_agent", "attempt_time", "failures_since_start"]
     readonly_fields = fields
+
+    @admin.display(description="User name", ordering="username")
+    def username_display(self, attempt: AccessAttempt) -> str:
+        return clipped(attempt.username, "text")
+
+    @admin.display(description="Address", ordering="ip_address")
+    def address(self, attempt: AccessAttempt) -> str:
+        return clipped(attempt.ip_address, "text")
+
+    @admin.display(description="Failures", ordering="failures_since_start")
+    def failures(self, attempt: AccessAttempt) -> int:
+        return attempt.failures_since_start
+
+    @admin.display(description="Path", ordering="path_info")
+    def path(self, attempt: AccessAttempt) -> str:
+        return clipped(attempt.path_info, "text")
 
 
 def locked_out(request, original_response=None, credentials=None):

@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
+from ledger_app.admin.base import clipped
 from ledger_app.admin.refunds import IssuedByFilter
 from ledger_app.audit_trail import AuditRows, audit_rows_of
 
@@ -29,6 +30,23 @@ ACTIVE_HELP_TEXT = (
 
 
 class AuditedUserAdmin(auth_admin.UserAdmin):
+    list_display = ["username_display", "email_display", "name", "is_staff", "is_active"]
+
+    class Media:
+        css = {"all": ["ledger_app/admin.css"]}  # the list fits its window, as every list
+
+    @admin.display(description="Username", ordering="username")
+    def username_display(self, user) -> str:
+        return clipped(user.get_username(), "text")
+
+    @admin.display(description="Email address", ordering="email")
+    def email_display(self, user) -> str:
+        return clipped(user.email, "text")
+
+    @admin.display(description="Name", ordering="last_name")
+    def name(self, user) -> str:
+        return clipped(user.get_full_name(), "text")
+
     def get_deleted_objects(self, objs, request):
         """Users named by audit rows are protected: Django's delete page and bulk action
         then refuse, and list each such user with what they did (a count and a link, not

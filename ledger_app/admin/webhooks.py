@@ -7,11 +7,12 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.db.models import F
 
-from ledger_app.admin.base import ReadOnlyAdmin
+from ledger_app.admin.base import ReadOnlyAdmin, clipped
 from ledger_app.admin.refunds import exact_id_search
 from ledger_app.errors import LedgerError
 from ledger_app.models import Event, WebhookDelivery, WebhookEndpoint
 from ledger_app.services.webhooks import resend_delivery
+from ledger_app.wording import count_of
 
 RESEND_PERMISSION = "ledger_app.resend_webhookdelivery"
 MAX_SELECTED = 500  # deliveries one Resend acts on
@@ -34,7 +35,7 @@ class LogAdmin(ReadOnlyAdmin):
 
 @admin.register(Event)
 class EventAdmin(LogAdmin):
-    list_display = ["id", "created_at", "type", "charge_id", "refund_id", "request_id"]
+    list_display = ["id", "type", "created_at", "charge_display", "refund_display"]
     list_filter = ["type", ("created_at", admin.DateFieldListFilter)]
     search_help_text = "An event id, a charge id or a refund id, exactly."
     exact_search = ("pk", "charge_id", "refund_id")
@@ -50,13 +51,21 @@ class EventAdmin(LogAdmin):
         "previous_attributes",
     ]
 
+    @admin.display(description="Charge", ordering="charge_id")
+    def charge_display(self, event: Event) -> str:
+        return clipped(event.charge_id)
+
+    @admin.display(description="Refund", ordering="refund_id")
+    def refund_display(self, event: Event) -> str:
+        return clipped(event.refund_id)
+
 
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(LogAdmin):
     """Endpoints are made and changed through the API; the secret is shown only there,
     once, and never here."""
 
-    list_display = ["id", "url", "status", "enabled_events", "created_at", "deleted_at"]
+    list_display = ["id", "url_display", "status", "events_display", "created_at"]
     list_filter = ["status", ("deleted_at", admin.EmptyFieldListFilter)]
     search_help_text = "An endpoint id, exactly."
     exclude = ["secret"]
@@ -71,21 +80,27 @@ class WebhookEndpointAdmin(LogAdmin):
         "deleted_at",
     ]
 
+    @admin.display(description="URL", ordering="url")
+    def url_display(self, endpoint: WebhookEndpoint) -> str:
+        return clipped(endpoint.url, "wide")
+
+    @admin.display(description="Events")
+    def events_display(self, endpoint: WebhookEndpoint) -> str:
+        return clipped(", ".join(endpoint.enabled_events), "text")
+
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(LogAdmin):
+    # What a Resend is decided on; the event, the endpoint and when it was delivered are
+    # on the delivery's page (and the search finds deliveries by event or endpoint id).
     list_display = [
         "id",
-        "created_at",
-        "event_id",
-        "event_type",
-        "endpoint_id",
         "status",
+        "event_type",
         "attempts",
-        "last_status_code",
         "last_answer",
         "next_attempt_at",
-        "delivered_at",
+        "created_at",
     ]
     list_filter = ["status", ("created_at", admin.DateFieldListFilter)]
     search_help_text = "An event id or an endpoint id, exactly."
@@ -114,7 +129,9 @@ class WebhookDeliveryAdmin(LogAdmin):
 
     @admin.display(description="Last answer")
     def last_answer(self, delivery) -> str:
-        return delivery.last_error[:120]
+        code = delivery.last_status_code
+        answer = f"{code}: {delivery.last_error}" if code else delivery.last_error
+        return clipped(answer, "wide")
 
     def has_resend_permission(self, request) -> bool:
         return request.user.has_perm(RESEND_PERMISSION)
@@ -132,8 +149,14 @@ class WebhookDeliveryAdmin(LogAdmin):
             self.log_change(request, delivery, "Resend: queued to be sent again")
             resent.append(str(delivery_id))
         if resent:
+            counted = count_of(len(resent), "delivery", "deliveries")
             self.message_user(
-                request, f"Queued to be sent again: {', '.join(resent)}", messages.SUCCESS
+                request,
+                f"Queued to be sent again: {counted} — {', '.join(resent)}",
+                messages.SUCCESS,
             )
         if refused:
-            self.message_user(request, f"Not resent: {', '.join(refused)}", messages.WARNING)
+            counted = count_of(len(refused), "delivery", "deliveries")
+            self.message_user(
+                request, f"Not resent: {counted} — {', '.join(refused)}", messages.WARNING
+            )

@@ -117,9 +117,12 @@ def movement_for_provider_object(model: type[Refund] | type[Charge], obj: dict):
 def recently_succeeded(hours: int) -> list[str]:
     """Ids of refunds that succeeded (were last settled) within that many hours: the
     reconciler asks the provider again about these, in case a later failure's webhook
-    never arrived."""
+    never arrived. Not refunds an import recorded: the provider made those before they
+    came here, and nothing here ever sent them."""
     since = timezone.now() - timedelta(hours=hours)
-    succeeded = Refund.objects.filter(status=MovementStatus.SUCCEEDED, updated_at__gte=since)
+    succeeded = Refund.objects.filter(
+        status=MovementStatus.SUCCEEDED, updated_at__gte=since
+    ).exclude(source=Refund.Source.IMPORT)
     return list(succeeded.order_by("updated_at", "id").values_list("pk", flat=True))
 
 

@@ -188,7 +188,7 @@ class TestApproving:
         waiting.refresh_from_db()
         assert waiting.status == Refund.Status.SUCCEEDED
         assert (waiting.decided_by, waiting.decision_note) == ("user:lead", "Known customer")
-        assert told(done) == [f"Approved and refunded: {waiting.pk} $600.00: succeeded"]
+        assert told(done) == [f"Approved and refunded: 1 refund — {waiting.pk} $600.00: succeeded"]
         [entry] = LogEntry.objects.filter(object_id=waiting.pk)
         assert entry.user == lead
         assert entry.change_message == "Approved $600.00, now succeeded: Known customer"
@@ -212,7 +212,7 @@ class TestApproving:
 
         done = decide(agent_client, "approve_refunds", [waiting], post="yes", note="")
 
-        assert told(done) == [f"Refused: {waiting.pk} $600.00 (approval_by_requester)"]
+        assert told(done) == [f"Refused: 1 refund — {waiting.pk} $600.00 (approval_by_requester)"]
         waiting.refresh_from_db()
         assert waiting.status == Refund.Status.AWAITING_APPROVAL
         assert not LogEntry.objects.filter(object_id=waiting.pk).exists()
@@ -231,10 +231,11 @@ class TestApproving:
         done = decide(lead_client, "approve_refunds", [waiting, expired], post="yes")
 
         assert sorted(told(done)) == [
-            f"Not approved in time: canceled, amount released (approval_expired): "
+            f"Not approved in time: canceled, amount released (approval_expired): 1 refund — "
             f"{expired.pk} $700.00",
             "Not decided here, because it is no longer awaiting approval "
-            f"(refund_not_awaiting_approval): {waiting.pk} $600.00 (succeeded by user:lead)",
+            f"(refund_not_awaiting_approval): 1 refund — {waiting.pk} $600.00 (succeeded by "
+            "user:lead)",
         ]
         expired.refresh_from_db()
         assert expired.status == Refund.Status.CANCELED
@@ -271,7 +272,9 @@ class TestRejecting:
         assert waiting.status == Refund.Status.CANCELED
         assert Charge.objects.get(pk=waiting.charge_id).amount_refunded == 0
         assert books(waiting.charge) != before
-        assert told(done) == [f"Rejected: canceled, amount released: {waiting.pk} $600.00"]
+        assert told(done) == [
+            f"Rejected: canceled, amount released: 1 refund — {waiting.pk} $600.00"
+        ]
         [entry] = LogEntry.objects.filter(object_id=waiting.pk, user=lead)
         assert entry.change_message == "Rejected $600.00: Out of policy"
         assert ProviderRequest.objects.count() == 0

@@ -65,7 +65,7 @@ class TestMarkHandled:
         assert declined.handled_at is not None
         assert not in_queue(declined)
         assert declined.pk not in agent_client.get(reverse(ATTENTION)).content.decode()
-        assert f"Marked handled: {declined.pk}" in shown(done)
+        assert f"Marked handled: 1 refund — {declined.pk}" in shown(done)
         [entry] = LogEntry.objects.filter(object_id=declined.pk)
         assert entry.user == support_agent and "Paid back by bank transfer" in entry.change_message
         assert books(declined.charge) == before  # no money moves

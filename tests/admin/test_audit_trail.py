@@ -76,7 +76,7 @@ def bulk_delete(client, users, *, confirmed):
 
 
 # Settings about a person, not records of what they did: they go with the person.
-NOT_AUDIT = {("RefundLimit", "user")}
+NOT_AUDIT = {("RefundLimit", "user"), ("StaffPreference", "user")}
 
 
 def test_every_user_reference_in_the_ledger_protects_its_user():

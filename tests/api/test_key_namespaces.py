@@ -109,7 +109,7 @@ class TestReservedNamespaces:
 
         assert_refused(refused, "idempotency_key_reserved")
         assert code == 0, err
-        assert "1 rows: 1 refunded" in out and "REFUSED" not in err
+        assert "1 row: 1 refunded" in out and "REFUSED" not in err
         refund = Refund.objects.get()
         assert (refund.amount, refund.source) == (1_000, "bulk")
         assert IdempotencyRecord.objects.get().key == "bulk:probe-batch:1"

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -51,6 +54,7 @@ PLAYWRIGHT_ONLY_SWITCHES = ["--disable-back-forward-cache", "--disable-prompt-on
 FLAVOURS = ["playwright", "as-shipped"]
 
 _skipped: list[str] = []
+_skipped_for_axe: list[str] = []
 
 
 def _why_no_browser() -> str | None:
@@ -127,6 +131,7 @@ class BrowserProblems:
         self.errors: list[str] = []
         self.expected_statuses: set[int] = set()
         self.expected_failures: set[str] = set()
+        self.tools: set[str] = set()
 
     def watch(self, page) -> None:
         page.on("pageerror", lambda exc: self.errors.append(f"page error: {exc}"))
@@ -139,7 +144,7 @@ class BrowserProblems:
         # Failed loads are judged by _response, which knows the statuses a test expects.
         if message.text.startswith("Failed to load resource"):
             return
-        if message.type == "error" and not self._ignored(url):
+        if message.type == "error" and not self._ignored(url) and url not in self.tools:
             self.errors.append(f"console: {message.text} ({url})")
 
     def _request_failed(self, request) -> None:
@@ -159,6 +164,11 @@ class BrowserProblems:
     def _ignored(self, url: str) -> bool:
         # Chromium asks for /favicon.ico on its own; the admin does not ship one.
         return url.endswith("/favicon.ico")
+
+    def tool_in_page(self, url: str) -> None:
+        """A test's own script put in the page (axe-core): what it logs is not the page's.
+        (axe-core adds a <style> the Content Security Policy refuses, as it should.)"""
+        self.tools.add(url)
 
     def expect_status(self, status: int) -> None:
         self.expected_statuses.add(status)
@@ -316,12 +326,45 @@ def fill_refund_form(page, amount: str, reason: str = "requested_by_customer", n
         page.fill("#id_note", note)
 
 
+# axe-core's browser build, from npm (`make test` installs it under the venv); AXE_CORE_PATH
+# points elsewhere.
+AXE_SCRIPT = Path(
+    os.environ.get("AXE_CORE_PATH")
+    or Path(sys.prefix) / "node" / "node_modules" / "axe-core" / "axe.min.js"
+)
+
+
+@pytest.fixture(scope="session")
+def axe_script() -> Path:
+    """The axe-core script the accessibility tests inject into each page (no network), or
+    a loud skip without it (a failure under CI=true), as for a missing chromium."""
+    if not AXE_SCRIPT.is_file():
+        reason = (
+            f"NEEDS AXE-CORE: no {AXE_SCRIPT}. These tests check the admin's pages for "
+            "WCAG 2 A/AA violations and prove nothing until they run. `make test` installs "
+            "it (npm install --prefix .venv/node axe-core), or set AXE_CORE_PATH."
+        )
+        if IN_CI:
+            pytest.fail(f"CI=true and the accessibility tests cannot run. {reason}")
+        pytest.skip(reason)
+    return AXE_SCRIPT
+
+
 def pytest_runtest_logreport(report):
     if report.skipped and "NEEDS CHROMIUM" in str(report.longrepr):
         _skipped.append(report.nodeid)
+    if report.skipped and "NEEDS AXE-CORE" in str(report.longrepr):
+        _skipped_for_axe.append(report.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _skipped_for_axe:
+        terminalreporter.section("NOT PROVEN: accessibility tests skipped", sep="!", red=True)
+        terminalreporter.write_line(
+            f"{len(_skipped_for_axe)} accessibility tests were skipped for want of axe-core; "
+            "`make test` installs it (npm).",
+            red=True,
+        )
     if _skipped:
         terminalreporter.section("NOT PROVEN: browser tests skipped", sep="!", red=True)
         terminalreporter.write_line(
@@ -329,3 +372,111 @@ def pytest_terminal_summary(terminalreporter):
             "`apt-get install chromium` and run them again.",
             red=True,
         )
+
+
+# --- the widest rows each admin list can be asked to show ------------------------------
+
+# Free text at (or near) its field's limit, with tokens that cannot wrap: what a list must
+# truncate rather than be widened by.
+LONG_CUSTOMER = "acme-procurement-emea-accounts-payable-" + "0123456789abcdef" * 13  # 247
+LONG_DESCRIPTION = (
+    "Annual enterprise licence renewal for 250 seats including premium support, "
+    "onboarding workshops and the data-residency add-on, invoice "
+    "https://billing.example.com/invoices/2025/INV-000000000000000000000000000000000123 "
+) * 4
+LONG_DETAIL = (
+    "card_declined: The card issuer declined the refund because the original card account "
+    "was closed; the customer must be refunded by bank transfer (issuer reference "
+    "ISS-00000000000000000000000000000000000000000000000000)."
+)
+LONG_USERNAME = "firstname.middlename.lastname.support-team-emea@" + "x" * 100  # 150
+LONG_KEY = "checkout-service:order-" + "7" * 232  # 255, an idempotency key at its limit
+LONG_URL = "https://hooks.example-merchant-platform.com/webhooks/refunds/" + "a1b2c3d4" * 30
+
+
+@pytest.fixture
+def superuser_page(page, django_user_model):
+    """The page logged in as a superuser with a fresh second factor: one who sees every
+    list, including users and sign-in failures."""
+    user = django_user_model.objects.create_superuser("root", "root@example.com", "root-pass-123")
+    device_of(user)
+    log_in(page, "root", "root-pass-123")
+    return page
+
+
+@pytest.fixture
+def widest_rows(settings, django_user_model) -> dict[str, object]:
+    """At least one row in every admin list, each as wide as real data can make it: the
+    largest amounts (in a 3-decimal currency and in IDR's twelve digits), ids at their
+    64-character limit, customer references, descriptions, status details, keys, URLs,
+    names and user agents at their limits. Money moves only through the services, so the
+    ledger stays consistent; only text a person or the provider writes is lengthened."""
+    from axes.models import AccessAttempt
+    from django.test.utils import override_settings
+    from django.utils import timezone
+
+    from ledger_app.models import LedgerEntry, RefundLimit, WebhookDelivery, WebhookEndpoint
+    from ledger_app.services.api_keys import create_api_key
+    from ledger_app.services.charges import record_charge
+    from ledger_app.services.refunds import create_refund
+
+    settings.REFUND_DISPATCH = "inline"
+    WebhookEndpoint.objects.create(
+        url=LONG_URL,
+        enabled_events=["charge.succeeded", "charge.refunded", "refund.created", "refund.updated"],
+        description="Merchant platform",
+        secret="whsec_widths",
+    )
+    charge = partial(record_charge, customer=LONG_CUSTOMER, description=LONG_DESCRIPTION)
+    largest = charge(amount=99_999_999, currency="usd")
+    charge(amount=999_999_999_999, currency="idr")
+    idr = charge(amount=999_999_999_999, currency="idr")
+    kwd = charge(amount=99_999_999, currency="kwd")
+    charge(amount=99_999_999, currency="usd", charge_id="ch_" + "imported" * 7 + "Z")  # 64
+    failed = charge(amount=99_999_999, currency="usd", status=Charge.Status.FAILED)
+    Charge.objects.filter(pk=failed.pk).update(status_detail=LONG_DETAIL)
+    declines = charge(amount=99_999_999, currency="usd", metadata={"simulate_refund": "decline"})
+    times_out = charge(  # the widest amount in the needing-attention queue
+        amount=999_999_999_999, currency="idr", metadata={"simulate_refund": "timeout"}
+    )
+    waits = charge(amount=99_999_999, currency="usd")
+
+    requester = django_user_model.objects.create_user(
+        LONG_USERNAME,
+        email=LONG_USERNAME[:48] + "example-holdings.co.uk",
+        first_name="Maximiliane-Alexandra",
+        last_name="Vandenberghe-Oppenheimer",
+        is_staff=True,
+    )
+    api_key, _ = create_api_key(name="Checkout service, EMEA production cluster " + "k" * 57)
+    refund = partial(create_refund, reason=Refund.Reason.REQUESTED_BY_CUSTOMER, note=LONG_DETAIL)
+    refund(charge_id=largest.pk, amount=99_999_998, idempotency_key=LONG_KEY, actor=requester)
+    refund(charge_id=kwd.pk, amount=12_345_678, actor=requester)
+    refund(charge_id=idr.pk, amount=999_999_999_998, actor=requester)
+    refund(charge_id=declines.pk, amount=99_999_999, actor=requester)
+    refund(charge_id=times_out.pk, amount=999_999_999_999, actor=requester)
+    with override_settings(REFUND_DISPATCH="worker"):  # queued an hour ago, never sent
+        stale = refund(charge_id=largest.pk, amount=1, actor="cli:ops")
+    RefundLimit.objects.create(user=requester, currency="usd", per_refund=10_000)
+    RefundLimit.objects.create(
+        group=support_agents_group(), currency="kwd", per_refund=99_999_999, per_day=99_999_999
+    )
+    RefundLimit.objects.create(api_key=api_key, currency="idr", per_day=999_999_999_999)
+    refund(charge_id=waits.pk, amount=99_999_999, actor=requester)  # over the user's limit
+    Refund.objects.filter(pk=stale.item.pk).update(created_at=timezone.now() - timedelta(hours=1))
+    Refund.objects.exclude(status=Refund.Status.AWAITING_APPROVAL).update(
+        status_detail=LONG_DETAIL, dispatch_attempts=12_345
+    )
+    WebhookDelivery.objects.update(
+        last_status_code=503, last_error="HTTP 503: " + LONG_DETAIL, attempts=12_345
+    )
+    AccessAttempt.objects.create(
+        username=LONG_USERNAME + "." + "y" * 104,  # 255
+        ip_address="2001:0db8:85a3:0000:0000:8a2e:0370:7334",
+        user_agent=("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 " * 5)[:255],
+        http_accept="text/html",
+        path_info="/admin/login/" + "p" * 200,
+        failures_since_start=12_345,
+    )
+    assert LedgerEntry.objects.exists()
+    return {"requester": requester, "api_key": api_key}

@@ -95,7 +95,9 @@ def test_an_agent_over_their_limit_waits_and_a_lead_approves_it_from_the_queue(
     page.click("input[type=submit][value='Yes, approve them']")
 
     page.wait_for_url(at(QUEUE))
-    assert f"Approved and refunded: {refund.pk} $600.00" in page.inner_text(".messagelist")
+    assert f"Approved and refunded: 1 refund — {refund.pk} $600.00" in page.inner_text(
+        ".messagelist"
+    )
     wait_until(lambda: status_of(refund.pk) == Refund.Status.SUCCEEDED)
     refund.refresh_from_db()
     assert (refund.decided_by, refund.decision_note) == ("user:lead", "Long-standing customer")
@@ -121,7 +123,9 @@ def test_a_lead_rejects_from_the_refunds_page_with_a_note_and_the_amount_is_rele
     page.click("input[type=submit][value='Yes, reject them']")
 
     page.wait_for_url(at(QUEUE))
-    assert f"Rejected: canceled, amount released: {refund.pk}" in page.inner_text(".messagelist")
+    assert f"Rejected: canceled, amount released: 1 refund — {refund.pk}" in page.inner_text(
+        ".messagelist"
+    )
     refund.refresh_from_db()
     assert (refund.status, refund.decision_note) == (
         Refund.Status.CANCELED,

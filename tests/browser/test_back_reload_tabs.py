@@ -421,10 +421,10 @@ def assert_the_charge_list_shows_the_bulk_refund(page, first, second, failed, un
     """After confirming: back on the charge list, which says what was refunded and not."""
     page.wait_for_url(at(reverse(CHANGELIST)))
     done = page.inner_text(".messagelist .success")
-    assert done.startswith("Refunded: ")
+    assert done.startswith("Refunded: 2 charges — ")
     assert f"{first.pk} $25.00 (re_" in done and f"{second.pk} $10.50 (re_" in done
     assert page.inner_text(".messagelist .warning") == (
-        f"Not refunded, nothing to refund: {failed.pk} (charge is failed)"
+        f"Not refunded, nothing to refund: 1 charge — {failed.pk} (charge is failed)"
     )
     assert refundable_column(page, first) == "— (fully refunded)"
     assert refundable_column(page, failed) == "— (charge is failed)"
@@ -437,9 +437,9 @@ def assert_a_new_confirmation_offers_nothing(page, first, second, failed) -> Non
         "None of the selected charges has anything left to refund."
     )
     apart = page.inner_text("table.not-refundable-charges")
-    assert f"{first.pk}\tsucceeded\t$25.00\tfully refunded" in apart
-    assert f"{second.pk}\tsucceeded\t$10.50\tfully refunded" in apart
-    assert f"{failed.pk}\tfailed\t$7.00\tcharge is failed" in apart
+    assert f"{first.pk}\tSucceeded\t$25.00\tfully refunded" in apart
+    assert f"{second.pk}\tSucceeded\t$10.50\tfully refunded" in apart
+    assert f"{failed.pk}\tFailed\t$7.00\tcharge is failed" in apart
     assert page.locator("ul.refund-totals").count() == 0
     assert page.locator("#content input[type=submit]").count() == 0
 

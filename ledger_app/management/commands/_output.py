@@ -44,7 +44,8 @@ class Progress:
             self.shown = now
             rate = self.done / max(now - self.started, 1e-9)
             of = f"/{self.total:,}" if self.total else ""
-            self.stream.write(f"\r{self.done:,}{of} rows  {rate:,.0f}/s ")
+            rows = "row" if (self.total or self.done) == 1 else "rows"
+            self.stream.write(f"\r{self.done:,}{of} {rows}  {rate:,.0f}/s ")
             self.stream.flush()
 
     def close(self) -> None:

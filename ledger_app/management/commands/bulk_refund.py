@@ -24,6 +24,7 @@ from ledger_app.services.bulk import (
     UnusableFile,
     run_bulk_refund,
 )
+from ledger_app.wording import count_of
 
 REPORT_COLUMNS = [
     "row",
@@ -126,13 +127,15 @@ class Command(BaseCommand):
                 name = signal.Signals(stopping[0]).name
                 self.stderr.write(
                     summary_line(summary, prefix=f"bulk_refund stopped by {name}")
-                    + f" (of {self.total_rows} rows). Each job finished its row in hand; run "
-                    f"it again with --batch-id {batch_id} to do the rest (rows done replay)."
+                    + f" (of {count_of(self.total_rows, 'row')}). Each job finished its row in "
+                    f"hand; run it again with --batch-id {batch_id} to do the rest (rows done "
+                    "replay)."
                 )
                 raise Stopped(stopping[0])
         self.stdout.write(summary_line(summary, dry_run=dry_run))
         if summary.refused:
-            raise CommandError(f"{summary.refused} rows were refused", returncode=1)
+            were = "was" if summary.refused == 1 else "were"
+            raise CommandError(f"{count_of(summary.refused, 'row')} {were} refused", returncode=1)
 
     def usable_jobs(self, jobs: int, *, dry_run: bool) -> int:
         """--jobs, or 1 (and why, on stderr) where more than one job cannot help."""
@@ -255,7 +258,9 @@ def requester(username: str):
 
 
 def summary_line(summary: BulkSummary, *, dry_run: bool = False, prefix: str = "") -> str:
-    """The last line on stdout: rows by outcome, refusals by code, amounts by currency."""
+    """The last line on stdout: rows by outcome, refusals by code, and the amounts by
+    currency that were refunded (or reserved awaiting approval or the provider's answer),
+    or that a dry run would refund: it refunds nothing and says so."""
     outcomes = ", ".join(f"{n} {name}" for name, n in sorted(summary.outcomes.items()))
     codes = ", ".join(f"{code} {n}" for code, n in sorted(summary.refused_by_code.items()))
     totals = ", ".join(
@@ -264,7 +269,7 @@ def summary_line(summary: BulkSummary, *, dry_run: bool = False, prefix: str = "
     )
     prefix = prefix or ("bulk_refund (dry run)" if dry_run else "bulk_refund")
     return (
-        f"{prefix}: {summary.rows} rows: {outcomes}"
+        f"{prefix}: {count_of(summary.rows, 'row')}: {outcomes}"
         + (f"; refused by code: {codes}" if codes else "")
-        + (f"; refunded: {totals}" if totals else "")
+        + (f"; {'would refund' if dry_run else 'refunded'}: {totals}" if totals else "")
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import CommandError
 
+from backoffice.time_zones import shown_time
 from ledger_app.management.commands._output import PollingWorker
 from ledger_app.services.webhooks import Attempt, deliver_due
 
@@ -61,5 +62,5 @@ class Command(PollingWorker):
         if attempt.error and not attempt.error.startswith("HTTP "):
             line += f": {attempt.error[:200]}"
         if attempt.next_attempt_at and attempt.outcome == "retrying":
-            line += f"; next at {attempt.next_attempt_at:%Y-%m-%d %H:%M:%S}"
+            line += f"; next at {shown_time(attempt.next_attempt_at)}"
         self.stdout.write(line)

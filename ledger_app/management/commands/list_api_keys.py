@@ -3,6 +3,7 @@
 from django.core.management.base import BaseCommand
 
 from ledger_app.models import ApiKey
+from ledger_app.wording import count_of
 
 
 class Command(BaseCommand):
@@ -16,4 +17,4 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"{key.prefix}...  {access:<10}  {state:<18}  {key.created_at:%Y-%m-%d}  {key.name}"
             )
-        self.stdout.write(f"{keys.count()} keys")
+        self.stdout.write(count_of(keys.count(), "key"))

@@ -19,6 +19,7 @@ from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome, Po
 from ledger_app.models import Refund
 from ledger_app.services.approvals import expire_approvals
 from ledger_app.services.dispatch import process_pending_refunds
+from ledger_app.wording import count_of
 
 
 class Command(PollingWorker, ExitsByOutcome):
@@ -45,7 +46,7 @@ class Command(PollingWorker, ExitsByOutcome):
             raise CommandError("some refunds were interrupted; they will be retried", returncode=1)
         for status in UNSETTLED:
             if total.statuses.get(status):
-                self.report_unsettled(status, f"{total.statuses[status]} refund(s)")
+                self.report_unsettled(status, count_of(total.statuses[status], "refund"))
 
     def _pass(self, **kwargs):
         """One pass: refunds whose approval ran out are canceled, then pending ones sent."""

@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ledger_app.selectors import purgeable_keys
 from ledger_app.services.retention import purge_idempotency_keys
+from ledger_app.wording import count_of
 
 
 class Command(BaseCommand):
@@ -22,7 +23,9 @@ class Command(BaseCommand):
             raise CommandError("--older-than must be 1 to 36500 days", returncode=2)
         if dry_run:
             count = purgeable_keys(older_than_days=older_than).count()
-            self.stdout.write(f"purge_idempotency_keys (dry run): {count} keys would be deleted")
+            self.stdout.write(
+                f"purge_idempotency_keys (dry run): {count_of(count, 'key')} would be deleted"
+            )
             return
         count = purge_idempotency_keys(older_than_days=older_than)
-        self.stdout.write(f"purge_idempotency_keys: {count} keys deleted")
+        self.stdout.write(f"purge_idempotency_keys: {count_of(count, 'key')} deleted")

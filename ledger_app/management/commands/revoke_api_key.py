@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from backoffice.time_zones import shown_time
 from ledger_app.models import ApiKey
 from ledger_app.services.api_keys import revoke_api_key
 
@@ -17,6 +18,4 @@ class Command(BaseCommand):
             key = revoke_api_key(prefix=prefix.rstrip("."))
         except ApiKey.DoesNotExist:
             raise CommandError(f"no API key with prefix {prefix!r}", returncode=1) from None
-        self.stdout.write(
-            f"revoked {key.prefix}... ({key.name}) at {key.revoked_at:%Y-%m-%d %H:%M}"
-        )
+        self.stdout.write(f"revoked {key.prefix}... ({key.name}) at {shown_time(key.revoked_at)}")

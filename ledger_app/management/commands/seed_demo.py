@@ -20,6 +20,7 @@ from ledger_app.services.charges import record_charge
 from ledger_app.services.idempotency import DEMO_KEYS
 from ledger_app.services.refunds import create_refund
 from ledger_app.services.second_factor import enrol_totp, enrolment_instructions
+from ledger_app.wording import count_of
 
 ADMIN_USERNAME = "admin"
 QUEUED_CHARGE = "ch_demoUsdQueued0000000014"
@@ -94,6 +95,31 @@ AGENT_LIMITS = {"currency": "usd", "per_refund": 10_000, "per_day": 30_000}
 WAITING_CHARGE = "ch_demoUsdNeedsLead00000017"
 DEMO_AGENT = "ana"
 
+# A month of settled refunds behind the home page's chart: 0 to 3 a day over the last 29
+# days, each on a charge of its own, in a fixed pattern (the same on every machine).
+RBC = Refund.Reason.REQUESTED_BY_CUSTOMER
+HISTORY_REASONS = [RBC, RBC, Refund.Reason.DUPLICATE, None, RBC, Refund.Reason.FRAUDULENT]
+HISTORY_CURRENCIES = ["usd", "usd", "eur", "jpy", "usd"]
+
+
+def history_rows() -> list[tuple[str, int, int, str, str | None, bool]]:
+    """(charge id, days ago, amount, currency, reason, refunded in full) for the history."""
+    rows = []
+    for days_ago in range(1, 30):
+        for n in range(days_ago * 7 % 4):
+            i = len(rows)
+            rows.append(
+                (
+                    f"ch_demoHistory{days_ago:02d}{n}0000000000",
+                    days_ago,
+                    500 + (days_ago * 131 + n * 57) % 4_500,
+                    HISTORY_CURRENCIES[i % len(HISTORY_CURRENCIES)],
+                    HISTORY_REASONS[i % len(HISTORY_REASONS)],
+                    i % 3 != 2,
+                )
+            )
+    return rows
+
 
 class Command(BaseCommand):
     help = "Load demo charges and refunds once, and create the admin user (safe to re-run)."
@@ -125,7 +151,10 @@ class Command(BaseCommand):
                 )
         self._stale_pending_refund()
         self._refund_awaiting_approval()
-        self.stdout.write(f"Demo data: {created} charges created, {len(DEMO_CHARGES)} in all.")
+        self._month_of_history()
+        self.stdout.write(
+            f"Demo data: {count_of(created, 'charge')} created, {len(DEMO_CHARGES)} in all."
+        )
         for charge in Charge.objects.filter(pk__in=[row[0] for row in DEMO_CHARGES]):
             self.stdout.write(
                 f"  {charge.id}  {charge.status:<9}  "
@@ -158,6 +187,37 @@ class Command(BaseCommand):
             actor=ana,
             source=Refund.Source.ADMIN,
         )
+
+    def _month_of_history(self) -> None:
+        """Charges and refunds dated over the last month, so the home page's chart has a
+        month to show. Made through the services like the rest; only their dates are made
+        up (the ledger entries keep the moment they were written)."""
+        now = timezone.now()
+        for charge_id, days_ago, amount, currency, reason, in_full in history_rows():
+            charged_at = now - timedelta(days=days_ago, hours=3 + days_ago % 5)
+            if not Charge.objects.filter(pk=charge_id).exists():
+                record_charge(
+                    charge_id=charge_id,
+                    amount=amount,
+                    currency=currency,
+                    description="Demo order",
+                    customer=f"cus_demo_h{days_ago:02d}",
+                    metadata={"demo": "true"},
+                    created_at=charged_at,
+                    actor="seed_demo",
+                )
+            result = create_refund(
+                charge_id=charge_id,
+                amount=None if in_full else amount // 2,
+                idempotency_key=f"{DEMO_KEYS}:{charge_id}:1",
+                reason=reason,
+                actor="seed_demo",
+                source=Refund.Source.CLI,
+            )
+            if not result.replayed:
+                Refund.objects.filter(pk=result.item.pk).update(
+                    created_at=charged_at + timedelta(hours=2)
+                )
 
     def _stale_pending_refund(self) -> None:
         """A refund queued for the worker an hour ago that no worker sent: the third kind

@@ -3,6 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger_app.selectors import find_ledger_drift
+from ledger_app.wording import count_of
 
 
 class Command(BaseCommand):
@@ -17,5 +18,5 @@ class Command(BaseCommand):
             drifts += 1
             self.stdout.write(f"DRIFT {drift}")
         if drifts:
-            raise CommandError(f"verify_ledger: {drifts} drifts found", returncode=1)
+            raise CommandError(f"verify_ledger: {count_of(drifts, 'drift')} found", returncode=1)
         self.stdout.write("verify_ledger: the books agree")

@@ -1,0 +1,170 @@
+"""The admin's pages against WCAG 2 A and AA, as axe-core finds them in a real browser.
+
+axe-core (npm, installed by `make test` under the venv) is loaded into each page from its
+file, with no network, and run for the WCAG 2.0 and 2.1 A/AA rules. It is added as an init
+script (run by the browser itself in every page it opens) because the Content Security
+Policy rightly refuses the inline <script> that add_script_tag would insert. A serious or
+critical violation fails the test, each named with its rule, what it means and where.
+The pages hold the widest rows real data makes (tests/browser/conftest.py:widest_rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.contrib.admin.utils import quote
+from django.urls import reverse
+from django.utils.http import urlencode
+
+from ledger_app.models import Charge, Refund
+from tests.browser.conftest import DESKTOP, PHONE, refund_url
+from tests.browser.test_list_widths import LISTS
+
+# The live server answers from its own thread, so test data must really be committed.
+# Layout only: the same pages whatever the database, so `make test` runs these in its
+# SQLite pass and not again in the PostgreSQL one (scripts/run-tests).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.layout]
+
+WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+FAILING_IMPACTS = {"serious", "critical"}
+
+RUN_AXE = """async (tags) => {
+    const results = await axe.run(document, {runOnly: {type: "tag", values: tags}});
+    return results.violations.map((v) => ({
+        id: v.id,
+        impact: v.impact,
+        help: v.help,
+        targets: v.nodes.map((node) => node.target.join(" ")),
+    }));
+}"""
+
+
+def with_axe(page, axe_script, browser_problems):
+    """The page, with axe-core in every document it opens from now on."""
+    page.add_init_script(path=str(axe_script))
+    browser_problems.tool_in_page(str(axe_script))
+    return page
+
+
+def violations(page) -> list[dict]:
+    """axe-core's serious and critical violations on the page as it is now."""
+    found = page.evaluate(RUN_AXE, WCAG_TAGS)
+    return [v for v in found if v["impact"] in FAILING_IMPACTS]
+
+
+def described(found: list[dict]) -> str:
+    return "\n".join(
+        f"{v['id']} ({v['impact']}): {v['help']} at {', '.join(v['targets'][:5])}" for v in found
+    )
+
+
+def largest_charge() -> Charge:
+    return Charge.objects.filter(currency="usd", amount_refunded__gt=0).order_by("pk").first()
+
+
+def charge_page(page) -> None:
+    page.goto(reverse("admin:ledger_app_charge_change", args=[quote(largest_charge().pk)]))
+
+
+def refund_page(page) -> None:
+    waiting = Refund.objects.get(status=Refund.Status.AWAITING_APPROVAL)  # Approve/Reject
+    page.goto(reverse("admin:ledger_app_refund_change", args=[quote(waiting.pk)]))
+
+
+def refund_form(page) -> None:
+    charge = Charge.objects.get(currency="kwd")
+    page.goto(refund_url(charge))
+    page.wait_for_selector("#refund-form")
+
+
+def refund_form_with_errors(page) -> None:
+    """The form as a refusal draws it: an error on the amount, the input kept."""
+    refund_form(page)
+    page.fill("#id_amount", "12.3456")
+    page.select_option("#id_reason", "requested_by_customer")
+    page.click("#refund-form input[type=submit][name=_refund]")
+    page.wait_for_selector(".errorlist")
+
+
+def action_page(model: str, action: str, pick: Callable[[], str]) -> Callable[[object], None]:
+    """The confirmation page an action draws for one selected row."""
+
+    def open_it(page) -> None:
+        page.goto(reverse(f"admin:ledger_app_{model}_changelist"))
+        page.check(f"input.action-select[value='{pick()}']")
+        page.select_option("select[name=action]", action)
+        page.click("#changelist-form button[name=index]")
+        page.wait_for_selector("#content form")
+
+    return open_it
+
+
+def second_factor_page(page) -> None:
+    page.goto(f"{reverse('verify-second-factor')}?{urlencode({'next': '/admin/'})}")
+    page.wait_for_selector("input[name=code]")
+
+
+def login_page(page) -> None:
+    page.context.clear_cookies()
+    page.goto(reverse("admin:login"))
+
+
+def index_page(page) -> None:
+    page.goto(reverse("admin:index"))
+
+
+def list_page(url_name: str) -> Callable[[object], None]:
+    return lambda page: page.goto(reverse(url_name))
+
+
+PAGES: dict[str, Callable[[object], None]] = {
+    "index": index_page,
+    **{f"list-{lst.model}": list_page(f"admin:{lst.model}_changelist") for lst in LISTS},
+    "charge": charge_page,
+    "refund": refund_page,
+    "refund-form": refund_form,
+    "refund-form-with-errors": refund_form_with_errors,
+    "refund-in-full-confirmation": action_page(
+        "charge", "refund_in_full", lambda: Charge.objects.get(currency="kwd").pk
+    ),
+    "approve-confirmation": action_page(
+        "refundapproval",
+        "approve_refunds",
+        lambda: Refund.objects.get(status=Refund.Status.AWAITING_APPROVAL).pk,
+    ),
+    "second-factor": second_factor_page,
+    "login": login_page,
+}
+
+
+@pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=["1280px", "390px"])
+@pytest.mark.parametrize("name", list(PAGES))
+def test_no_serious_wcag_violations(
+    superuser_page, widest_rows, axe_script, browser_problems, name, size
+):
+    page = with_axe(superuser_page, axe_script, browser_problems)
+    page.set_viewport_size(size)
+
+    PAGES[name](page)
+    found = violations(page)
+
+    assert found == [], f"axe-core on {name} ({page.url}):\n{described(found)}"
+
+
+def test_axe_reports_a_violation_it_is_shown(superuser_page, axe_script, browser_problems):
+    """The check can fail: an image without any text alternative is a critical violation."""
+    page = with_axe(superuser_page, axe_script, browser_problems)
+    page.goto(reverse("admin:index"))
+    page.evaluate(
+        """() => { const img = document.createElement("img");
+                   img.id = "no-alt"; img.src = "data:image/gif;base64,R0lGODlhAQABAAAAACw=";
+                   document.querySelector("#content").append(img); }"""
+    )
+
+    found = violations(page)
+
+    assert [v["id"] for v in found] == ["image-alt"]
+    assert described(found) == (
+        "image-alt (critical): Images must have alternative text at #no-alt"
+    )

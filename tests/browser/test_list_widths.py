@@ -1,0 +1,326 @@
+"""Every admin list at the width of a support laptop (1280 px) and of a phone (390 px),
+filled with the widest rows real data can make (tests/browser/conftest.py:widest_rows).
+
+At 1280 px a list shows its columns without scrolling sideways: neither the page nor the
+table scrolls, and every column header is inside the window. Lists make room by hiding
+Django's nav sidebar below 1600 px (admin.css); at 1600 px the sidebar is back and the
+lists still fit.
+
+At 390 px a list is usable when:
+- the page itself never scrolls sideways (only the table may, inside Django's `.results`);
+- the first columns (which row, and where it stands) are on screen without scrolling;
+- every other column comes into view by scrolling the table, not the page;
+- the search box, the action menu and its Go button are fully on screen, and work: a
+  search finds a row and an action reaches its confirmation page.
+Screenshots land in test-artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from django.urls import reverse
+
+from ledger_app.models import Charge, Refund
+from tests.browser.conftest import DESKTOP, PHONE
+
+# The live server answers from its own thread, so test data must really be committed.
+# Layout only: the same pages whatever the database, so `make test` runs these in its
+# SQLite pass and not again in the PostgreSQL one (scripts/run-tests).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.layout]
+
+
+@dataclass(frozen=True)
+class AdminList:
+    model: str  # "app_model", as in the admin's URL names
+    columns: tuple[str, ...]  # what an agent needs to act, all on screen at 1280 px
+    phone_first: tuple[str, ...]  # on screen at 390 px without scrolling the table
+
+    @property
+    def url(self) -> str:
+        return reverse(f"admin:{self.model}_changelist")
+
+
+LISTS = [
+    AdminList(
+        "ledger_app_charge",
+        (
+            "id_display",
+            "status",
+            "amount_and_refunded",
+            "refundable_display",
+            "created_at",
+            "customer_and_description",
+        ),
+        ("id_display", "status"),
+    ),
+    AdminList(
+        "ledger_app_refund",
+        (
+            "id",
+            "status",
+            "amount_display",
+            "charge_display",
+            "created_at",
+            "actor_display",
+        ),
+        ("id", "status"),
+    ),
+    AdminList(
+        "ledger_app_refundattention",
+        (
+            "id",
+            "status",
+            "amount_display",
+            "detail_display",
+            "dispatch_attempts",
+            "created_at",
+        ),
+        ("id", "status"),
+    ),
+    AdminList(
+        "ledger_app_refundapproval",
+        (
+            "id",
+            "amount_display",
+            "requester",
+            "reason",
+            "expires",
+            "charge_display",
+            "created_at",
+        ),
+        ("id", "amount_display"),
+    ),
+    AdminList(
+        "ledger_app_ledgerentry",
+        (
+            "id",
+            "kind",
+            "amount_display",
+            "delta_display",
+            "charge_and_refund",
+            "created_at",
+            "actor_display",
+        ),
+        ("id", "kind"),
+    ),
+    AdminList(
+        "ledger_app_idempotencyrecord",
+        ("key_display", "operation", "refund_display", "charge_display", "created_at"),
+        ("key_display",),
+    ),
+    AdminList(
+        "ledger_app_apikey",
+        ("name_display", "prefix", "read_only", "created_at", "revoked_at"),
+        ("name_display", "prefix"),
+    ),
+    AdminList(
+        "ledger_app_refundlimit",
+        ("subject", "currency_display", "per_refund_display", "per_day_display"),
+        ("subject",),
+    ),
+    AdminList(
+        "ledger_app_event",
+        ("id", "type", "created_at", "charge_display", "refund_display"),
+        ("id",),
+    ),
+    AdminList(
+        "ledger_app_webhookendpoint",
+        ("id", "url_display", "status", "events_display", "created_at"),
+        ("id",),
+    ),
+    AdminList(
+        "ledger_app_webhookdelivery",
+        (
+            "id",
+            "status",
+            "event_type",
+            "attempts",
+            "last_answer",
+            "next_attempt_at",
+            "created_at",
+        ),
+        ("id", "status", "event_type"),
+    ),
+    AdminList(
+        "axes_accessattempt",
+        ("attempt_time", "username_display", "address", "failures", "path"),
+        ("attempt_time", "username_display"),
+    ),
+    AdminList(
+        "auth_user",
+        ("username_display", "email_display", "name", "is_staff", "is_active"),
+        ("username_display",),
+    ),
+]
+
+# Widths as the browser lays the list out: the page, the table's scrolling box (`.results`)
+# and each column header's edges, by list_display name.
+MEASURE = """() => {
+    const results = document.querySelector("#changelist-form .results");
+    const columns = {};
+    for (const th of document.querySelectorAll("#result_list thead th")) {
+        const name = [...th.classList].find((c) => c.startsWith("column-"));
+        if (name) {
+            const box = th.getBoundingClientRect();
+            columns[name.slice(7)] = {left: box.left, right: box.right};
+        }
+    }
+    const box = results.getBoundingClientRect();
+    return {
+        page: document.documentElement.scrollWidth,
+        window: window.innerWidth,
+        table: results.scrollWidth,
+        shown: results.clientWidth,
+        results_left: box.left,
+        results_right: box.right,
+        overflow: getComputedStyle(results).overflowX,
+        rows: document.querySelectorAll("#result_list tbody tr").length,
+        columns,
+    };
+}"""
+
+
+def measure(page, admin_list: AdminList) -> dict:
+    page.goto(admin_list.url)
+    sizes = page.evaluate(MEASURE)
+    assert sizes["rows"] >= 1, f"{admin_list.model}: the list shows no rows to measure"
+    return sizes
+
+
+def missing_columns(admin_list: AdminList, sizes: dict) -> list[str]:
+    return [c for c in admin_list.columns if c not in sizes["columns"]]
+
+
+WIDE = {"width": 1600, "height": 900}
+
+
+@pytest.mark.parametrize("size", [DESKTOP, WIDE], ids=["1280px", "1600px"])
+@pytest.mark.parametrize("admin_list", LISTS, ids=[lst.model for lst in LISTS])
+def test_each_list_fits_a_laptop(superuser_page, widest_rows, admin_list, size, screenshot):
+    page = superuser_page
+    page.set_viewport_size(size)
+
+    sizes = measure(page, admin_list)
+
+    screenshot(page, f"list-{size['width']}px-{admin_list.model}")
+    sidebar_shown = page.locator("#nav-sidebar").is_visible()
+    assert sidebar_shown == (size["width"] >= 1600)
+    assert missing_columns(admin_list, sizes) == []
+    assert sizes["page"] <= sizes["window"], f"the page scrolls sideways: {sizes}"
+    assert sizes["table"] <= sizes["shown"], f"the table scrolls sideways: {sizes}"
+    cut_off = {
+        name: box
+        for name, box in sizes["columns"].items()
+        if box["left"] < 0 or box["right"] > sizes["window"]
+    }
+    assert cut_off == {}, f"column headers outside the window: {cut_off}"
+
+
+@pytest.mark.parametrize("admin_list", LISTS, ids=[lst.model for lst in LISTS])
+def test_each_list_is_usable_on_a_390px_phone(superuser_page, widest_rows, admin_list, screenshot):
+    page = superuser_page
+    page.set_viewport_size(PHONE)
+
+    sizes = measure(page, admin_list)
+
+    screenshot(page, f"list-390px-{admin_list.model}")
+    assert missing_columns(admin_list, sizes) == []
+    assert sizes["page"] <= sizes["window"], f"the page scrolls sideways: {sizes}"
+    assert sizes["overflow"] in {"auto", "scroll"}, "the table cannot scroll on its own"
+    first = {name: sizes["columns"][name] for name in admin_list.phone_first}
+    hidden = {n: b for n, b in first.items() if b["right"] > sizes["results_right"] + 0.5}
+    assert hidden == {}, f"first columns not on screen: {hidden} ({sizes})"
+    # The rest comes into view by scrolling the table, not the page.
+    page.eval_on_selector(
+        "#changelist-form .results", "(el) => { el.scrollLeft = el.scrollWidth; }"
+    )
+    last = page.locator("#result_list thead th").last.bounding_box()
+    assert last["x"] + last["width"] <= PHONE["width"] + 0.5
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    for control in ["#searchbar", "#changelist-search input[type=submit]"]:
+        if page.locator("#changelist-search").count():
+            assert on_screen(page, control), f"{control} is not fully on screen"
+    if page.locator("select[name=action]").count():
+        assert on_screen(page, "select[name=action]")
+        assert on_screen(page, "#changelist-form button[name=index]")
+
+
+def on_screen(page, selector: str) -> bool:
+    element = page.locator(selector).first
+    box = element.bounding_box()
+    return (
+        element.is_visible()
+        and element.is_enabled()
+        and box is not None
+        and box["x"] >= 0
+        and box["x"] + box["width"] <= page.viewport_size["width"]
+    )
+
+
+def test_on_a_phone_an_agent_finds_a_charge_by_amount_and_opens_its_bulk_refund(
+    superuser_page, widest_rows, screenshot
+):
+    """What a person does on a phone: type an amount in the search box, tick the charge
+    found, choose the bulk refund and press Go. The confirmation page comes up with its
+    button on screen, and nothing is refunded until it is confirmed."""
+    page = superuser_page
+    page.set_viewport_size(PHONE)
+    kwd = Charge.objects.get(currency="kwd")
+    refunds_before = Refund.objects.count()
+    page.goto(reverse("admin:ledger_app_charge_changelist"))
+
+    page.fill("#searchbar", "99,999.999")
+    page.press("#searchbar", "Enter")
+
+    page.wait_for_url("**/?q=99%2C999.999")
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 1
+    assert kwd.pk in rows.first.inner_text()
+    assert "KWD99,999.999" in rows.first.inner_text()
+    page.check(f"input.action-select[value='{kwd.pk}']")
+    page.select_option("select[name=action]", "refund_in_full")
+    screenshot(page, "list-390px-search-and-action")
+    page.click("#changelist-form button[name=index]")
+
+    page.wait_for_selector("body.refund-in-full-confirmation")
+    assert kwd.pk in page.inner_text("#content")
+    assert on_screen(page, "input[type=submit][value='Yes, refund them in full']")
+    assert Refund.objects.count() == refunds_before
+
+
+def test_a_refund_is_found_by_its_id_on_a_phone(superuser_page, widest_rows):
+    page = superuser_page
+    page.set_viewport_size(PHONE)
+    refund = Refund.objects.get(status=Refund.Status.UNKNOWN)
+    page.goto(reverse("admin:ledger_app_refundattention_changelist"))
+
+    page.fill("#searchbar", refund.pk)
+    page.click("#changelist-search input[type=submit]")
+
+    rows = page.locator("#result_list tbody tr")
+    rows.first.wait_for()
+    assert rows.count() == 1
+    assert page.locator("#result_list tbody tr th a").inner_text() == refund.pk
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+
+
+def test_a_long_value_is_cut_short_on_screen_but_whole_in_the_page(superuser_page, widest_rows):
+    """Clipped text keeps all of itself: the title shows it on hover, and it is all in the
+    page for a screen reader or the browser's find."""
+    from tests.browser.conftest import LONG_CUSTOMER
+
+    page = superuser_page
+    page.set_viewport_size(DESKTOP)
+    page.goto(reverse("admin:ledger_app_charge_changelist"))
+
+    cell = page.locator("#result_list td.field-customer_and_description .clip").first
+    box = cell.bounding_box()
+
+    assert cell.get_attribute("title") == LONG_CUSTOMER
+    assert cell.text_content() == LONG_CUSTOMER
+    assert box["width"] < 200  # shown cut short, not at its ~1,600 px
+    assert page.evaluate("(el) => el.scrollWidth > el.clientWidth", cell.element_handle()), (
+        "the customer reference is not actually cut short"
+    )
