@@ -1,5 +1,6 @@
 from django.contrib import admin
-from django.http import Http404
+from django.http import Http404, HttpResponseRedirect
+from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
@@ -17,8 +18,14 @@ def nul_in_admin_url(request, *args, **kwargs):
     raise Http404("No such object.")
 
 
+def favicon(request):
+    """Browsers ask for /favicon.ico on any page (the API's docs too): the admin's icon."""
+    return HttpResponseRedirect(static("ledger_app/favicon.svg"))
+
+
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    path("favicon.ico", favicon),
     re_path(r"^admin/[\s\S]*\x00", nul_in_admin_url),
     path("admin/verify/", admin.site.admin_view(verify_view), name="verify-second-factor"),
     path("admin/time-zone/", admin.site.admin_view(time_zone_view), name="admin-time-zone"),

@@ -15,6 +15,7 @@ from django.utils.http import urlencode
 
 from ledger_app.models import Refund
 from ledger_app.money import format_money
+from ledger_app.wording import NO_REASON
 
 VIEW_PERMISSION = "ledger_app.view_refund"
 CHART_DAYS = 30  # today and the 29 days before it
@@ -25,7 +26,7 @@ NOT_COUNTED = (Refund.Status.FAILED, Refund.Status.CANCELED)
 # The chart's stacking order, bottom up; "" is a refund given no reason.
 REASONS: tuple[tuple[str, str], ...] = (
     *((value, label.capitalize()) for value, label in Refund.Reason.choices),
-    ("", "No reason"),
+    ("", NO_REASON),
 )
 
 

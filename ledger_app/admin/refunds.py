@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
-from django.db.models import Q
+from django.db.models import Count, Q
 
 from ledger_app.admin.base import AmountColumn, ReadOnlyAdmin, clipped, clipped_lines
 from ledger_app.admin.charges import CurrencyFilter
@@ -20,7 +20,7 @@ from ledger_app.services.attention import mark_refund_handled
 from ledger_app.services.dispatch import send_refund
 from ledger_app.services.refunds import actor_label
 from ledger_app.services.text import has_unstorable_characters
-from ledger_app.wording import count_of
+from ledger_app.wording import NO_REASON, count_of
 
 MAX_SELECTED = 500  # refunds one queue action acts on
 
@@ -40,6 +40,28 @@ class IssuedByFilter(admin.SimpleListFilter):
         if value and value.isascii() and value.isdigit():
             return queryset.filter(created_by_id=value)
         return queryset
+
+
+class ReasonFilter(admin.ChoicesFieldListFilter):
+    """The reason filter with "No reason" too, for refunds made without one (stored as ""):
+    the home page's chart links to them, and the list says so."""
+
+    def get_facet_counts(self, pk_attname, filtered_qs):
+        counts = super().get_facet_counts(pk_attname, filtered_qs)
+        return counts | {"none__c": Count(pk_attname, filter=Q(**{self.lookup_kwarg: ""}))}
+
+    def choices(self, changelist):
+        yield from super().choices(changelist)
+        title = NO_REASON
+        if changelist.add_facets:
+            title = f"{title} ({self.get_facet_queryset(changelist)['none__c']})"
+        yield {
+            "selected": self.lookup_val is not None and "" in self.lookup_val,
+            "query_string": changelist.get_query_string(
+                {self.lookup_kwarg: ""}, [self.lookup_kwarg_isnull]
+            ),
+            "display": title,
+        }
 
 
 def exact_id_search(queryset, term: str, *fields: str):
@@ -98,7 +120,7 @@ class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     ]
     list_filter = [
         "status",
-        "reason",
+        ("reason", ReasonFilter),
         "source",
         CurrencyFilter,  # a refund's currency is its charge's: the same short list
         IssuedByFilter,
@@ -188,7 +210,12 @@ class RefundAttentionAdmin(RefundAdmin):
     the refund permission marks it handled with a note.
     """
 
-    list_filter = ["status", "reason", "source", ("created_at", admin.DateFieldListFilter)]
+    list_filter = [
+        "status",
+        ("reason", ReasonFilter),
+        "source",
+        ("created_at", admin.DateFieldListFilter),
+    ]
     list_display = [
         "id",
         "status",

@@ -44,3 +44,32 @@ def test_a_currency_newer_than_the_cached_choices_is_still_filtered(admin_client
     assert response.status_code == 200
     shown = list(response.context["cl"].result_list)
     assert len(shown) == 1 and {row.currency for row in shown} == {"jpy"}
+
+
+@pytest.mark.parametrize(
+    "url_name",
+    ["admin:ledger_app_refund_changelist", "admin:ledger_app_refundattention_changelist"],
+)
+def test_the_reason_filter_offers_no_reason_and_lists_exactly_those_refunds(admin_client, url_name):
+    """Refunds made without a reason are stored with "": the filter names them "No reason"
+    (the home page's chart links there), shows it chosen, and lists only them."""
+    from ledger_app.services.refunds import create_refund
+    from tests.factories import ChargeFactory
+
+    made = {}
+    for reason in ("duplicate", None):
+        # declined: failed and not handled, so the attention queue lists them too
+        charge = ChargeFactory(amount=1_000, metadata={"simulate_refund": "decline"})
+        made[reason] = create_refund(charge_id=charge.pk, amount=100, reason=reason).item
+
+    response = admin_client.get(reverse(url_name), {"reason__exact": "", "_facets": "1"})
+
+    assert response.status_code == 200
+    assert [row.pk for row in response.context["cl"].result_list] == [made[None].pk]
+    reason_filter = next(
+        spec for spec in response.context["cl"].filter_specs if spec.title == "reason"
+    )
+    choices = list(reason_filter.choices(response.context["cl"]))
+    assert [c["display"] for c in choices if c["selected"]] == ["No reason (1)"]
+    everything = admin_client.get(reverse(url_name))
+    assert len(everything.context["cl"].result_list) == 2
