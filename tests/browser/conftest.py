@@ -155,9 +155,9 @@ class BrowserProblems:
             return
         # Chromium loads the page's icon on its own once the page is shown; a test that
         # moves on at once cancels that load. A wrong answer for it still counts (_response).
-        if request.failure == "net::ERR_ABORTED" and request.resource_type == "other":
-            if request.url.endswith(("/favicon.ico", "/favicon.svg")):
-                return
+        icon = request.url.endswith(("/favicon.ico", "/favicon.svg"))
+        if icon and request.failure == "net::ERR_ABORTED":
+            return
         self.errors.append(f"failed: {request.method} {request.url} {request.failure}")
 
     def _response(self, response) -> None:
