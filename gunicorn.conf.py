@@ -9,6 +9,7 @@ line or with GUNICORN_CMD_ARGS.
 """
 
 import os
+import sys
 
 from backoffice.startup import settings_or_exit
 
@@ -22,4 +23,48 @@ worker_class = "gthread"
 # even with every send stuck on a dead provider the rest of the threads serve pages.
 threads = int(os.environ.get("GUNICORN_THREADS", "32"))
 timeout = 60
-graceful_timeout = 30
+# On SIGTERM the master closes the listening sockets and each worker stops accepting,
+# answers the requests it holds (a kept-alive connection gets "Connection: close"), then
+# worker_exit below; the master SIGKILLs what is left after this many seconds. A request
+# waits on the provider at most REFUND_INLINE_WAIT_SECONDS and a send at most
+# GATEWAY_TIMEOUT_SECONDS, so a stop takes seconds; 25 stays under an orchestrator's
+# usual 30 s grace period (docs/operating/deploys.md).
+graceful_timeout = 25
+
+
+def worker_exit(server, worker):
+    """The worker's last requests are answered: sends queued in its send pool and not
+    started are dropped, pending with no lease, for process_refunds to send at once; the
+    ones running finish before the process exits (graceful_timeout bounds them)."""
+    pool = sys.modules.get("ledger_app.services.dispatch.pool")
+    if worker.pid != os.getpid() or pool is None:
+        return  # the master reaping a worker, or a worker that never sent a refund
+    running, dropped = pool.stop_taking_sends()
+    if running or dropped:
+        server.log.info(
+            "worker %s stopping: finishing %d sends in hand, %d queued left pending",
+            worker.pid,
+            running,
+            dropped,
+        )
+
+
+# Prometheus multiprocess mode (docs/operating/metrics.md): with PROMETHEUS_MULTIPROC_DIR set,
+# each worker keeps its counters in files there and /metrics adds them all up.
+def on_starting(server):
+    """Files left by an earlier run would be added to this run's counters: start empty."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+        for name in os.listdir(directory):
+            if name.endswith(".db"):
+                os.remove(os.path.join(directory, name))
+
+
+def child_exit(server, worker):
+    """A dead worker's counters stay in the sum (counters never go down); its live gauges
+    go. Called in the master for every worker that exits, crashed or stopped."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

@@ -9,6 +9,8 @@ import secrets
 from django.http import JsonResponse
 from django.views.defaults import server_error as html_server_error
 
+from backoffice import logs
+
 current_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 # The request being served right now, "" outside one: what events name as their cause.
 serving_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("serving", default="")
@@ -25,8 +27,11 @@ class RequestIdMiddleware:
     def __call__(self, request):
         request.request_id = new_request_id()
         # Left set after the response: Django logs the request's outcome after the
-        # middleware chain has returned, and that line should carry the id too.
+        # middleware chain has returned, and that line should carry the id too. So is
+        # what the request concerns (its API key, its staff member): forgotten here, when
+        # this thread's next request starts.
         current_request_id.set(request.request_id)
+        logs.start_request()
         serving = serving_request_id.set(request.request_id)
         try:
             response = self.get_response(request)

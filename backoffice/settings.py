@@ -72,6 +72,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost, so it counts the response the client got (ledger_app/metrics/middleware.py).
+    "ledger_app.metrics.middleware.RequestMetricsMiddleware",
     "backoffice.request_id.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -248,6 +250,9 @@ SECURE_PROXY_SSL_HEADER = (
     ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("DJANGO_BEHIND_TLS_PROXY") else None
 )
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+# Load balancers and scrapers probe the processes directly over plain HTTP, inside the
+# network: a redirect to HTTPS would read as "down" (backoffice/health.py, /metrics).
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0"))
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
@@ -321,7 +326,9 @@ ADMIN_OTP_IDLE_MINUTES = float(os.environ.get("ADMIN_OTP_IDLE_MINUTES", "5"))
 OTP_TOTP_ISSUER = os.environ.get("ADMIN_OTP_ISSUER", "Refund back office")
 
 # Caches: per-process memory for what may differ between processes, and a table in the
-# database for counters every process and machine must share (made by migration 0013).
+# database for what every process and machine must share (made by migration 0013). The
+# API's rate limits do not use either: a cache's incr is a read then a write, so they
+# count in their own table with one atomic statement (services/rate_counters.py).
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "shared": {
@@ -342,28 +349,50 @@ for _pair in os.environ.get("AMOUNT_CEILINGS", "").split(","):
             raise ImproperlyConfigured(f"AMOUNT_CEILINGS: {_pair.strip()!r} is not currency=amount")
         AMOUNT_CEILINGS[_currency.strip().lower()] = int(_ceiling)
 
+# Log lines on stderr: plain text, or one JSON object per line with LOG_FORMAT=json. Each
+# names its request, API key prefix, staff member, refund and charge when known, and
+# secret-shaped text is redacted (backoffice/logs.py, docs/operating/health-and-logs.md).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "").strip().lower() or "plain"
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
+if LOG_FORMAT not in {"plain", "json"}:
+    raise ImproperlyConfigured(
+        f"LOG_FORMAT must be plain or json, not {os.environ['LOG_FORMAT'][:40]!r}"
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "backoffice.request_id.RequestIdFilter"}},
+    "filters": {
+        "request_id": {"()": "backoffice.request_id.RequestIdFilter"},
+        "context": {"()": "backoffice.logs.LogContextFilter"},
+        "redact": {"()": "backoffice.logs.RedactSecretsFilter"},
+    },
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"}
+        "plain": {"()": "backoffice.logs.PlainFormatter"},
+        "json": {"()": "backoffice.logs.JsonLinesFormatter"},
     },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "filters": ["request_id"],
-            "formatter": "plain",
+            "filters": ["request_id", "context", "redact"],
+            "formatter": LOG_FORMAT,
         }
     },
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    # Django's own handlers off (its console copy in debug mode, runserver's line format):
+    # its lines reach the root's handler like every other, in the one format and level.
+    "loggers": {
+        "django": {"handlers": [], "level": LOG_LEVEL},
+        "django.server": {"handlers": [], "level": LOG_LEVEL, "propagate": True},
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
 }
+LOGGING_CONFIG = "backoffice.logs.configure"
 
 # The REST API (/v1/): Stripe's wire format, API keys, Stripe's error envelope.
-# Requests per API key, e.g. 100/second or 5000/minute (counted per web process).
+# Requests per API key, e.g. 100/second or 5000/minute; both API limits are fixed windows
+# counted in the database by every process and machine (services/rate_counters.py).
 API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "100/second")
-# Failed API authentications per client address (wrong or revoked keys), counted in the
-# shared cache by every process; past it the address is answered 429 until the period ends.
+# Failed API authentications per client address (wrong or revoked keys); past it the
+# address is answered 429 until the period ends.
 API_AUTH_FAILURE_LIMIT = os.environ.get("API_AUTH_FAILURE_LIMIT", "20/minute")
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["ledger_app.api.authentication.ApiKeyAuthentication"],
@@ -398,6 +427,14 @@ SPECTACULAR_SETTINGS = {
 # Bodies are small; anything larger is refused before it is parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 200
+
+# --- Metrics: GET /metrics for Prometheus (docs/operating/metrics.md) ------------------
+# With a token, the scraper must send `Authorization: Bearer <METRICS_TOKEN>` (anything else
+# is answered 401); without one the page is open, for a scraper on a private network.
+# Several gunicorn workers add up their counters when PROMETHEUS_MULTIPROC_DIR names a
+# directory (read by prometheus_client itself, before any metric exists; `make run` and
+# production set it, and gunicorn.conf.py empties it at start).
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 
 # Outbound webhooks (`manage.py deliver_webhooks`). Endpoints on loopback, private,
 # link-local or reserved addresses are refused unless this is true (demo and tests only).

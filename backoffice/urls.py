@@ -4,10 +4,12 @@ from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
+from backoffice import health
 from ledger_app.admin.second_factor import verify_view
 from ledger_app.admin.time_zone import time_zone_view
 from ledger_app.api.errors import not_found
 from ledger_app.api.provider_webhooks import stripe_webhook
+from ledger_app.metrics.views import metrics_view
 
 
 def nul_in_admin_url(request, *args, **kwargs):
@@ -26,6 +28,9 @@ def favicon(request):
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("favicon.ico", favicon),
+    # Probes for load balancers: no sign-in, no API key (docs/operating/health-and-logs.md).
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
     re_path(r"^admin/[\s\S]*\x00", nul_in_admin_url),
     path("admin/verify/", admin.site.admin_view(verify_view), name="verify-second-factor"),
     path("admin/time-zone/", admin.site.admin_view(time_zone_view), name="admin-time-zone"),
@@ -33,6 +38,7 @@ urlpatterns = [
     path("v1", not_found),  # an unknown URL like any other, not a redirect to /v1/
     path("v1/", include("ledger_app.api.urls")),
     path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),
+    path("metrics", metrics_view, name="metrics"),  # Prometheus (docs/operating/metrics.md)
 ]
 
 handler500 = "backoffice.request_id.server_error"

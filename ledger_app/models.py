@@ -627,3 +627,21 @@ class ProviderEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.type}"
+
+
+class RateCounter(models.Model):
+    """What one key (an API key, a client address) used in one fixed window of a rate
+    limit, counted here so that every process and machine shares one count
+    (services/rate_counters.py). Rows are short-lived: windows that ended are purged."""
+
+    pk = models.CompositePrimaryKey("key", "window_started_at")
+    key = models.CharField(max_length=255)
+    window_started_at = models.DateTimeField()
+    window_ends_at = models.DateTimeField(db_index=True)  # the purge deletes by it
+    count = models.PositiveIntegerField()
+
+    class Meta:
+        db_table = "ledger_app_ratecounter"  # named in rate_counters.py's one statement
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.window_started_at:%Y-%m-%d %H:%M:%S}: {self.count}"

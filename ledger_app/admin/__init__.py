@@ -5,6 +5,7 @@ Every refund made here goes through ledger_app.services.refunds.create_refund.
 
 from django.contrib import admin
 
+from backoffice.logs import bind
 from ledger_app.admin import (  # noqa: F401 - registers the admins
     approvals,
     charges,
@@ -22,3 +23,15 @@ __all__ = ["ReadOnlyAdmin"]
 admin.site.site_header = "Refund back office"
 admin.site.site_title = "Refund back office"
 admin.site.index_title = "Home"
+
+
+def _has_permission(request, _admits=admin.site.has_permission) -> bool:
+    """The check every admin page passes (AdminSite.admin_view): once it admits a staff
+    member, the rest of the request's log lines name them."""
+    admitted = _admits(request)
+    if admitted:
+        bind(staff_user=request.user.get_username())
+    return admitted
+
+
+admin.site.has_permission = _has_permission

@@ -6,16 +6,16 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-import time
 from dataclasses import dataclass
 
 from axes.helpers import get_client_ip_address
 from django.conf import settings
-from django.core.cache import caches
 from rest_framework import authentication, exceptions, permissions, throttling
 
+from backoffice.logs import bind
 from ledger_app.models import ApiKey
 from ledger_app.services.api_keys import authenticate_api_key
+from ledger_app.services.rate_counters import WindowCount, count_in_window
 
 
 @dataclass(frozen=True)
@@ -36,31 +36,28 @@ log = logging.getLogger("ledger_app.api.authentication")
 class FailedAuthentications:
     """Wrong or revoked keys per client address (the address django-axes uses for admin
     sign-ins, so DJANGO_TRUSTED_PROXY_COUNT applies to both), in fixed windows of
-    API_AUTH_FAILURE_LIMIT's period, counted in the cache every process shares. Past the
-    limit a wrong key from that address is answered 429 (Stripe's rate_limit) until the
-    window ends. A right key is never held back: a 256-bit key
-    cannot be guessed, so what this stops is a flood of wrong ones, and a client sharing an
-    address with a broken one keeps working. It costs nothing on the way of a good key."""
+    API_AUTH_FAILURE_LIMIT's period, counted in the database every process and machine
+    shares (services/rate_counters.py). Past the limit a wrong key from that address is
+    answered 429 (Stripe's rate_limit) until the window ends. A right key is never held
+    back: a 256-bit key cannot be guessed, so what this stops is a flood of wrong ones, and
+    a client sharing an address with a broken one keeps working. It costs nothing on the
+    way of a good key."""
 
     def __init__(self, request):
         self.limit, self.period = throttling.SimpleRateThrottle.parse_rate(
             None, settings.API_AUTH_FAILURE_LIMIT
         )
-        now = time.time()
         self.address = get_client_ip_address(request) or "unknown"
-        self.key = f"api-auth-failures:{self.address}:{int(now // self.period)}"
-        self.wait = self.period - now % self.period
-        self.cache = caches["shared"]
 
     def refuse(self) -> None:
-        """A wrong key: counted, then 401, or 429 once the address is over the limit."""
-        if (self.cache.get(self.key) or 0) >= self.limit:
-            raise exceptions.Throttled(wait=self.wait)
-        if not self.cache.add(self.key, 1, timeout=int(self.wait) + 1):
-            try:
-                self.cache.incr(self.key)
-            except ValueError:  # the window ended in between: this failure starts the next
-                self.cache.add(self.key, 1, timeout=self.period)
+        """A wrong key: counted, then 401, or 429 once the address is over the limit (that
+        one is not counted). If the counter fails it is a 401: a wrong key is refused
+        either way, only the address's flood goes uncounted meanwhile."""
+        window = count_in_window(
+            key=f"api-auth-failures:{self.address}", limit=self.limit, period_seconds=self.period
+        )
+        if not window.within_limit:
+            raise exceptions.Throttled(wait=window.seconds_left)
         log.warning("API authentication failed from %s", self.address)
         raise exceptions.AuthenticationFailed()
 
@@ -73,6 +70,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         client = self._client(header)
         if client is None:
             FailedAuthentications(request).refuse()
+        bind(api_key_prefix=client.key.prefix)  # the request's later lines name the key
         return client, client.key
 
     def _client(self, header: str) -> ApiClient | None:
@@ -107,9 +105,14 @@ class ApiKeyPermission(permissions.BasePermission):
 
 
 class ApiKeyThrottle(throttling.SimpleRateThrottle):
-    """Requests per API key (API_RATE_LIMIT); counted per process in the local cache."""
+    """Requests per API key (API_RATE_LIMIT, e.g. 100/second), in fixed windows counted in
+    the database every process and machine shares (services/rate_counters.py), so the
+    limit is the same however many web processes serve the key. DRF's interface: a refused
+    request gets 429 with Retry-After, the seconds until the window ends. If the counter
+    fails the request is served, uncounted (docs/operating/rate-limits.md says why)."""
 
     scope = "api_key"
+    window: WindowCount | None = None
 
     def get_rate(self):
         return settings.API_RATE_LIMIT
@@ -118,6 +121,20 @@ class ApiKeyThrottle(throttling.SimpleRateThrottle):
         client = request.user
         ident = client.key.prefix if isinstance(client, ApiClient) else self.get_ident(request)
         return self.cache_format % {"scope": self.scope, "ident": ident}
+
+    def allow_request(self, request, view):
+        if self.rate is None:
+            return True
+        key = self.get_cache_key(request, view)
+        if key is None:
+            return True
+        self.window = count_in_window(
+            key=key, limit=self.num_requests, period_seconds=self.duration
+        )
+        return self.window.within_limit
+
+    def wait(self):
+        return None if self.window is None else self.window.seconds_left
 
 
 from ledger_app.api import schema  # noqa: E402,F401 - registers the scheme with drf-spectacular

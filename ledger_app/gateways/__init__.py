@@ -7,6 +7,7 @@ from functools import cache
 from django.conf import settings
 
 from ledger_app.gateways.base import Gateway
+from ledger_app.gateways.instrumented import InstrumentedGateway
 
 
 def get_gateway() -> Gateway:
@@ -15,6 +16,11 @@ def get_gateway() -> Gateway:
 
 @cache
 def _build(name: str, stripe_api_key: str, stripe_api_base: str) -> Gateway:
+    # Timed and counted here, where every caller gets its gateway (ledger_app/metrics).
+    return InstrumentedGateway(_adapter(name, stripe_api_key, stripe_api_base))
+
+
+def _adapter(name: str, stripe_api_key: str, stripe_api_base: str) -> Gateway:
     if name == "stripe":
         from ledger_app.gateways.stripe import StripeGateway
 

@@ -12,7 +12,8 @@ from django.conf import settings
 from django.db import DatabaseError, OperationalError, transaction
 from django.utils import timezone
 
-from ledger_app import errors, faults
+from backoffice.logs import bind, naming
+from ledger_app import errors, faults, metrics
 from ledger_app.db import drop_broken_connection, is_lock_timeout
 from ledger_app.models import (
     Charge,
@@ -57,6 +58,7 @@ class RefundRequest:
     unchanged_since: int | None = None
 
 
+@naming("charge_id")  # the refund's id too, once it exists (_reserve)
 def create_refund(
     *,
     charge_id: str,
@@ -113,7 +115,9 @@ def create_refund(
     )
     if result.replayed:
         return result
-    return Created(_after_reserve(result.item), replayed=False)
+    refund = _after_reserve(result.item)
+    metrics.count_refund_created(refund)  # here alone: every interface creates through here
+    return Created(refund, replayed=False)
 
 
 def _build_request(
@@ -160,6 +164,7 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
     """Inside create_once's transaction, with the key (if any) already claimed: lock the
     charge, make every check, then write the refund, the balance, the ledger entry and
     the events together (one round trip on PostgreSQL: `writes`)."""
+    bind(refund_id=refund_id)  # until create_refund returns: its send's lines name it too
     endpoints = live_endpoints()  # not the charge's: read before its lock is taken
     now = timezone.now()
     requester_limits = limits.limits_of(user=request.created_by, actor_label=request.actor_label)

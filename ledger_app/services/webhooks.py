@@ -37,7 +37,7 @@ from ledger_app import errors
 from ledger_app.errors import DeliveryNotResendable, InvalidEnabledEvents, InvalidWebhookUrl
 from ledger_app.models import Event, EventType, WebhookDelivery, WebhookEndpoint
 from ledger_app.selectors import due_deliveries, webhook_endpoints
-from ledger_app.services.dispatch.worker import Tally
+from ledger_app.services.dispatch.worker import Hand, Tally
 from ledger_app.services.text import has_control_characters
 from ledger_app.services.validation import merge_metadata, validate_metadata, validate_text
 from ledger_app.stripe_objects import EventSerializer
@@ -275,10 +275,13 @@ def deliver_due(
     lease_seconds: int | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     on_attempt: Callable[[Attempt], None] = lambda attempt: None,
+    hand: Hand | None = None,
 ) -> Tally:
     """Send every delivery due when the run starts, a claimed batch at a time. A delivery
-    that fails is due again later, so one run tries each delivery at most once."""
+    that fails is due again later, so one run tries each delivery at most once. Once
+    `should_stop()`, the delivery in hand is finished and the rest of the batch handed back."""
     lease_seconds = lease_seconds or settings.WEBHOOK_LEASE_SECONDS
+    hand = hand or Hand()
     tally = Tally()
     due_at = timezone.now()
     while not should_stop():
@@ -289,7 +292,7 @@ def deliver_due(
             break
         if not batch:
             break
-        _send_batch(batch, lease, tally, should_stop, on_attempt)
+        _send_batch(batch, lease, tally, should_stop, on_attempt, hand)
     return tally
 
 
@@ -312,13 +315,14 @@ def claim(
     return lease, list(batch.order_by("next_attempt_at", "id"))
 
 
-def _send_batch(batch, lease, tally: Tally, should_stop, on_attempt) -> None:
+def _send_batch(batch, lease, tally: Tally, should_stop, on_attempt, hand: Hand) -> None:
     """Send each while the lease leaves time for a whole request; hand the rest back."""
     unsent = list(batch)
     while unsent and not should_stop() and _lease_left(lease) > settings.WEBHOOK_TIMEOUT_SECONDS:
         delivery = unsent.pop(0)
         try:
-            attempt = _send_or_record_the_bug(delivery, lease)
+            with hand.holding(delivery.pk):
+                attempt = _send_or_record_the_bug(delivery, lease)
         except DatabaseError:
             tally.survive_database_error(f"webhook delivery {delivery.pk}")
             continue
@@ -326,9 +330,10 @@ def _send_batch(batch, lease, tally: Tally, should_stop, on_attempt) -> None:
         on_attempt(attempt)
     if unsent:
         try:
-            _release(unsent, lease)
+            tally.handed_back += _release(unsent, lease)
         except DatabaseError:
             tally.survive_database_error("handing back webhook deliveries")
+            tally.left_leased += len(unsent)
 
 
 def _send_or_record_the_bug(delivery: WebhookDelivery, lease: datetime) -> Attempt:
@@ -347,11 +352,11 @@ def _lease_left(lease: datetime) -> float:
     return (lease - timezone.now()).total_seconds()
 
 
-def _release(deliveries: list[WebhookDelivery], lease: datetime) -> None:
+def _release(deliveries: list[WebhookDelivery], lease: datetime) -> int:
     """Claimed, not sent: free again at once (unless another worker has them by now)."""
-    WebhookDelivery.objects.filter(pk__in=[d.pk for d in deliveries], leased_until=lease).update(
-        leased_until=None
-    )
+    return WebhookDelivery.objects.filter(
+        pk__in=[d.pk for d in deliveries], leased_until=lease
+    ).update(leased_until=None)
 
 
 def send(delivery: WebhookDelivery, lease: datetime) -> Attempt:

@@ -162,8 +162,9 @@ def test_a_page_of_charges_fetches_their_refunds_in_one_query(api, django_assert
         )
         assert response.status_code == 200
 
-    # the API key, the page, the refunds of all its charges (not one query per charge)
-    with django_assert_max_num_queries(3):
+    # the API key, the rate counter, the page, the refunds of all its charges (not one
+    # query per charge)
+    with django_assert_max_num_queries(4):
         listing = api.get("/v1/charges?limit=5").json()
 
     assert [len(c["refunds"]["data"]) for c in listing["data"]] == [1] * 5

@@ -91,7 +91,7 @@ def test_loop_stops_on_a_signal_after_the_delivery_in_hand(endpoint, receiver, s
         worker.kill()
 
     assert worker.returncode == 0, err
-    assert f"{sig.name}: finishing the current delivery" in err
+    assert f"stopping: {sig.name}, finishing 1 delivery in hand" in err
     assert out.splitlines()[-1] == "deliver_webhooks: 1 delivered"  # the one in hand
     statuses = sorted(WebhookDelivery.objects.values_list("status", flat=True))
     assert statuses == ["delivered", "pending"]

@@ -4,16 +4,22 @@ codes that say how refunds ended."""
 from __future__ import annotations
 
 import getpass
+import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
-from django.core.management.base import BaseCommand
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from ledger_app.models import Refund
 from ledger_app.services.dispatch import Tally
+from ledger_app.services.dispatch.worker import Hand
+from ledger_app.wording import count_of
 
 
 def cli_actor() -> str:
@@ -108,14 +114,103 @@ def stop_requests(say: Callable[[str], None], noun: str) -> Iterator[list[int]]:
             signal.signal(sig, handler)
 
 
+# A worker asked to stop finishes the item in hand within this many seconds (--stop-seconds,
+# or the WORKER_STOP_SECONDS setting if the project defines one): below the 30 s an
+# orchestrator usually waits between SIGTERM and SIGKILL, and above one provider call
+# (GATEWAY_TIMEOUT_SECONDS) or one webhook request (WEBHOOK_TIMEOUT_SECONDS), 10 s each.
+STOP_SECONDS = 25.0
+# A second signal this soon after the first is the same request: Ctrl-C reaches every
+# process of the terminal's group and `make worker` forwards SIGTERM as well.
+SAME_REQUEST_SECONDS = 1.0
+
+
+class StopRequest:
+    """SIGTERM or SIGINT while a worker runs: it takes no new item, finishes the one in
+    hand (`hand`) and says so in one line. If that takes longer than `bound` seconds, or
+    a second signal comes, it exits at once with 128 + the signal's number, the item in
+    hand left under its lease (`left`: what happens to it then); that is the same as a
+    crash, which the lease makes safe. True once requested."""
+
+    def __init__(
+        self,
+        say: Callable[[str], None],
+        nouns: tuple[str, str],
+        hand: Hand,
+        bound: float,
+        left: str,
+    ) -> None:
+        self.say, self.nouns, self.hand, self.bound, self.left = say, nouns, hand, bound, left
+        self.signum: int | None = None
+        self.at = 0.0
+        self.held_pk: str | int | None = None  # in hand when the stop was requested
+        self.finished_before = 0
+        self._timer: threading.Timer | None = None
+
+    def __bool__(self) -> bool:
+        return self.signum is not None
+
+    @contextmanager
+    def handling(self) -> Iterator[StopRequest]:
+        signals = (signal.SIGTERM, signal.SIGINT)
+        previous = {sig: signal.signal(sig, self._signalled) for sig in signals}
+        try:
+            yield self
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _signalled(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is None:
+            self.signum, self.at = signum, time.monotonic()
+            self.held_pk, self.finished_before = self.hand.pk, self.hand.finished
+            if self.held_pk is None:
+                self.say(f"stopping: {name}, nothing in hand")
+            else:
+                held = self.count(1)
+                self.say(f"stopping: {name}, finishing {held} in hand (at most {self.bound:g} s)")
+            self._timer = threading.Timer(
+                self.bound, self._exit_now, args=("stop bound passed", signum)
+            )
+            self._timer.daemon = True
+            self._timer.start()
+        elif time.monotonic() - self.at >= SAME_REQUEST_SECONDS:
+            self._exit_now(f"{name} again", signum)
+
+    def _exit_now(self, why: str, signum: int) -> None:
+        """Exit without finishing: from the timer's thread or a signal handler, so no
+        cleanup that could wait on the main thread (a lock, the database)."""
+        if self.hand.pk is None:
+            line = f"stopped now: {why}; nothing in hand\n"
+        else:
+            line = f"stopped now: {why}; {self.count(1)} left in hand, leased: {self.left}\n"
+        os.write(sys.stderr.fileno(), line.encode())
+        with suppress(Exception):
+            sys.stdout.flush()
+        os._exit(128 + signum)
+
+    def count(self, n: int) -> str:
+        return count_of(n, *self.nouns)
+
+    def finished(self) -> int:
+        """Items finished since the stop was requested (the one in hand, if any)."""
+        return self.hand.finished - self.finished_before
+
+
 class PollingWorker(BaseCommand):
     """A worker command: one pass over what is due (`--once`, the default) or passes
-    until SIGTERM/SIGINT (`--loop`), finishing the item in hand before it stops."""
+    until SIGTERM/SIGINT (`--loop`), finishing the item in hand before it stops (see
+    StopRequest; docs/operating/deploys.md)."""
 
     noun = "item"  # what one item is called in help and stop messages
+    plural = "items"
     batch_default = 100
     poll_default = 2.0
     lease_help = "How long a claim holds."
+    # What becomes of an item in hand if the worker exits without finishing it.
+    left_in_hand = "it is taken up again when its lease runs out"
 
     def add_arguments(self, parser):
         mode = parser.add_mutually_exclusive_group()
@@ -135,23 +230,68 @@ class PollingWorker(BaseCommand):
             default=self.poll_default,
             help="Pause between polls with --loop.",
         )
+        parser.add_argument(
+            "--stop-seconds",
+            type=float,
+            default=None,
+            help=(
+                f"On SIGTERM/SIGINT, how long the {self.noun} in hand may take to finish "
+                f"before the worker exits anyway, leaving it leased (default {STOP_SECONDS:g})."
+            ),
+        )
+
+    def still_leased(self, pk: str | int) -> bool:
+        """Whether the item that was in hand at the stop is still under this worker's
+        lease after its send returned (a refund whose lookup got no answer)."""
+        return False
 
     def run_passes(self, options, one_pass: Callable[..., Tally], **arguments) -> Tally:
-        """One pass (`one_pass(batch_size=, lease_seconds=, should_stop=, **arguments)`),
-        or passes until stopped with --loop; the summed tally."""
+        """One pass (`one_pass(batch_size=, lease_seconds=, should_stop=, hand=,
+        **arguments)`), or passes until stopped with --loop; the summed tally. Stopped by a
+        signal, it says what it finished and what it left leased, on stderr."""
+        bound = options.get("stop_seconds")
+        if bound is None:
+            bound = float(getattr(settings, "WORKER_STOP_SECONDS", STOP_SECONDS))
+        if not 0 < bound <= 3600:
+            raise CommandError("--stop-seconds must be more than 0 and at most 3600")
+        hand = Hand()
         total = Tally()
-        with stop_requests(self.stderr.write, self.noun) as stopping:
+        nouns = (self.noun, self.plural)
+        stop = StopRequest(self.stderr.write, nouns, hand, bound, self.left_in_hand)
+        with stop.handling():
             while True:
                 tally = one_pass(
                     batch_size=options["batch_size"],
                     lease_seconds=options["lease_seconds"],
-                    should_stop=lambda: bool(stopping),
+                    should_stop=stop.__bool__,
+                    hand=hand,
                     **arguments,
                 )
                 total.statuses.update(tally.statuses)
                 total.errors += tally.errors
-                if not options["loop"] or stopping:
-                    return total
+                total.handed_back += tally.handed_back
+                total.left_leased += tally.left_leased
+                if not options["loop"] or stop:
+                    break
                 deadline = time.monotonic() + options["poll_seconds"]
-                while not stopping and time.monotonic() < deadline:
+                while not stop and time.monotonic() < deadline:
                     time.sleep(0.05)
+            if stop:
+                self._say_stopped(stop, tally)
+        return total
+
+    def _say_stopped(self, stop: StopRequest, tally: Tally) -> None:
+        left = tally.left_leased
+        if stop.held_pk is not None and (stop.hand.pk == stop.held_pk or self._leased(stop)):
+            left += 1
+        parts = [f"{stop.count(stop.finished())} finished"]
+        if tally.handed_back:
+            parts.append(f"{tally.handed_back} claimed and handed back unsent")
+        parts.append(f"{left} left leased")
+        self.stderr.write("stopped: " + ", ".join(parts))
+
+    def _leased(self, stop: StopRequest) -> bool:
+        try:
+            return self.still_leased(stop.held_pk)
+        except DatabaseError:
+            return True  # cannot tell; say the worse

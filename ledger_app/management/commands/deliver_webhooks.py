@@ -1,8 +1,11 @@
 """The webhook worker: sends pending webhook deliveries to their endpoints, at least once.
 
 Exit 0 when it ran, whatever the receivers answered (a receiver failing is retried later,
-not the command failing); 1 on a CommandError: bad arguments, or database errors that
-interrupted some deliveries (they are sent again once their lease runs out).
+not the command failing); 1 on a CommandError: bad arguments, or (with --once) database
+errors that interrupted some deliveries (they are sent again once their lease runs out).
+With --loop, SIGTERM or SIGINT: the delivery in hand is finished, the rest of its batch
+handed back, exit 0; 128 + the signal if that takes more than --stop-seconds or a second
+signal comes (see docs/operating/deploys.md).
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ MAX_LEASE_SECONDS = 86_400
 
 class Command(PollingWorker):
     noun = "delivery"
+    plural = "deliveries"
+    left_in_hand = (
+        "it is sent again when its lease runs out (WEBHOOK_LEASE_SECONDS); receivers "
+        "drop the repeat by event id"
+    )
     batch_default = 10
     poll_default = 1.0
     lease_help = (
@@ -37,7 +45,7 @@ class Command(PollingWorker):
         self._check(options)
         total = self.run_passes(options, deliver_due, on_attempt=self._log_attempt)
         self.stdout.write(f"deliver_webhooks: {total.summary()}")
-        if total.errors:
+        if total.errors and not options["loop"]:  # a loop ends only when asked to: exit 0
             raise CommandError("some deliveries were interrupted; they will be sent again")
 
     def _check(self, options) -> None:
@@ -51,6 +59,9 @@ class Command(PollingWorker):
             )
         if options["poll_seconds"] < 0:
             raise CommandError("--poll-seconds must not be negative")
+
+    def still_leased(self, pk) -> bool:
+        return False  # recording an attempt always ends this worker's lease on it
 
     def _log_attempt(self, attempt: Attempt) -> None:
         delivery = attempt.delivery

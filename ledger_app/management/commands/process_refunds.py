@@ -8,7 +8,10 @@ The exit code sums up the run, for cron and supervisors:
     0  otherwise (no refund failed or ended unknown, or there was nothing to do)
 
 Codes 3 and 4 are set only when run as a process (manage.py); call_command returns
-normally and the summary line says the same.
+normally and the summary line says the same. With --loop the codes sum up nothing (the
+lines do): SIGTERM or SIGINT finishes the refund in hand and exits 0, or 128 + the signal
+if that takes more than --stop-seconds or a second signal comes (see
+docs/operating/deploys.md).
 """
 
 from __future__ import annotations
@@ -19,11 +22,17 @@ from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome, Po
 from ledger_app.models import Refund
 from ledger_app.services.approvals import expire_approvals
 from ledger_app.services.dispatch import process_pending_refunds
+from ledger_app.services.dispatch.worker import still_leased_refunds
 from ledger_app.wording import count_of
 
 
 class Command(PollingWorker, ExitsByOutcome):
     noun = "refund"
+    plural = "refunds"
+    left_in_hand = (
+        "the attempt is on record, so when its lease runs out (REFUND_DISPATCH_LEASE_SECONDS) "
+        "the worker or the reconciler looks it up before any resend"
+    )
     lease_help = "How long a claim holds (default REFUND_DISPATCH_LEASE_SECONDS)."
     help = (
         "Send pending refunds to the payment provider through the one guarded send: each "
@@ -42,11 +51,16 @@ class Command(PollingWorker, ExitsByOutcome):
             raise CommandError("--lease-seconds must be 0 to 604800 (a week)", returncode=2)
         total = self.run_passes(options, self._pass, on_refund=self._log_refund)
         self.stdout.write(f"process_refunds: {total.summary()}")
+        if options["loop"]:
+            return  # a loop ends only when asked to: a clean stop is 0
         if total.errors:
             raise CommandError("some refunds were interrupted; they will be retried", returncode=1)
         for status in UNSETTLED:
             if total.statuses.get(status):
                 self.report_unsettled(status, count_of(total.statuses[status], "refund"))
+
+    def still_leased(self, pk) -> bool:
+        return bool(still_leased_refunds([pk]))
 
     def _pass(self, **kwargs):
         """One pass: refunds whose approval ran out are canceled, then pending ones sent."""

@@ -101,3 +101,20 @@ def in_flight() -> int:
     """Sends submitted in this process and not finished (for tests and metrics)."""
     with _lock:
         return _queued
+
+
+def stop_taking_sends() -> tuple[int, int]:
+    """The web process is stopping (gunicorn's worker_exit, after its last request): the
+    sends queued and not started are dropped, so their refunds stay pending with no lease
+    and no attempt, which `process_refunds` sends at once; the sends running finish (each
+    within GATEWAY_TIMEOUT_SECONDS; the interpreter waits for them before the process
+    exits, and gunicorn's graceful timeout bounds it). (running, dropped)."""
+    global _executor
+    with _lock:
+        executor, _executor = _executor, None
+        queued = _queued
+    if executor is None:
+        return 0, 0
+    dropped = executor._work_queue.qsize()  # not started yet; cancel_futures drops them
+    executor.shutdown(wait=False, cancel_futures=True)
+    return max(queued - dropped, 0), dropped

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from backoffice.logs import bind, naming
 from ledger_app import faults
 from ledger_app.db import release_connection
 from ledger_app.gateways import get_gateway
@@ -103,6 +104,8 @@ def _guarded_send(
             dispatch_attempts=F("dispatch_attempts") + 1,
         )
     item = kind.fetch(pk)
+    if isinstance(item, Refund):
+        bind(charge_id=item.charge_id)  # for the rest of send_refund (it names the refund)
     if not taken:
         return Sent(item, Step.BUSY if item.status in item.OPEN_STATUSES else Step.FINAL)
     release_connection()  # pooled connections are not held while the provider thinks
@@ -117,6 +120,10 @@ def _guarded_send(
     faults.checkpoint(kind.before_call_point)
     outcome = _ask(lambda: kind.call(gateway, item))
     faults.checkpoint(kind.after_call_point)
+    # One line per call that may move money, whatever the provider said: the trail an
+    # operator follows from a refund id to what happened to it.
+    said = f"{outcome.status} {outcome.detail}".strip()
+    log.info("%s %s sent to the provider: %s", kind.name, pk, said)
     return Sent(kind.settle(pk, outcome, actor), Step.SENT)
 
 
@@ -163,6 +170,7 @@ def lease_expiry(now: datetime | None = None, lease_seconds: int | None = None) 
     return (now or timezone.now()) + timedelta(seconds=lease_seconds)
 
 
+@naming("refund_id")
 def send_refund(
     refund_id: str,
     *,
@@ -183,6 +191,7 @@ def send_refund(
     )
 
 
+@naming("charge_id")
 def send_charge(
     charge_id: str,
     *,

@@ -1,0 +1,169 @@
+"""Figures read from the database when /metrics is scraped: what waits, and for how long.
+
+Read at scrape time, not counted in a process, so every web process reports the same
+numbers and gunicorn's workers never add them up. Three queries whatever the row count,
+each reading only the open rows through an index on status (refund_status_lease for the
+refunds in doubt and the worker's queue, delivery_due for the webhooks): succeeded and
+failed refunds, however many, are never read. docs/operating/metrics.md has the figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import DatabaseError
+from django.db.models import Case, CharField, Count, Min, Q, Value, When
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ledger_app.models import MovementStatus, Refund
+from ledger_app.selectors import due_deliveries, in_doubt, waiting_to_send
+
+log = logging.getLogger("ledger_app.metrics")
+
+UNKNOWN = "unknown"
+STALE_PENDING = "stale_pending"
+AWAITING_APPROVAL = "awaiting_approval"
+STATES = (UNKNOWN, STALE_PENDING, AWAITING_APPROVAL)
+# Age buckets, each holding ages from the previous bound (inclusive) up to its own (not):
+# a refund exactly 5 minutes old is in "5m-1h". The last one is open-ended.
+AGE_BUCKETS: tuple[tuple[str, timedelta | None], ...] = (
+    ("0-5m", timedelta(minutes=5)),
+    ("5m-1h", timedelta(hours=1)),
+    ("1h-24h", timedelta(hours=24)),
+    ("24h+", None),
+)
+
+
+class DatabaseCollector(Collector):
+    """The database's figures, as gauges. Added to each scrape's registry (views.py), never
+    to a process's own, so in multiprocess mode they are read once, not once per worker."""
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.perf_counter()
+        now = timezone.now()
+        try:
+            families = [
+                *in_doubt_families(now),
+                *send_queue_families(now),
+                *webhook_families(now),
+            ]
+        except DatabaseError:
+            # A scrape without these figures, and a 0 to alert on, rather than a 500 that
+            # would also hide every counter.
+            log.exception("metrics: the database figures could not be read")
+            families = []
+        up = GaugeMetricFamily(
+            "ledger_metrics_database_up",
+            "1 when this scrape read the database figures, 0 when the database failed.",
+            value=1 if families else 0,
+        )
+        took = GaugeMetricFamily(
+            "ledger_metrics_database_seconds",
+            "Time this scrape spent reading the database figures.",
+            value=time.perf_counter() - started,
+        )
+        yield from families
+        yield up
+        yield took
+
+
+def age_bucket(now: datetime) -> Case:
+    """The bucket of a row's created_at, as the database computes it (bounds fixed at `now`)."""
+    bounded = [(name, bound) for name, bound in AGE_BUCKETS if bound is not None]
+    return Case(
+        *[When(created_at__gt=now - bound, then=Value(name)) for name, bound in bounded],
+        default=Value(AGE_BUCKETS[-1][0]),
+        output_field=CharField(),
+    )
+
+
+def in_doubt_families(now: datetime) -> list[Metric]:
+    """Refunds whose money is reserved with no final word, by state and by age since they
+    were created (how long the customer has waited): unknown (the provider did not answer),
+    stale pending (no sender holds it: what the reconciler treats as in doubt, past
+    REFUND_DISPATCH_LEASE_SECONDS) and awaiting approval. One grouped query."""
+    state = Case(
+        When(status=MovementStatus.UNKNOWN, then=Value(UNKNOWN)),
+        When(status=MovementStatus.AWAITING_APPROVAL, then=Value(AWAITING_APPROVAL)),
+        default=Value(STALE_PENDING),  # the filter lets nothing else through
+        output_field=CharField(),
+    )
+    rows = (
+        Refund.objects.filter(
+            in_doubt(now, settings.REFUND_DISPATCH_LEASE_SECONDS)
+            | Q(status=MovementStatus.AWAITING_APPROVAL)
+        )
+        .order_by()
+        .annotate(state=state, age=age_bucket(now))
+        .values("state", "age")
+        .annotate(refunds=Count("pk"), oldest=Min("created_at"))
+    )
+    counts = {(state, age): 0 for state in STATES for age, _ in AGE_BUCKETS}
+    oldest: dict[str, datetime] = {}
+    for row in rows:
+        counts[row["state"], row["age"]] = row["refunds"]
+        if row["state"] not in oldest or row["oldest"] < oldest[row["state"]]:
+            oldest[row["state"]] = row["oldest"]
+
+    by_bucket = GaugeMetricFamily(
+        "ledger_refunds_in_doubt",
+        "Refunds reserved without a final word, by state (unknown, stale_pending, "
+        "awaiting_approval) and age since created (0-5m, 5m-1h, 1h-24h, 24h+).",
+        labels=["state", "age"],
+    )
+    for (state_name, age), count in counts.items():
+        by_bucket.add_metric([state_name, age], count)
+    oldest_age = GaugeMetricFamily(
+        "ledger_refunds_in_doubt_oldest_age_seconds",
+        "Age of the oldest refund in each in-doubt state (0 when there is none).",
+        labels=["state"],
+    )
+    for state_name in STATES:
+        oldest_age.add_metric([state_name], _age(now, oldest.get(state_name)))
+    return [by_bucket, oldest_age]
+
+
+def send_queue_families(now: datetime) -> list[Metric]:
+    """The worker's queue (selectors.waiting_to_send): pending refunds no sender holds."""
+    queue = Refund.objects.filter(waiting_to_send(now)).order_by()
+    figures = queue.aggregate(refunds=Count("pk"), oldest=Min("created_at"))
+    return [
+        GaugeMetricFamily(
+            "ledger_refund_queue_length",
+            "Pending refunds no sender holds: what process_refunds sends next.",
+            value=figures["refunds"],
+        ),
+        GaugeMetricFamily(
+            "ledger_refund_queue_oldest_age_seconds",
+            "Worker lag: age of the oldest refund waiting to be sent (0 when none waits).",
+            value=_age(now, figures["oldest"]),
+        ),
+    ]
+
+
+def webhook_families(now: datetime) -> list[Metric]:
+    """Deliveries a webhook worker may claim now (selectors.due_deliveries)."""
+    due = due_deliveries(now).order_by()
+    figures = due.aggregate(deliveries=Count("pk"), oldest=Min("next_attempt_at"))
+    return [
+        GaugeMetricFamily(
+            "ledger_webhook_deliveries_due",
+            "Pending webhook deliveries that are due, to live endpoints, held by no worker.",
+            value=figures["deliveries"],
+        ),
+        GaugeMetricFamily(
+            "ledger_webhook_delivery_lag_seconds",
+            "How long the most overdue delivery has been due (0 when none is).",
+            value=_age(now, figures["oldest"]),
+        ),
+    ]
+
+
+def _age(now: datetime, since: datetime | None) -> float:
+    return max((now - since).total_seconds(), 0.0) if since is not None else 0.0
