@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 AXE_CORE := ~4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: run test soak bench bench-quick worker reconcile lint format clean
+.PHONY: run test soak bench bench-quick worker reconcile backup-check lint format clean
 
 # `make run`, `make worker` and `make reconcile` are the demo: development mode
 # (DJANGO_DEBUG=true: a per-checkout secret key in .secret_key) with the admin's second
@@ -39,7 +39,9 @@ run: $(VENV)/.installed
 	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput -v0
 	$(DEMO_ENV) $(BIN)/python manage.py seed_demo
 	@echo "Serving http://127.0.0.1:8000/admin/ (Ctrl-C stops it)"
+	@echo "  health: http://127.0.0.1:8000/healthz  readiness: http://127.0.0.1:8000/readyz  metrics: http://127.0.0.1:8000/metrics"
 	$(DEMO_ENV) WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \
+	PROMETHEUS_MULTIPROC_DIR=$${PROMETHEUS_MULTIPROC_DIR:-$(CURDIR)/.prometheus} \
 	$(BIN)/gunicorn -c gunicorn.conf.py backoffice.wsgi --access-logfile -
 
 test: $(VENV)/.installed-dev $(AXE)
@@ -70,6 +72,11 @@ worker: $(VENV)/.installed
 
 reconcile: $(VENV)/.installed
 	$(DEMO_ENV) $(BIN)/python manage.py reconcile
+
+# The monthly restore drill (docs/operating/backups.md): dumps DATABASE_URL (PostgreSQL),
+# restores it into a fresh database, checks counts, migrations and verify_ledger there.
+backup-check: $(VENV)/.installed
+	$(BIN)/python scripts/backup-check $(BACKUP_CHECK_ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
