@@ -121,7 +121,6 @@ def csp_directives(response) -> dict[str, str]:
     }
 
 
-@pytest.mark.django_db  # the API's rate limit counts the docs' requests too, in the database
 @pytest.mark.parametrize("path", ["/admin/login/", "/v1/docs"])
 def test_admin_and_api_docs_pages_run_scripts_from_this_site_only(client, path):
     response = client.get(path)
@@ -135,7 +134,6 @@ def test_admin_and_api_docs_pages_run_scripts_from_this_site_only(client, path):
     assert b"<style" not in response.content
 
 
-@pytest.mark.django_db  # the API's rate limit counts it
 def test_the_docs_page_start_up_script_is_a_file_of_its_own(client):
     page = client.get("/v1/docs")
     script = client.get("/v1/docs?script=")

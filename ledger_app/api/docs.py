@@ -10,6 +10,9 @@ class _ReadOnlyPage:
     renderer cannot show an error), so no /v1/ URL ever answers an error as HTML."""
 
     http_method_names = ["get", "head"]
+    # Published documents, the same for everyone and needing no key: not counted against
+    # a rate limit (that would be a database write per page view; the limits are per key).
+    throttle_classes = ()
 
     def handle_exception(self, exc):
         response = super().handle_exception(exc)
