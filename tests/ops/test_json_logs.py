@@ -58,7 +58,7 @@ def sent_lines(lines: list[dict]) -> list[dict]:
 @pytest.fixture
 def server(transactional_db, tmp_path):
     srv = GunicornServer(
-        tmp_path, workers=1, threads=1, LOG_FORMAT="json", LOG_LEVEL="INFO", **SECRET_ENV
+        tmp_path, workers=1, threads=1, LOG_FORMAT="json", LOG_LEVEL="DEBUG", **SECRET_ENV
     )
     try:
         srv.wait_ready()
@@ -73,13 +73,21 @@ class TestACommand:
         charge = ChargeFactory(amount=5_000)
         started = datetime.now(UTC)
 
-        done = run_command("refund", charge.id, "--amount", "700", LOG_FORMAT="json", **SECRET_ENV)
+        done = run_command(
+            "refund",
+            charge.id,
+            "--amount",
+            "700",
+            LOG_FORMAT="json",
+            LOG_LEVEL="DEBUG",
+            **SECRET_ENV,
+        )
 
         assert done.returncode == 0, done.stderr
         refund_id = done.stdout.split()[0]
         lines = json_lines(done.stderr)
         [sent] = sent_lines(lines)
-        assert sent["level"] == "INFO" and sent["logger"] == "ledger_app.dispatch"
+        assert sent["level"] == "DEBUG" and sent["logger"] == "ledger_app.dispatch"
         assert sent["refund_id"] == refund_id and sent["charge_id"] == charge.id
         assert sent["request_id"] is None  # no HTTP request here
         assert "api_key_prefix" not in sent and "staff_user" not in sent
@@ -93,14 +101,16 @@ class TestACommand:
     def test_plain_lines_keep_their_shape_and_name_the_same(self):
         charge = ChargeFactory(amount=5_000)
 
-        done = run_command("refund", charge.id, "--amount", "700", LOG_FORMAT="", **SECRET_ENV)
+        done = run_command(
+            "refund", charge.id, "--amount", "700", LOG_FORMAT="", LOG_LEVEL="DEBUG", **SECRET_ENV
+        )
 
         assert done.returncode == 0, done.stderr
         refund_id = done.stdout.split()[0]
         lines = done.stderr.splitlines()
         assert lines and all(PLAIN_LINE.match(line) for line in lines), done.stderr
         [sent] = [line for line in lines if "sent to the provider" in line]
-        assert PLAIN_LINE.match(sent).groups()[:3] == ("INFO", "ledger_app.dispatch", "-")
+        assert PLAIN_LINE.match(sent).groups()[:3] == ("DEBUG", "ledger_app.dispatch", "-")
         assert sent.endswith(f" (refund={refund_id} charge={charge.id})")
         assert_no_secret(done.stderr)
 
@@ -261,12 +271,15 @@ class TestWhatALineConcerns:
         handler.addFilter(LogContextFilter())
         dispatch = logging.getLogger("ledger_app.dispatch")
         dispatch.addHandler(handler)
+        level = dispatch.level
+        dispatch.setLevel(logging.DEBUG)  # the send's line is a DEBUG one
         try:
             with log_context(staff_user="someone"):
                 refund = create_refund(charge_id=charge.id, amount=100).item
                 after = logging.LogRecord("t", logging.INFO, "", 0, "after", (), None)
                 LogContextFilter().filter(after)
         finally:
+            dispatch.setLevel(level)
             dispatch.removeHandler(handler)
 
         [sent] = [r for r in seen if "sent to the provider" in r.getMessage()]

@@ -120,10 +120,12 @@ def _guarded_send(
     faults.checkpoint(kind.before_call_point)
     outcome = _ask(lambda: kind.call(gateway, item))
     faults.checkpoint(kind.after_call_point)
-    # One line per call that may move money, whatever the provider said: the trail an
-    # operator follows from a refund id to what happened to it.
+    # One line per call that may move money, whatever the provider said: the trail from a
+    # refund id to what happened to it, at LOG_LEVEL=DEBUG. Not INFO: the attempt and its
+    # outcome are on record in the database already, and a line per refund would bury a
+    # bulk run's own report (and fill a stderr pipe nobody reads).
     said = f"{outcome.status} {outcome.detail}".strip()
-    log.info("%s %s sent to the provider: %s", kind.name, pk, said)
+    log.debug("%s %s sent to the provider: %s", kind.name, pk, said)
     return Sent(kind.settle(pk, outcome, actor), Step.SENT)
 
 
