@@ -1,5 +1,6 @@
 """Settings for the refund back office, read from the environment (one module, no forks)."""
 
+import base64
 import os
 import secrets
 from datetime import timedelta
@@ -439,6 +440,29 @@ METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # Outbound webhooks (`manage.py deliver_webhooks`). Endpoints on loopback, private,
 # link-local or reserved addresses are refused unless this is true (demo and tests only).
 WEBHOOK_ALLOW_PRIVATE_URLS = env_bool("WEBHOOK_ALLOW_PRIVATE_URLS", False)
+# An egress proxy every delivery goes through (Stripe's Smokescreen, say: it then judges
+# the addresses names resolve to); empty sends straight to the checked address.
+# See docs/operating/egress.md.
+WEBHOOK_PROXY_URL = os.environ.get("WEBHOOK_PROXY_URL", "").strip()
+if WEBHOOK_PROXY_URL and not WEBHOOK_PROXY_URL.lower().startswith(("http://", "https://")):
+    raise ImproperlyConfigured("WEBHOOK_PROXY_URL must be an http:// or https:// URL")
+# Webhook signing secrets are encrypted at rest (ledger_app/encryption.py) with these Fernet
+# keys, comma-separated: the first encrypts, every one decrypts (rotation and how to make a
+# key: docs/operating/secrets.md). Unset: a key derived from DJANGO_SECRET_KEY (`check
+# --deploy` warns). A key that is not one refuses to start.
+WEBHOOK_SECRET_KEYS = [
+    key.strip() for key in os.environ.get("WEBHOOK_SECRET_KEYS", "").split(",") if key.strip()
+]
+for _number, _key in enumerate(WEBHOOK_SECRET_KEYS, 1):
+    try:
+        _key_ok = len(base64.urlsafe_b64decode(_key.encode("ascii"))) == 32
+    except ValueError:  # not base64, or not ASCII
+        _key_ok = False
+    if not _key_ok:
+        raise ImproperlyConfigured(
+            f"WEBHOOK_SECRET_KEYS: key {_number} is not a Fernet key (32 bytes in url-safe "
+            "base64; docs/operating/secrets.md says how to make one)"
+        )
 # Connect and read timeout of one delivery request.
 WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOK_TIMEOUT_SECONDS", "10"))
 # A delivery is retried with backoff until it is this old, then marked failed.

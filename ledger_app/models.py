@@ -10,6 +10,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from ledger_app.encryption import EncryptedSecretField
+
 ID_ALPHABET = string.ascii_letters + string.digits
 ID_RANDOM_LENGTH = 24  # about 143 bits: ids are not guessable and not sequential
 
@@ -552,7 +554,8 @@ class WebhookEndpoint(models.Model):
     description = models.TextField(blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=16, choices=Status, default=Status.ENABLED)
-    secret = models.CharField(max_length=100, editable=False)
+    # Encrypted at rest (ledger_app/encryption.py, docs/operating/secrets.md).
+    secret = EncryptedSecretField(editable=False)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     deleted_at = models.DateTimeField(
         null=True, blank=True, help_text="Deleted endpoints receive nothing more."

@@ -56,13 +56,15 @@ def test_check_deploy_warns_about_each_setting_left_out():
         "DJANGO_SECURE_SSL_REDIRECT",
         "DJANGO_SECURE_COOKIES",
         "DJANGO_SECURE_HSTS_SECONDS",
+        "WEBHOOK_SECRET_KEYS",
     ]:
         env.pop(name)
 
     result = manage("check", "--deploy", "--fail-level", "WARNING", env=env)
 
     assert result.returncode != 0
-    for warning in ["security.W004", "security.W008", "security.W012", "security.W016"]:
+    warnings = ["security.W004", "security.W008", "security.W012", "security.W016"]
+    for warning in [*warnings, "ledger_app.W201"]:
         assert warning in result.stderr + result.stdout
 
 
@@ -169,3 +171,14 @@ def test_every_api_response_says_no_store(client, path, auth, status):
 
     assert response.status_code == status
     assert "no-store" in response["Cache-Control"]
+
+
+def test_production_refuses_to_start_with_a_webhook_secret_key_that_is_not_one():
+    env = {**documented_environment(), "WEBHOOK_SECRET_KEYS": "not-a-fernet-key"}
+
+    result = manage("check", env=env)
+
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr  # one line, no traceback
+    assert result.stderr.startswith("error: WEBHOOK_SECRET_KEYS: key 1 is not a Fernet key")
+    assert "not-a-fernet-key" not in result.stderr  # the key itself is never printed

@@ -15,6 +15,7 @@ from ledger_app.admin import (  # noqa: F401 - registers the admins
     webhooks,
 )
 from ledger_app.admin.base import ReadOnlyAdmin
+from ledger_app.admin.lookups import guard_every_admin
 
 __all__ = ["ReadOnlyAdmin"]
 
@@ -35,3 +36,9 @@ def _has_permission(request, _admits=admin.site.has_permission) -> bool:
 
 
 admin.site.has_permission = _has_permission
+
+
+# Every admin, ours and those Django, django-axes and django-otp registered before this
+# module ran (or anyone registers after it), answers only the lookups its filters use and
+# never reads a secret (lookups.py; `manage.py check` says when one does not).
+guard_every_admin(admin.site)

@@ -14,13 +14,14 @@ from django.contrib.admin.exceptions import DisallowedModelAdminLookup, Disallow
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ERROR_FLAG, PAGE_VAR
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.db import DatabaseError, models
 from django.http import HttpResponse, HttpResponseNotAllowed, StreamingHttpResponse
 from django.urls import path
 from django.utils import timezone
 from django.utils.text import slugify
 
+from ledger_app.admin.lookups import touches_secret
 from ledger_app.money import format_money
 from ledger_app.replica import ListsFromReplica, stale_ok
 
@@ -147,6 +148,9 @@ def export_plan(model: type[models.Model], columns: Iterable[str]) -> tuple[list
 
     cells: list[Cell] = []
     for column in columns:
+        if touches_secret(model, column.removesuffix(FORMATTED)):
+            # Never in a file that leaves the building (manage.py check says so too).
+            raise ImproperlyConfigured(f"{column} holds a secret: it is never exported")
         if column.endswith(FORMATTED):
             amount, currency = position(column.removesuffix(FORMATTED)), position("currency")
             cells.append(lambda row, a=amount, c=currency: format_money(row[a], row[c]))

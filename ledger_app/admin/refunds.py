@@ -128,6 +128,8 @@ class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     ]
     search_fields = ["id"]
     search_help_text = "A refund id, a charge id or a provider key, exactly."
+    # A charge's refunds (charges.history_table) and the dashboard's figures link here.
+    linked_lookups = ("charge__id__exact", "status__in")
     ordering = ["-created_at", "-id"]
     list_select_related = ["charge"]
     raw_id_fields = ["charge", "created_by"]
@@ -372,6 +374,7 @@ class LedgerEntryAdmin(CsvExport, AmountColumn, ReadOnlyAdmin):
     list_select_related = ["charge", "refund"]
     search_fields = ["charge__id"]
     search_help_text = "A charge id or a refund id, exactly."
+    linked_lookups = ("charge__id__exact",)  # a charge's entries (charges.history_table)
     ordering = ["-id"]
     raw_id_fields = ["charge", "refund"]
 

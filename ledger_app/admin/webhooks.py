@@ -1,6 +1,6 @@
-"""Events and webhooks in the admin: the event log, the endpoints (never their secrets)
-and every delivery with its status, attempts and last answer. "Resend" puts deliveries
-back in the queue, for staff with the resend permission."""
+"""Events and webhooks in the admin: the event log, the endpoints (never their secrets: not
+shown, not read, not filtered) and every delivery with its status, attempts and last answer.
+"Resend" puts deliveries back in the queue, for staff with the resend permission."""
 
 from __future__ import annotations
 
@@ -79,6 +79,10 @@ class WebhookEndpointAdmin(LogAdmin):
         "created_at",
         "deleted_at",
     ]
+
+    def get_queryset(self, request):
+        # Never read here, so never decrypted here either (ledger_app/encryption.py).
+        return super().get_queryset(request).defer("secret")
 
     @admin.display(description="URL", ordering="url")
     def url_display(self, endpoint: WebhookEndpoint) -> str:
