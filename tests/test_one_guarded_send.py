@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.source_tree import application_modules, imported_modules
+
 SENDER = Path("ledger_app/services/dispatch/send.py")
 GATEWAYS = Path("ledger_app/gateways")
 PROVIDER_METHODS = {"refund", "charge", "lookup_refund", "lookup_charge"}
@@ -32,28 +33,7 @@ KINDS = {"_REFUND": "send_refund", "_CHARGE": "send_charge"}
 ASKS_ONLY = {"_REFUND": "recheck_refund"}
 
 
-def application_modules() -> dict[Path, ast.Module]:
-    modules = {}
-    for package in ("ledger_app", "backoffice", "simulated_provider"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            relative = path.relative_to(ROOT)
-            if "migrations" not in relative.parts:
-                modules[relative] = ast.parse(path.read_text(), filename=str(relative))
-    return modules
-
-
 MODULES = application_modules()
-
-
-def imported_modules(tree: ast.Module) -> set[str]:
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-    return names
 
 
 def enclosing_functions(tree: ast.Module) -> dict[ast.AST, str]:

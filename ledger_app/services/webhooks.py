@@ -13,21 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 import random
 import secrets
-import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
-import requests
 from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.db.models import F
@@ -37,18 +32,15 @@ from ledger_app import errors
 from ledger_app.errors import DeliveryNotResendable, InvalidEnabledEvents, InvalidWebhookUrl
 from ledger_app.models import Event, EventType, WebhookDelivery, WebhookEndpoint
 from ledger_app.selectors import due_deliveries, webhook_endpoints
+from ledger_app.services import egress
 from ledger_app.services.dispatch.worker import Hand, Tally
-from ledger_app.services.text import has_control_characters
 from ledger_app.services.validation import merge_metadata, validate_metadata, validate_text
 from ledger_app.stripe_objects import EventSerializer
 
 log = logging.getLogger("ledger_app.webhooks")
 
-MAX_URL_LENGTH = 2048
-SCHEMES = ("http", "https")
 ALL_EVENTS = "*"
 MAX_ERROR_LENGTH = 500
-ANSWER_SNIPPET_BYTES = 200  # of a refusing receiver's body, kept in last_error
 USER_AGENT = "refund-backoffice-webhooks/1"
 
 
@@ -56,52 +48,12 @@ USER_AGENT = "refund-backoffice-webhooks/1"
 
 
 def check_url(url: object) -> str:
-    """An http(s) URL with a host that is allowed to receive webhooks."""
-    if not isinstance(url, str) or not url or len(url) > MAX_URL_LENGTH:
-        raise InvalidWebhookUrl()
-    if has_control_characters(url) or any(ch.isspace() for ch in url):
-        raise InvalidWebhookUrl("The URL must not contain spaces or control characters.")
+    """An http(s) URL that may receive webhooks now (services/egress.py says which)."""
     try:
-        parts = urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise InvalidWebhookUrl() from None
-    if parts.scheme not in SCHEMES or not parts.hostname:
-        raise InvalidWebhookUrl()
-    refusal = refused_host(parts.hostname, port)
-    if refusal:
-        raise InvalidWebhookUrl(f"The URL is refused: {refusal}.")
-    return url
-
-
-def refused_host(host: str, port: int) -> str | None:
-    """Why this host may not receive webhooks, or None. Every address it resolves to must
-    be public: not loopback, private, link-local, reserved, multicast or unspecified
-    (unless WEBHOOK_ALLOW_PRIVATE_URLS)."""
-    if settings.WEBHOOK_ALLOW_PRIVATE_URLS:
-        return None
-    try:
-        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        return f"the host {host[:100]} could not be resolved"
-    for *_, sockaddr in found:
-        address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
-        if not _public(address):
-            return f"{host[:100]} is a private or local address ({address})"
-    return None
-
-
-def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped
-    return address.is_global and not (
-        address.is_loopback
-        or address.is_private
-        or address.is_link_local
-        or address.is_reserved
-        or address.is_multicast
-        or address.is_unspecified
-    )
+        egress.check(url)
+    except egress.Refused as refused:
+        raise InvalidWebhookUrl(f"The URL is refused: {refused.reason}.") from None
+    return url  # type: ignore[return-value]  # a str: egress.check refuses anything else
 
 
 def check_enabled_events(enabled_events: object) -> list[str]:
@@ -360,68 +312,42 @@ def _release(deliveries: list[WebhookDelivery], lease: datetime) -> int:
 
 
 def send(delivery: WebhookDelivery, lease: datetime) -> Attempt:
-    """POST the event to the endpoint, signed, and record what happened. The URL is
-    checked again first: what a host resolves to may have changed since it was saved."""
+    """POST the event to the endpoint, signed, and record what happened. egress.post
+    checks the URL again first: what a host resolves to may have changed since it was saved."""
     endpoint = delivery.endpoint
-    parts = urlsplit(endpoint.url)
-    refusal = refused_host(parts.hostname or "", parts.port or _default_port(parts.scheme))
-    if refusal:
-        return record(delivery, lease, None, f"not sent: {refusal}")
     status_code, error = post(endpoint.url, render(delivery.event), endpoint.secret)
     return record(delivery, lease, status_code, error)
 
 
-def _default_port(scheme: str) -> int:
-    return 443 if scheme == "https" else 80
-
-
-_local = threading.local()
-
-
-def _session() -> requests.Session:
-    """One HTTP session per thread. It ignores proxy settings, .netrc and the like from
-    the environment: a delivery goes straight to the address that was checked."""
-    session = getattr(_local, "session", None)
-    if session is None:
-        session = _local.session = requests.Session()
-        session.trust_env = False
-    return session
-
-
 def post(url: str, payload: str, secret: str) -> tuple[int | None, str]:
     """(HTTP status, "") when the receiver answered 2xx; (status or None, what went
-    wrong) otherwise. Redirects are not followed; the timeout is per connect and read."""
+    wrong) otherwise: the status and a short excerpt of the answer, the reason a URL was
+    refused, or why no answer came. Redirects are not followed."""
     headers = {
         "Content-Type": "application/json; charset=utf-8",
         "Stripe-Signature": signature_header(payload, secret, int(time.time())),
         "User-Agent": USER_AGENT,
     }
-    timeout = settings.WEBHOOK_TIMEOUT_SECONDS
     try:
-        with _session().post(
-            url,
-            data=payload.encode(),
-            headers=headers,
-            timeout=timeout,
-            allow_redirects=False,
-            stream=True,
-        ) as response:
-            if 200 <= response.status_code < 300:
-                return response.status_code, ""
-            return response.status_code, f"HTTP {response.status_code} {_snippet(response)}"
-    except requests.Timeout:
-        return None, f"timed out after {timeout:g} s"
-    except (requests.RequestException, OSError, ValueError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
+        answer = egress.post(url, payload.encode(), headers, settings.WEBHOOK_TIMEOUT_SECONDS)
+    except egress.Refused as refused:
+        return None, f"refused: {refused.reason}"
+    except egress.NoAnswer as missing:
+        return None, missing.reason
+    if 200 <= answer.status < 300:
+        return answer.status, ""
+    return answer.status, _snippet(answer)
 
 
-def _snippet(response: requests.Response) -> str:
-    """The start of a refusing receiver's answer, for support to read; "" if unreadable."""
-    try:
-        start = next(response.iter_content(ANSWER_SNIPPET_BYTES), b"")
-    except (requests.RequestException, OSError, ValueError):
-        return ""
-    return start.decode("utf-8", "replace").strip()
+def _snippet(answer: egress.Answer) -> str:
+    """The status and, clearly labelled, the first bytes the receiver sent: enough for
+    support to tell a 404 page from a crash, never a whole internal answer."""
+    if not answer.excerpt:
+        return f"HTTP {answer.status}"
+    return (
+        f"HTTP {answer.status}; receiver said (first {egress.EXCERPT_BYTES} bytes, escaped): "
+        + egress.escaped(answer.excerpt)
+    )
 
 
 def record(

@@ -82,7 +82,8 @@ def test_the_delivery_list_shows_status_attempts_and_last_answer(admin_client, e
     page = admin_client.get(DELIVERIES + "?status__exact=pending").content.decode()
 
     assert "charge.succeeded" in page
-    assert "503: HTTP 503 ok" in page  # the status code and the error, in "Last answer"
+    # the status code and the error, in "Last answer"
+    assert "503: HTTP 503; receiver said (first 64 bytes, escaped): ok" in page
     assert Event.objects.count() == 2
 
 

@@ -45,7 +45,7 @@ def test_no_answer_is_said_with_the_reason(endpoint, receiver):
 
     lines = deliver().splitlines()
 
-    assert "retrying (no answer) attempt 1: ConnectionError" in lines[0]
+    assert "retrying (no answer) attempt 1: could not connect: connection refused" in lines[0]
 
 
 @pytest.mark.parametrize(

@@ -131,7 +131,7 @@ class TestWithTheStripeClient:
             )
 
         assert (error.value.code, error.value.param) == ("url_invalid", "url")
-        assert "private or local" in error.value.user_message
+        assert "address 127.0.0.1 is loopback" in error.value.user_message
 
 
 class TestOnTheWire:

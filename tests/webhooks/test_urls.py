@@ -71,7 +71,7 @@ def test_private_and_local_addresses_are_refused(url):
         check_url(url)
 
     assert (refused.value.code, refused.value.param) == ("url_invalid", "url")
-    assert "private or local" in refused.value.message
+    assert "(WEBHOOK_ALLOW_PRIVATE_URLS is off)" in refused.value.message
 
 
 @pytest.mark.parametrize(
@@ -152,4 +152,7 @@ def test_a_host_that_turns_private_after_it_was_saved_is_not_sent_to(dns, receiv
             1,
             None,
         )
-        assert delivery.last_error.startswith("not sent: hooks.example.com is a private")
+        assert delivery.last_error == (
+            "refused: address 127.0.0.1 of hooks.example.com is loopback "
+            "(WEBHOOK_ALLOW_PRIVATE_URLS is off)"
+        )

@@ -66,6 +66,8 @@ class Command(PollingWorker):
     def _log_attempt(self, attempt: Attempt) -> None:
         delivery = attempt.delivery
         answer = f"HTTP {attempt.status_code}" if attempt.status_code else "no answer"
+        if attempt.error.startswith("refused: "):
+            answer = "not sent"
         line = (
             f"{delivery.event_id} {delivery.event.type} -> {delivery.endpoint_id} "
             f"{attempt.outcome} ({answer}) attempt {delivery.attempts + 1}"

@@ -1,0 +1,97 @@
+"""Run inside a network namespace of its own by tests/webhooks/test_egress_namespace.py:
+loopback receivers on ports 80 and 8790 (IPv4 and IPv6), then one `deliver_webhooks
+--once` (or, with --raw URL..., a bare requests.post of each URL); prints as JSON what the
+receivers got and what else this process could reach."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import io
+import json
+import socket
+import sys
+import threading
+
+PORTS = (80, 8790)
+
+
+class _IPv6Server(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def receivers(hits: list[dict]) -> list[http.server.ThreadingHTTPServer]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            hits.append(
+                {
+                    "port": self.server.server_address[1],
+                    "path": self.path,
+                    "host": self.headers.get("Host", ""),
+                    "signature": self.headers.get("Stripe-Signature", ""),
+                    "body": body.decode("utf-8", "replace"),
+                }
+            )
+            self.send_response(200)
+            self.send_header("Content-Length", "14")
+            self.end_headers()
+            self.wfile.write(b"internal reply")
+
+        do_GET = do_POST  # noqa: N815 - http.server's name
+
+        def log_message(self, format, *args):  # noqa: A002 - http.server's name
+            pass
+
+    servers = []
+    for server_class, host in (
+        (http.server.ThreadingHTTPServer, "127.0.0.1"),
+        (_IPv6Server, "::1"),
+    ):
+        for port in PORTS:
+            server = server_class((host, port), Handler)
+            server.daemon_threads = True
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            servers.append(server)
+    return servers
+
+
+def reachable(address: tuple[str, int]) -> bool:
+    try:
+        with socket.create_connection(address, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def main(argv: list[str]) -> None:
+    hits: list[dict] = []
+    receivers(hits)
+    report: dict = {
+        "reach": {
+            "receiver": reachable(("127.0.0.1", 8790)),  # the harness itself works
+            "postgres_over_tcp": reachable(("127.0.0.1", 5432)),
+            "outside": reachable(("8.8.8.8", 53)),
+        }
+    }
+    if argv[:1] == ["--raw"]:
+        import requests
+
+        for url in argv[1:]:
+            with contextlib.suppress(requests.RequestException):
+                requests.post(url, data=b"{}", timeout=5, allow_redirects=False)
+    else:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        out, err = io.StringIO(), io.StringIO()
+        call_command("deliver_webhooks", "--once", stdout=out, stderr=err)
+        report["output"] = out.getvalue() + err.getvalue()
+    report["hits"] = hits
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
