@@ -1,6 +1,7 @@
 """Log lines that name what they concern (the request, the API key's prefix, the staff
-member, the refund and the charge), as plain text or as JSON lines (LOG_FORMAT=json), and
-never a secret: anything shaped like one is redacted before a line is written."""
+member, the refund, the charge and the client's address), as plain text or as JSON lines
+(LOG_FORMAT=json), and never a secret: anything shaped like one is redacted before a line
+is written."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ FIELDS = {
     "staff_user": "user",
     "refund_id": "refund",
     "charge_id": "charge",
+    # backoffice/client_address.py: the address the lockout and the API's limits count by.
+    "client_address": "from",
 }
 _current: dict[str, ContextVar[str]] = {
     name: ContextVar(f"log_{name}", default="") for name in FIELDS
@@ -159,8 +162,9 @@ class PlainFormatter(logging.Formatter):
 
 class JsonLinesFormatter(JsonFormatter):
     """One JSON object per line: time (UTC, ISO 8601), level, logger, message, request_id
-    (null outside a request), then whichever of api_key_prefix, staff_user, refund_id and
-    charge_id are known, anything passed with `extra=`, and exc_info for a traceback."""
+    (null outside a request), then whichever of api_key_prefix, staff_user, refund_id,
+    charge_id and client_address are known, anything passed with `extra=`, and exc_info
+    for a traceback."""
 
     def __init__(self) -> None:
         super().__init__(

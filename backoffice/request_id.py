@@ -10,6 +10,7 @@ from django.http import JsonResponse
 from django.views.defaults import server_error as html_server_error
 
 from backoffice import logs
+from backoffice.client_address import client_address
 
 current_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 # The request being served right now, "" outside one: what events name as their cause.
@@ -32,6 +33,7 @@ class RequestIdMiddleware:
         # this thread's next request starts.
         current_request_id.set(request.request_id)
         logs.start_request()
+        logs.bind(client_address=client_address(request))
         serving = serving_request_id.set(request.request_id)
         try:
             response = self.get_response(request)

@@ -269,10 +269,23 @@ CSRF_COOKIE_HTTPONLY = True
 # A staff session lasts a working day at most (seconds).
 SESSION_COOKIE_AGE = int(os.environ.get("DJANGO_SESSION_SECONDS", str(12 * 3600)))
 X_FRAME_OPTIONS = "DENY"
-# Proxies in front of gunicorn that append to X-Forwarded-For (0: none, REMOTE_ADDR is the
-# client). Login lockouts and the API's failed-authentication limit count per client
-# address, so behind a proxy this must be set or every client shares the proxy's address.
-TRUSTED_PROXY_COUNT = int(os.environ.get("DJANGO_TRUSTED_PROXY_COUNT", "0"))
+# Proxies in front of gunicorn that each append to X-Forwarded-For the address they got
+# the request from (0: none, REMOTE_ADDR is the client). The client's address is the entry
+# this many places from the right (backoffice/client_address.py); login lockouts, the API's
+# failed-authentication limit and the logs count and name clients by it. Behind a TLS proxy
+# it must be at least 1, or every client would share the proxy's address.
+_proxy_count = os.environ.get("DJANGO_TRUSTED_PROXY_COUNT", "").strip() or "0"
+if not (_proxy_count.isascii() and _proxy_count.isdigit()):
+    raise ImproperlyConfigured(
+        "DJANGO_TRUSTED_PROXY_COUNT must be the number of proxies in front that append to "
+        f"X-Forwarded-For (0, 1, 2, ...), not {_proxy_count!r}"
+    )
+TRUSTED_PROXY_COUNT = int(_proxy_count)
+if SECURE_PROXY_SSL_HEADER and not TRUSTED_PROXY_COUNT:
+    raise ImproperlyConfigured(
+        "DJANGO_BEHIND_TLS_PROXY=true needs DJANGO_TRUSTED_PROXY_COUNT (1 for one proxy): "
+        "with 0 every client would share the proxy's address for lockouts and limits"
+    )
 
 # Content Security Policy (django-csp) on every response: the admin and the API docs load
 # scripts and styles from this site only, and nothing may frame them.
@@ -291,30 +304,32 @@ CONTENT_SECURITY_POLICY = {
     }
 }
 
-# Admin sign-in: django-axes locks an address, and a user name, out after
-# LOGIN_FAILURE_LIMIT failed attempts, for LOGIN_LOCKOUT_MINUTES (shared by every process:
-# the attempts are rows in the database). Failures are logged without the password.
+# Admin sign-in: django-axes locks an address out after LOGIN_FAILURE_LIMIT failed
+# attempts, whatever user names they tried, for LOGIN_LOCKOUT_MINUTES (shared by every
+# process: the attempts are rows in the database). Failures are logged without the password.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("LOGIN_LOCKOUT_MINUTES", "15")))
-AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+# The address only, never the user name on its own: a user name locks from anywhere, so a
+# stranger who knows it could keep its owner out. The address is the client's own
+# (backoffice/client_address.py), which no header it writes can change.
+AXES_LOCKOUT_PARAMETERS = ["ip_address"]
 AXES_RESET_ON_SUCCESS = True
 # Axes masks the user name and address in its log lines by default; operators need them to
 # see who is being guessed at and from where. The password is never in them.
 AXES_SENSITIVE_PARAMETERS: list[str] = []
-# No start-up banner on every command's stderr; failures still name the user and address.
+# No start-up banner on every command's stderr; failures still name the user and address
+# (AXES_CLIENT_STR_CALLABLE, since axes alone names only what the lock counts).
 AXES_VERBOSE = False
+AXES_CLIENT_STR_CALLABLE = "ledger_app.admin.sign_in.attempt_str"
 AXES_ENABLE_ADMIN = False  # the admin shows failed attempts read-only (admin/sign_in.py)
 AXES_LOCKOUT_CALLABLE = "ledger_app.admin.sign_in.locked_out"
-AXES_IPWARE_PROXY_COUNT = TRUSTED_PROXY_COUNT or None
-AXES_IPWARE_META_PRECEDENCE_ORDER = (
-    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if TRUSTED_PROXY_COUNT else ["REMOTE_ADDR"]
-)
+AXES_CLIENT_IP_CALLABLE = "backoffice.client_address.client_address"
 
-# A second factor (TOTP, django-otp) for every admin page and action that moves money,
+# A second factor (TOTP, django-otp) for every admin write and every page that moves money,
 # asked again after ADMIN_OTP_IDLE_MINUTES without one. Only the development and demo
 # mode (DJANGO_DEBUG=true) may switch it off.
 ADMIN_OTP_REQUIRED = env_bool("ADMIN_OTP_REQUIRED", True)

@@ -7,6 +7,8 @@ never be enough to enrol a new second factor, so they are enrolled from the comm
 
 from __future__ import annotations
 
+import json
+
 from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib import admin
@@ -21,8 +23,8 @@ if admin.site.is_registered(TOTPDevice):
 
 @admin.register(AccessAttempt)
 class SignInFailureAdmin(ReadOnlyAdmin):
-    """Who is being guessed at, from where, how often. Unlock early from the command line:
-    `manage.py axes_reset_username NAME` or `axes_reset_ip ADDRESS`."""
+    """Who is being guessed at, from where, how often. The lock is per address: unlock one
+    early from the command line with `manage.py axes_reset_ip ADDRESS`."""
 
     list_display = ["attempt_time", "username_display", "address", "failures", "path"]
     list_filter = [("attempt_time", admin.DateFieldListFilter)]
@@ -46,6 +48,19 @@ class SignInFailureAdmin(ReadOnlyAdmin):
     @admin.display(description="Path", ordering="path_info")
     def path(self, attempt: AccessAttempt) -> str:
         return clipped(attempt.path_info, "text")
+
+
+def attempt_str(username, ip_address, user_agent, path_info, request) -> str:
+    """How django-axes's log lines name an attempt (AXES_CLIENT_STR_CALLABLE): the user name
+    tried, the client's address and the path. The lock counts the address only, and axes
+    would name only what it counts; operators also need to see who is being guessed at.
+    Values are JSON-quoted, so a user name with a newline cannot write a line of its own."""
+    if isinstance(path_info, (list, tuple)):
+        path_info = path_info[0] if path_info else ""
+    if isinstance(username, str):
+        username = username[:255]  # what the attempt's row keeps
+    named = {"username": username, "ip_address": ip_address, "path_info": path_info}
+    return "{" + ", ".join(f"{name}: {json.dumps(value)}" for name, value in named.items()) + "}"
 
 
 def locked_out(request, original_response=None, credentials=None):

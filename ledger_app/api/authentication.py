@@ -8,10 +8,10 @@ import binascii
 import logging
 from dataclasses import dataclass
 
-from axes.helpers import get_client_ip_address
 from django.conf import settings
 from rest_framework import authentication, exceptions, permissions, throttling
 
+from backoffice.client_address import client_address
 from backoffice.logs import bind
 from ledger_app.models import ApiKey
 from ledger_app.services.api_keys import authenticate_api_key
@@ -34,8 +34,8 @@ log = logging.getLogger("ledger_app.api.authentication")
 
 
 class FailedAuthentications:
-    """Wrong or revoked keys per client address (the address django-axes uses for admin
-    sign-ins, so DJANGO_TRUSTED_PROXY_COUNT applies to both), in fixed windows of
+    """Wrong or revoked keys per client address (backoffice/client_address.py, the one
+    the admin sign-in lockout and the logs use too), in fixed windows of
     API_AUTH_FAILURE_LIMIT's period, counted in the database every process and machine
     shares (services/rate_counters.py). Past the limit a wrong key from that address is
     answered 429 (Stripe's rate_limit) until the window ends. A right key is never held
@@ -47,7 +47,7 @@ class FailedAuthentications:
         self.limit, self.period = throttling.SimpleRateThrottle.parse_rate(
             None, settings.API_AUTH_FAILURE_LIMIT
         )
-        self.address = get_client_ip_address(request) or "unknown"
+        self.address = client_address(request)
 
     def refuse(self) -> None:
         """A wrong key: counted, then 401, or 429 once the address is over the limit (that
@@ -116,6 +116,11 @@ class ApiKeyThrottle(throttling.SimpleRateThrottle):
 
     def get_rate(self):
         return settings.API_RATE_LIMIT
+
+    def get_ident(self, request):
+        # DRF's own reads X-Forwarded-For by its NUM_PROXIES setting, and the whole header
+        # when that is unset: a request without a key is counted by the one address instead.
+        return client_address(request)
 
     def get_cache_key(self, request, view):
         client = request.user

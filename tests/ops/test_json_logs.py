@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 
-from backoffice.logs import LogContextFilter, RedactSecretsFilter, log_context
+from backoffice.logs import LogContextFilter, RedactSecretsFilter, log_context, start_request
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.refunds import create_refund
 from tests.api.conftest import basic_auth
@@ -260,6 +260,7 @@ class TestRedaction:
 @pytest.mark.django_db
 class TestWhatALineConcerns:
     def test_create_refund_names_its_ids_only_while_it_runs(self):
+        start_request()  # what an earlier test's request named stays set in this thread
         charge = ChargeFactory(amount=5_000)
         seen = []
 
