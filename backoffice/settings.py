@@ -87,6 +87,9 @@ MIDDLEWARE = [
     "backoffice.time_zones.AdminTimeZoneMiddleware",
     "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # After the session, the user's second factor (OTP) and messages: every admin write
+    # needs a fresh code (ledger_app/admin/write_gate.py).
+    "ledger_app.admin.write_gate.AdminWriteGateMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]

@@ -10,6 +10,7 @@ from django.test import Client
 from tests import tally
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
+from tests.second_factor import verified
 
 # Read the same way as scripts/run-tests: 1, true or yes, in any case.
 IN_CI = os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
@@ -137,6 +138,13 @@ def viewer(django_user_model):
 
 @pytest.fixture
 def viewer_client(viewer):
-    client = Client()
-    client.force_login(viewer)
-    return client
+    """The viewer, signed in with a code too: what they may not do is refused for the
+    permission, not only for the missing code (every admin write needs one)."""
+    return verified(Client(), viewer)
+
+
+@pytest.fixture
+def admin_client(admin_user):
+    """pytest-django's superuser client, who has also entered a code from their
+    authenticator: every admin write needs one (ledger_app/admin/write_gate.py)."""
+    return verified(Client(), admin_user)

@@ -32,6 +32,7 @@ from ledger_app.services.refunds import create_refund
 from simulated_provider.models import ProviderRefund
 from tests import tally
 from tests.factories import ChargeFactory
+from tests.second_factor import verified
 
 pytestmark = pytest.mark.django_db
 
@@ -177,10 +178,9 @@ def admin_refund_urls(charge: Charge, refund: Refund) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def staff_without_permissions(django_user_model):
+    """Staff with no permissions, signed in with a code: refused for the permission."""
     user = django_user_model.objects.create_user("bare", password="bare-pass-123", is_staff=True)
-    client = Client()
-    client.force_login(user)
-    return client
+    return verified(Client(), user)
 
 
 def assert_forbidden(client: Client, requests: list[tuple[str, str]]) -> None:

@@ -18,6 +18,7 @@ from django.db import InterfaceError, OperationalError, models
 from backoffice.time_zones import shown_time
 from ledger_app import errors
 from ledger_app.admin.base import ReadOnlyAdmin, clipped, report_grouped, totals_by_currency
+from ledger_app.admin.change_log import AccessChangeLog
 from ledger_app.admin.forms import ApproveForm, RefundLimitForm, RejectForm
 from ledger_app.admin.refunds import (
     MAX_SELECTED,
@@ -217,11 +218,13 @@ def now_is(refund_id: str) -> str:
 
 
 @admin.register(RefundLimit)
-class RefundLimitAdmin(ReadOnlyAdmin):
+class RefundLimitAdmin(AccessChangeLog, ReadOnlyAdmin):
     """Limits per group, user or API key and currency: added, changed and deleted by those
-    with the model's own permissions (superusers), looked at by support leads."""
+    with the model's own permissions (superusers), looked at by support leads. Every change
+    is logged with before and after (change_log.py)."""
 
     form = RefundLimitForm
+    audited_fields = ("group", "user", "api_key", "currency", "per_refund", "per_day")
     list_display = ["subject", "currency_display", "per_refund_display", "per_day_display"]
     list_filter = ["currency"]
     list_select_related = ["group", "user", "api_key"]
@@ -237,6 +240,13 @@ class RefundLimitAdmin(ReadOnlyAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return admin.ModelAdmin.has_delete_permission(self, request, obj)
+
+    def audited_value(self, obj: RefundLimit, name: str) -> str:
+        if name in ("per_refund", "per_day"):
+            return no_limit_or(getattr(obj, name), obj.currency)
+        if name == "currency":
+            return obj.currency.upper()
+        return super().audited_value(obj, name)
 
     @admin.display(description="Applies to")
     def subject(self, obj: RefundLimit) -> str:

@@ -1,16 +1,16 @@
-"""Two factors for whoever moves money in the admin.
+"""Two factors for whoever changes anything in the admin.
 
-A password opens the admin; it does not move money. Every admin page and action that can
-send money to the provider (the refund form, the bulk refund, retry dispatch, reconcile
-now, and approvals when they exist) first asks for a code from the person's authenticator
-app (TOTP, django-otp), and asks again after ADMIN_OTP_IDLE_MINUTES without one. The gate
-is one function, `second_factor_gate`, that the refund view and the admins' action
-dispatch call: a new money-moving action is gated by being listed in its admin's
-`money_actions` (ReadOnlyAdmin.changelist_view applies the gate), not by remembering a check.
+A password opens the admin to look; it changes nothing. Every admin request that can change
+data (any method but GET, HEAD and OPTIONS) first asks for a code from the person's
+authenticator app (TOTP, django-otp), and asks again after ADMIN_OTP_IDLE_MINUTES without
+one: write_gate.AdminWriteGateMiddleware applies `second_factor_gate` to all of them, with
+a short list of exempt URL names (signing in and out, the code page, one's own time zone).
+Pages that draw a money-moving form ask for the code before they are shown (the refund
+form), and an admin's `money_actions` are gated by its changelist too (ReadOnlyAdmin).
 
 The code is asked on its own page, /admin/verify/?next=<where the person was going>; a
-form posted without a fresh factor is not acted on (its key is in the page's URL, so the
-person comes back to the same form).
+form posted without a fresh factor is not acted on (the person comes back to the page they
+posted to; the refund form's key is in its URL, so it is the same form).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 log = logging.getLogger("ledger_app.admin.second_factor")
 
-# When the person last showed a code, or last moved money with a fresh one (epoch seconds).
+# When the person last showed a code, or last changed something with a fresh one (epoch
+# seconds).
 FRESH_AT = "second_factor_at"
 
 
@@ -51,8 +52,9 @@ def verify_url(next_url: str) -> str:
 
 
 def second_factor_gate(request, next_url: str | None = None) -> HttpResponseRedirect | None:
-    """None when the request may move money (and the idle clock restarts); otherwise the
-    redirect to the code page, which comes back to `next_url` (default: this page)."""
+    """None when the request may change data or move money (and the idle clock restarts);
+    otherwise the redirect to the code page, which comes back to `next_url` (default: this
+    page)."""
     if is_fresh(request):
         request.session[FRESH_AT] = time.time()
         return None
@@ -62,7 +64,7 @@ def second_factor_gate(request, next_url: str | None = None) -> HttpResponseRedi
         request.method,
         request.path,
     )
-    if request.method == "POST":
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
         messages.warning(
             request,
             "Nothing was done: enter a code from your authenticator app, then submit again.",

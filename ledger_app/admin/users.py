@@ -1,9 +1,12 @@
-"""Django's user admin, except that people on the audit trail are deactivated, not deleted.
+"""Django's user and group admins, except that people on the audit trail are deactivated,
+not deleted, and that changes to who may do what are logged with before and after.
 
 A user who issued refunds or has admin history cannot be deleted, from the user's delete
 page or the "Delete selected users" action: Django's own confirmation lists what protects
 them and the page says to deactivate them instead (templates/admin/auth/user/). Users with
-no audit rows are deleted as before; everything else is Django's UserAdmin.
+no audit rows are deleted as before. A user's status, groups and permissions, and a group's
+permissions, are written to the admin log before and after every change (change_log.py);
+everything else is Django's UserAdmin and GroupAdmin.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from ledger_app.admin.base import clipped
+from ledger_app.admin.change_log import AccessChangeLog
 from ledger_app.admin.refunds import IssuedByFilter
 from ledger_app.audit_trail import AuditRows, audit_rows_of
 
@@ -29,8 +34,9 @@ ACTIVE_HELP_TEXT = (
 )
 
 
-class AuditedUserAdmin(auth_admin.UserAdmin):
+class AuditedUserAdmin(AccessChangeLog, auth_admin.UserAdmin):
     list_display = ["username_display", "email_display", "name", "is_staff", "is_active"]
+    audited_fields = ("is_active", "is_staff", "is_superuser", "groups", "user_permissions")
 
     class Media:
         css = {"all": ["ledger_app/admin.css"]}  # the list fits its window, as every list
@@ -79,3 +85,12 @@ class AuditedUserAdmin(auth_admin.UserAdmin):
 if admin.site.is_registered(User):
     admin.site.unregister(User)
 admin.site.register(User, AuditedUserAdmin)
+
+
+class AuditedGroupAdmin(AccessChangeLog, auth_admin.GroupAdmin):
+    audited_fields = ("name", "permissions")
+
+
+if admin.site.is_registered(Group):
+    admin.site.unregister(Group)
+admin.site.register(Group, AuditedGroupAdmin)

@@ -292,8 +292,7 @@ class TestWhoMay:
         assert waiting.status == Refund.Status.AWAITING_APPROVAL
 
     def test_staff_without_the_view_permission_get_403(self, django_user_model, waiting):
-        bare = Client()
-        bare.force_login(django_user_model.objects.create_user("bare", is_staff=True))
+        bare = verified(Client(), django_user_model.objects.create_user("bare", is_staff=True))
 
         assert bare.get(QUEUE).status_code == 403
         assert decide(bare, "approve_refunds", [waiting], post="yes").status_code == 403

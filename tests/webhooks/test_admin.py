@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from ledger_app.models import Event, WebhookDelivery
 from ledger_app.services.webhooks import deliver_due
+from tests.second_factor import verified
 from tests.webhooks.conftest import record_events
 from tests.webhooks.receiver import Answer
 
@@ -23,9 +24,7 @@ def staff_client(django_user_model, *codenames: str) -> Client:
     user.user_permissions.add(
         *Permission.objects.filter(content_type__app_label="ledger_app", codename__in=codenames)
     )
-    client = Client()
-    client.force_login(user)
-    return client
+    return verified(Client(), user)  # with a code, as every admin write needs
 
 
 def resend(client: Client, *deliveries: WebhookDelivery):
