@@ -241,6 +241,11 @@ if REFUND_INLINE_WAIT_SECONDS < 0 or REFUND_SEND_THREADS < 1:
 # A refund over its requester's limit waits this long for another person's approval; then
 # it is canceled and its amount released (`process_refunds` expires them).
 APPROVAL_EXPIRY_HOURS = float(os.environ.get("APPROVAL_EXPIRY_HOURS", "72"))
+# A requester with refund limits in some currencies refunding in another: approve (every
+# such refund waits for approval) or allow (it goes through unlimited, as before).
+REFUND_LIMIT_OTHER_CURRENCIES = os.environ.get("REFUND_LIMIT_OTHER_CURRENCIES", "approve")
+if REFUND_LIMIT_OTHER_CURRENCIES not in {"approve", "allow"}:
+    raise ImproperlyConfigured("REFUND_LIMIT_OTHER_CURRENCIES must be approve or allow")
 # How long a dispatcher holds a claimed refund; after that a crashed one's work is retried.
 REFUND_DISPATCH_LEASE_SECONDS = int(os.environ.get("REFUND_DISPATCH_LEASE_SECONDS", "60"))
 # The reconciler asks the provider again about refunds that succeeded this recently, in

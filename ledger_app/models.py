@@ -272,7 +272,9 @@ class RefundLimit(models.Model):
     """In one currency, the most one refund may be and the most one requester may refund in
     a day (UTC) without another person's approval, for a group, a user or an API key. A
     user's own limit wins over their groups'; among several groups the highest counts.
-    Blank: no limit of that kind. No row at all: no limit (refunds go straight through)."""
+    Blank: no limit of that kind. No row at all: no limit (refunds go straight through);
+    rows in other currencies only: every refund in this one waits for approval, unless
+    REFUND_LIMIT_OTHER_CURRENCIES=allow (services/limits.py:limits_in)."""
 
     group = models.ForeignKey(
         "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="+"

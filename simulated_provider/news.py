@@ -54,6 +54,7 @@ def event_about(record: ProviderRefund, event_type: str) -> dict:
             "object": {
                 "id": record.provider_id,
                 "object": "refund",
+                "charge": record.charge_reference,
                 "amount": record.amount,
                 "currency": record.currency,
                 "status": str(record.status),

@@ -99,21 +99,6 @@ def live_endpoints() -> list[WebhookEndpoint]:
     )
 
 
-def movement_for_provider_object(model: type[Refund] | type[Charge], obj: dict):
-    """The refund (or charge) a provider's object is about: by the provider's id, else by
-    the ledger id we sent in its metadata (`ledger_refund_id`, `ledger_charge_id`), which
-    also finds one whose provider answer never reached us."""
-    provider_id = obj.get("id")
-    if isinstance(provider_id, str) and provider_id:
-        found = model.objects.filter(**{model.provider_id_field: provider_id}).first()
-        if found is not None:
-            return found
-    ledger_id = (obj.get("metadata") or {}).get(f"ledger_{model._meta.model_name}_id")
-    if isinstance(ledger_id, str) and ledger_id:
-        return model.objects.filter(pk=ledger_id).first()
-    return None
-
-
 def recently_succeeded(hours: int) -> list[str]:
     """Ids of refunds that succeeded (were last settled) within that many hours: the
     reconciler asks the provider again about these, in case a later failure's webhook

@@ -3,7 +3,9 @@
 A requester is a staff user (their own RefundLimit rows win over their groups'; among
 groups the highest limit counts) or an API key. Commands run by an operator on the
 server are not limited (`bulk_refund --requested-by USER` refunds as that user, with
-their limits). With no row for the requester and currency, nothing is limited.
+their limits). A requester with no row at all is not limited; one with rows in other
+currencies but none in the refund's waits for approval on every refund in it
+(`limits_in`; REFUND_LIMIT_OTHER_CURRENCIES=allow lets those through instead).
 
 The daily total is what the requester's refunds in that currency since midnight UTC
 took from charges on their own authority and kept (pending, unknown or succeeded; not
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from zlib import crc32
 
+from django.conf import settings
 from django.db import OperationalError, connection
 from django.db.models import Q, Sum
 
@@ -42,6 +45,9 @@ class Limits:
 
 
 NO_LIMITS = Limits()
+# No RefundLimit row may be 0 (they are positive): this one is only ever made here, for a
+# currency a limited requester has no row in. Every refund is above it.
+EVERY_REFUND_WAITS = Limits(per_refund=0)
 
 
 def limits_of(*, user=None, actor_label: str = "") -> dict[str, Limits]:
@@ -63,9 +69,22 @@ def limits_of(*, user=None, actor_label: str = "") -> dict[str, Limits]:
     return {**{c: _highest(group_rows) for c, group_rows in by_group.items()}, **own}
 
 
+def limits_in(requester_limits: dict[str, Limits], currency: str) -> Limits:
+    """The requester's limits (`limits_of`) in one currency: their row's; with no row in
+    any currency, none; with rows only in others, every refund waits for approval
+    (REFUND_LIMIT_OTHER_CURRENCIES=approve, the default) or none (allow). Every check of
+    a refund against its requester's limits reads them here."""
+    found = requester_limits.get(currency)
+    if found is not None:
+        return found
+    if requester_limits and settings.REFUND_LIMIT_OTHER_CURRENCIES == "approve":
+        return EVERY_REFUND_WAITS
+    return NO_LIMITS
+
+
 def limits_for(*, user=None, actor_label: str = "", currency: str) -> Limits:
-    """The requester's limits in one currency (NO_LIMITS when none are set)."""
-    return limits_of(user=user, actor_label=actor_label).get(currency, NO_LIMITS)
+    """The requester's limits in one currency (`limits_in`)."""
+    return limits_in(limits_of(user=user, actor_label=actor_label), currency)
 
 
 def _highest(rows: list[RefundLimit]) -> Limits:

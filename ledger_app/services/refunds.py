@@ -174,7 +174,7 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         ensure_unchanged(charge, request.unchanged_since)
     amount = amount_to_refund(charge, request.amount)
     status, expires_at = _status_within_limits(
-        requester_limits.get(charge.currency, limits.NO_LIMITS),
+        limits.limits_in(requester_limits, charge.currency),
         amount,
         spent.get(charge.currency, 0),
         now,

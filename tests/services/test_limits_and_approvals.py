@@ -302,7 +302,12 @@ class TestWhoseLimit:
 
         assert refund.status == Refund.Status.SUCCEEDED
 
-    def test_a_limit_in_another_currency_does_not_apply(self, agents, agent):
+    def test_a_limit_in_another_currency_does_not_apply_when_other_currencies_are_allowed(
+        self, agents, agent, settings
+    ):
+        """The old behaviour, kept behind REFUND_LIMIT_OTHER_CURRENCIES=allow; the default
+        (approve) is in test_limits_fail_closed.py."""
+        settings.REFUND_LIMIT_OTHER_CURRENCIES = "allow"
         set_limit(group=agents, currency="eur", per_refund=1, per_day=1)
         charge = ChargeFactory(amount=10_000)
 

@@ -46,6 +46,7 @@ def refund_event(refund: Refund, status: str, *, event_id: str, failure: str = "
             "object": {
                 "id": refund.provider_refund_id or "re_provider_unseen",
                 "object": "refund",
+                "charge": refund.charge.provider_reference,
                 "amount": refund.amount,
                 "currency": refund.currency,
                 "status": status,

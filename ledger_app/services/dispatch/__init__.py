@@ -16,7 +16,14 @@ from ledger_app.services.dispatch.reconcile import (
     reconcile_refunds,
 )
 from ledger_app.services.dispatch.send import Sent, Step, lease_expiry, send_charge, send_refund
-from ledger_app.services.dispatch.settle import Outcome, settle_charge, settle_refund
+from ledger_app.services.dispatch.settle import (
+    Outcome,
+    refund_for_update,
+    settle_charge,
+    settle_locked_charge,
+    settle_locked_refund,
+    settle_refund,
+)
 from ledger_app.services.dispatch.worker import Tally, process_pending_refunds
 
 __all__ = [
@@ -31,8 +38,11 @@ __all__ = [
     "reconcile_refund",
     "recheck_succeeded_refunds",
     "reconcile_refunds",
+    "refund_for_update",
     "send_charge",
     "send_refund",
     "settle_charge",
+    "settle_locked_charge",
+    "settle_locked_refund",
     "settle_refund",
 ]

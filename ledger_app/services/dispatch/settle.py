@@ -54,28 +54,55 @@ def settle_refund(
     charge_id = Refund.objects.values_list("charge_id", flat=True).get(pk=refund_id)
     with transaction.atomic(durable=True):
         endpoints = live_endpoints()  # not the charge's: read before its lock is taken
-        # Lock order everywhere: the charge, then its refund.
-        charge = charges_for_update().get(pk=charge_id)
-        refund = Refund.objects.select_for_update().get(pk=refund_id)
-        faults.checkpoint("refund.settle_locked")
-        previous = _move(refund, outcome, REVERSIBLE if reversal else FORWARD)
-        if previous is None:
-            return refund
-        refund.charge = charge
-        statements = [writes.update(refund, MOVED_FIELDS[Refund])]
-        if outcome.status == SUCCEEDED:
-            statements.append(_book(charge, refund, LedgerEntry.Kind.REFUND_SUCCEEDED, actor))
-        elif outcome.status == FAILED:
-            charge.amount_refunded -= refund.amount
-            statements.append(writes.update(charge, ["amount_refunded", "updated_at"]))
-            statements.append(
-                _book(charge, refund, LedgerEntry.Kind.REFUND_RELEASED, actor, outcome.detail)
-            )
-        told = [(EventType.REFUND_UPDATED, refund, previous)]
-        if outcome.status == FAILED:
-            told.append((EventType.REFUND_FAILED, refund, previous))
-        statements += events.event_writes(told, endpoints=endpoints)
-        writes.execute_together(statements)  # one round trip on PostgreSQL
+        charge, refund = refund_for_update(charge_id=charge_id, refund_id=refund_id)
+        return settle_locked_refund(
+            charge=charge,
+            refund=refund,
+            outcome=outcome,
+            actor=actor,
+            reversal=reversal,
+            endpoints=endpoints,
+        )
+
+
+def refund_for_update(*, charge_id: str, refund_id: str) -> tuple[Charge, Refund]:
+    """A refund and its charge, locked for the rest of the caller's transaction. Lock order
+    everywhere: the charge, then its refund."""
+    charge = charges_for_update().get(pk=charge_id)
+    return charge, Refund.objects.select_for_update().get(pk=refund_id, charge_id=charge_id)
+
+
+def settle_locked_refund(
+    *,
+    charge: Charge,
+    refund: Refund,
+    outcome: Outcome,
+    actor: str,
+    reversal: bool,
+    endpoints: list,
+) -> Refund:
+    """settle_refund's move, inside the caller's transaction, on rows it locked with
+    `refund_for_update` (the provider's webhooks decide under those locks whether the
+    event is about this refund at all, and store the event with its effect)."""
+    faults.checkpoint("refund.settle_locked")
+    previous = _move(refund, outcome, REVERSIBLE if reversal else FORWARD)
+    if previous is None:
+        return refund
+    refund.charge = charge
+    statements = [writes.update(refund, MOVED_FIELDS[Refund])]
+    if outcome.status == SUCCEEDED:
+        statements.append(_book(charge, refund, LedgerEntry.Kind.REFUND_SUCCEEDED, actor))
+    elif outcome.status == FAILED:
+        charge.amount_refunded -= refund.amount
+        statements.append(writes.update(charge, ["amount_refunded", "updated_at"]))
+        statements.append(
+            _book(charge, refund, LedgerEntry.Kind.REFUND_RELEASED, actor, outcome.detail)
+        )
+    told = [(EventType.REFUND_UPDATED, refund, previous)]
+    if outcome.status == FAILED:
+        told.append((EventType.REFUND_FAILED, refund, previous))
+    statements += events.event_writes(told, endpoints=endpoints)
+    writes.execute_together(statements)  # one round trip on PostgreSQL
     return refund
 
 
@@ -93,22 +120,28 @@ def settle_charge(*, charge_id: str, outcome: Outcome, actor: str = "") -> Charg
     `charge.failed`; unknown moves no money and tells no one yet."""
     with transaction.atomic(durable=True):
         charge = charges_for_update().get(pk=charge_id)
-        faults.checkpoint("charge.settle_locked")
-        previous = _move(charge, outcome, FORWARD)
-        if previous is not None:
-            statements = [writes.update(charge, MOVED_FIELDS[Charge])]
-            if outcome.status == SUCCEEDED:
-                entry = new_entry(
-                    charge=charge,
-                    kind=LedgerEntry.Kind.CHARGE_SUCCEEDED,
-                    amount=charge.amount,
-                    actor=actor,
-                )
-                statements.append(writes.insert([entry]))
-            told = {SUCCEEDED: EventType.CHARGE_SUCCEEDED, FAILED: EventType.CHARGE_FAILED}
-            if outcome.status in told:
-                statements += events.event_writes([(told[outcome.status], charge, previous)])
-            writes.execute_together(statements)
+        return settle_locked_charge(charge=charge, outcome=outcome, actor=actor)
+
+
+def settle_locked_charge(*, charge: Charge, outcome: Outcome, actor: str) -> Charge:
+    """settle_charge's move, inside the caller's transaction, on the charge it locked
+    (`charges_for_update`)."""
+    faults.checkpoint("charge.settle_locked")
+    previous = _move(charge, outcome, FORWARD)
+    if previous is not None:
+        statements = [writes.update(charge, MOVED_FIELDS[Charge])]
+        if outcome.status == SUCCEEDED:
+            entry = new_entry(
+                charge=charge,
+                kind=LedgerEntry.Kind.CHARGE_SUCCEEDED,
+                amount=charge.amount,
+                actor=actor,
+            )
+            statements.append(writes.insert([entry]))
+        told = {SUCCEEDED: EventType.CHARGE_SUCCEEDED, FAILED: EventType.CHARGE_FAILED}
+        if outcome.status in told:
+            statements += events.event_writes([(told[outcome.status], charge, previous)])
+        writes.execute_together(statements)
     return charge
 
 
