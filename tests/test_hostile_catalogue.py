@@ -1,6 +1,12 @@
-"""The hostile-input catalogue itself: big enough, well formed, honest about what it skips."""
+"""The hostile-input catalogues themselves: big enough, well formed, honest about what they
+skip; the boundary catalogue (hostile_boundaries.json) names tests that exist and run."""
 
+import importlib
+import json
 from collections import Counter
+from pathlib import Path
+
+import pytest
 
 from tests import hostile
 
@@ -48,3 +54,48 @@ def test_it_covers_the_kinds_of_attack():
         "namespace",
     ]:
         assert kinds[kind] >= 1, kind
+
+
+BOUNDARIES = {
+    "egress",
+    "admin lookups",
+    "client address",
+    "admin writes",
+    "provider events",
+    "limits",
+}
+
+
+def _boundary_tests() -> list[tuple[str, str]]:
+    catalogue = json.loads((Path(__file__).parent / "hostile_boundaries.json").read_text())
+    return [(entry["id"], node) for entry in catalogue["entries"] for node in entry["tests"]]
+
+
+def test_the_boundary_catalogue_covers_every_boundary_with_its_one_guard():
+    catalogue = json.loads((Path(__file__).parent / "hostile_boundaries.json").read_text())
+    ids = [entry["id"] for entry in catalogue["entries"]]
+    assert len(ids) == len(set(ids)), [i for i, n in Counter(ids).items() if n > 1]
+    assert {entry["boundary"] for entry in catalogue["entries"]} == BOUNDARIES
+    root = Path(__file__).parent.parent
+    for entry in catalogue["entries"]:
+        assert (root / entry["guard"]).is_file(), (entry["id"], entry["guard"])
+        assert entry["attack"].strip() and entry["tests"], entry["id"]
+
+
+def _marks(owner: object) -> list:
+    marks = getattr(owner, "pytestmark", [])
+    return list(marks) if isinstance(marks, list) else [marks]
+
+
+@pytest.mark.parametrize(("entry", "node"), _boundary_tests())
+def test_each_boundary_case_is_a_test_that_runs(entry, node):
+    path, *names = node.split("::")
+    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    owner: object = module
+    marks = _marks(module)
+    for name in names:
+        owner = getattr(owner, name, None)
+        assert owner is not None, (entry, node, f"no {name}")
+        marks += _marks(owner)
+    assert callable(owner) and names[-1].startswith("test_"), (entry, node)
+    assert not [m for m in marks if m.name in ("skip", "xfail")], (entry, node, "never run")
