@@ -34,6 +34,8 @@ LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 # A last label that inet_aton (and browsers) would read as a number: 0x7f.1, 127.1, 2130706433.
 NUMERIC_LABEL = re.compile(r"0x[0-9a-f]*|[0-9]+")
 SHARED_SPACE = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT, RFC 6598
+# Deprecated IPv6 site-local space (RFC 3879): Python calls it global, some networks route it.
+SITE_LOCAL = ipaddress.ip_network("fec0::/10")
 NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 METADATA = {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
 
@@ -170,6 +172,8 @@ def not_public(address: IPAddress) -> str | None:
                 return f"{kind} IPv6 of a {why} address ({inner})"
     if address in SHARED_SPACE:
         return "shared address space (carrier-grade NAT)"
+    if address in SITE_LOCAL:
+        return "site-local"
     if address.is_private:
         return "private"
     if address.is_reserved:
@@ -226,13 +230,17 @@ def check(url: object) -> Destination:
 
 
 def _judged(place: Destination) -> str | None:
-    """The address to connect to, or None to go through WEBHOOK_PROXY_URL: the proxy
-    judges what names resolve to, while an address written in the URL is judged here."""
+    """The address to connect to, or None to go through WEBHOOK_PROXY_URL. Through the
+    proxy, a name that resolves here is judged here too (a proxy that forwards anything
+    must not make `localhost` reachable); one that does not resolve here is the proxy's to
+    resolve and judge."""
     if not settings.WEBHOOK_PROXY_URL:
         return address_for(place)
-    refusal = place.ip_literal is not None and _refusal(place.ip_literal)
-    if refusal:
-        raise Refused(refusal)
+    try:
+        address_for(place)
+    except Refused as refused:
+        if not refused.reason.endswith("could not be resolved"):
+            raise
     return None
 
 

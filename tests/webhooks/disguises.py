@@ -24,6 +24,7 @@ DISGUISED = [
     "http://172.16.0.1/",
     "http://192.168.1.1/",
     "http://100.64.0.1/",  # shared address space (carrier-grade NAT)
+    "http://[fec0::1]/",  # IPv6 site-local, which Python calls global
     "http://169.254.169.254/latest/meta-data/",  # cloud metadata
     "http://0.0.0.0/",
     "http://224.0.0.1/",  # multicast

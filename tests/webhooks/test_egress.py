@@ -363,7 +363,23 @@ class TestTheEgressProxy:
 
         assert answer.status == 204
         assert Recording.seen == [("http://unresolved.example.com/h", "unresolved.example.com")]
-        assert "unresolved.example.com" not in resolver
+
+    @pytest.mark.parametrize(
+        "url",
+        ["http://localhost:8790/", "http://metadata.google.internal/", "http://mixed.example.com/"],
+    )
+    def test_a_name_that_resolves_here_to_a_local_address_is_refused_before_the_proxy(
+        self, settings, resolver, url
+    ):
+        Recording.seen = []
+
+        with _server(Recording) as port:
+            settings.WEBHOOK_PROXY_URL = f"http://127.0.0.1:{port}"
+            with pytest.raises(egress.Refused) as refused:
+                egress.post(url, b"{}", {}, timeout=5)
+
+        assert Recording.seen == []
+        assert "WEBHOOK_ALLOW_PRIVATE_URLS is off" in refused.value.reason
 
     @pytest.mark.parametrize(
         "url",
