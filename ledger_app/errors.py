@@ -161,6 +161,21 @@ class RefundNotDeclined(LedgerError):
     )
 
 
+class RepeatOfEarlier(LedgerError):
+    """The same charge was refunded the same amount a short while ago by another batch or
+    person (an operator running yesterday's file again, a second ticket about one charge).
+    `earlier` is that refund; the caller may insist (bulk_refund --allow-repeats, the
+    admin's "Refund again anyway")."""
+
+    code = "repeat_of_earlier"
+    param = "amount"
+    default_message = "This charge was refunded the same amount recently."
+
+    def __init__(self, message: str | None = None, *, earlier=None) -> None:
+        self.earlier = earlier
+        super().__init__(message)
+
+
 class ChargeChanged(LedgerError):
     code = "charge_changed"
     param = "charge"

@@ -225,6 +225,13 @@ class Refund(ProviderMovement):
         help_text="Who approved or rejected it (system:expiry if nobody).",
     )
     decision_note = models.TextField(blank=True, help_text="Why it was approved or rejected.")
+    batch_id = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The bulk run that made it (bulk_refund --batch-id), if one did.",
+    )
 
     class Meta(ProviderMovement.Meta):
         permissions = [

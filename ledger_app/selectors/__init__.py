@@ -38,6 +38,36 @@ def idempotency_record(key: str) -> IdempotencyRecord | None:
     )
 
 
+def earlier_refund_like(
+    charge_id: str, amount: int, *, since: datetime, other_than_batch: str = ""
+) -> Refund | None:
+    """The newest live refund of this charge for exactly `amount` made since `since`, and
+    not by the bulk run `other_than_batch` (a batch's own rows are not repeats of each
+    other): what a second refund of the same amount would repeat. Declined and canceled
+    refunds gave nothing back, so they are not counted."""
+    earlier = Refund.objects.filter(
+        charge_id=charge_id,
+        amount=amount,
+        status__in=Refund.LIVE_STATUSES,
+        created_at__gte=since,
+    )
+    if other_than_batch:
+        earlier = earlier.exclude(batch_id=other_than_batch)
+    return earlier.order_by("-created_at", "-id").first()
+
+
+def charges_refunded_since(charge_ids: list[str], since: datetime) -> set[str]:
+    """Which of these charges have a live refund made since `since` (the admin's bulk
+    action warns about them before anything is refunded)."""
+    return set(
+        Refund.objects.filter(
+            charge_id__in=charge_ids, status__in=Refund.LIVE_STATUSES, created_at__gte=since
+        )
+        .values_list("charge_id", flat=True)
+        .distinct()
+    )
+
+
 def charges_for_update() -> QuerySet[Charge]:
     """Charges to lock. Lock order everywhere: the idempotency key, then charges in
     primary-key order, then a charge's refunds."""

@@ -24,7 +24,12 @@ from ledger_app.models import (
     new_refund_id,
 )
 from ledger_app.money import format_money, validate_amount
-from ledger_app.selectors import charge_state, charges_for_update, live_endpoints
+from ledger_app.selectors import (
+    charge_state,
+    charges_for_update,
+    earlier_refund_like,
+    live_endpoints,
+)
 from ledger_app.services import events, idempotency, limits, writes
 from ledger_app.services.dispatch import send_refund
 from ledger_app.services.dispatch.pool import send_within_budget
@@ -56,6 +61,10 @@ class RefundRequest:
     created_by: Any
     keyed: idempotency.IdempotentRequest | None
     unchanged_since: int | None = None
+    batch_id: str = ""  # the bulk run that asks (bulk_refund --batch-id)
+    # Refuse a refund of the charge for the same amount made within this long by another
+    # batch or person (RepeatOfEarlier); None: no such check (the API, retries by key).
+    refuse_repeats_within: timedelta | None = None
 
 
 @naming("charge_id")  # the refund's id too, once it exists (_reserve)
@@ -70,6 +79,8 @@ def create_refund(
     actor: AbstractBaseUser | str | None = None,
     source: str = Refund.Source.SYSTEM,
     unchanged_since: int | None = None,
+    batch_id: str = "",
+    refuse_repeats_within: timedelta | None = None,
 ) -> Created[Refund]:
     """Refund `amount` minor units of a succeeded charge (None: all that is left).
 
@@ -87,6 +98,11 @@ def create_refund(
       person was shown; if the charge has changed since, the request is refused with
       `charge_changed` (under the lock, so two forms shown at once cannot both refund).
       A key already bound still replays first. It is not part of the fingerprint.
+    - `refuse_repeats_within` (bulk runs, the admin's form): after the key and under the
+      lock, a live refund of the same charge for the same amount made within that long,
+      by anyone but this `batch_id`'s run, refuses the request with `repeat_of_earlier`
+      naming it (an operator running an old file again under a new batch id). Neither is
+      part of the fingerprint: a retry by key replays whatever the window says now.
     - Every check comes before the first write, and all writes share one transaction:
       a refused request leaves no refund, no ledger entry and no bound key.
     - Limits (services/limits.py): over the requester's limit for one refund or for the
@@ -108,6 +124,8 @@ def create_refund(
         actor=actor,
         source=source,
         unchanged_since=unchanged_since,
+        batch_id=batch_id,
+        refuse_repeats_within=refuse_repeats_within,
     )
     refund_id = new_refund_id()
     result = idempotency.create_once(
@@ -131,9 +149,13 @@ def _build_request(
     actor: object = None,
     source: str = Refund.Source.SYSTEM,
     unchanged_since: int | None = None,
+    batch_id: str = "",
+    refuse_repeats_within: timedelta | None = None,
 ) -> RefundRequest:
     if source not in Refund.Source.values:
         raise ValueError(f"unknown refund source {source!r}")
+    if refuse_repeats_within is not None and refuse_repeats_within <= timedelta(0):
+        raise ValueError("refuse_repeats_within must be a positive time")
     if amount is not None:
         validate_amount(amount)
     _validate_charge_id(charge_id)
@@ -157,6 +179,8 @@ def _build_request(
         created_by=created_by,
         keyed=keyed,
         unchanged_since=unchanged_since,
+        batch_id=batch_id,
+        refuse_repeats_within=refuse_repeats_within,
     )
 
 
@@ -173,6 +197,7 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
     if request.unchanged_since is not None:
         ensure_unchanged(charge, request.unchanged_since)
     amount = amount_to_refund(charge, request.amount)
+    refuse_repeat(request, charge, amount, now)
     status, expires_at = _status_within_limits(
         limits.limits_in(requester_limits, charge.currency),
         amount,
@@ -192,6 +217,7 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         metadata=request.metadata,
         note=request.note,
         source=request.source,
+        batch_id=request.batch_id,
         created_by=request.created_by,
         actor=request.actor_label,
         # No lease and no attempt yet: send_refund takes both before it calls out.
@@ -267,6 +293,28 @@ def ensure_unchanged(charge: Charge, seen_state: int) -> None:
         )
 
 
+def refuse_repeat(request: RefundRequest, charge: Charge, amount: int, now: datetime) -> None:
+    """RepeatOfEarlier when the request asks for a repeat check and the charge had a live
+    refund of this amount within the window from another batch or person."""
+    if request.refuse_repeats_within is None:
+        return
+    earlier = earlier_refund_like(
+        charge.pk,
+        amount,
+        since=now - request.refuse_repeats_within,
+        other_than_batch=request.batch_id,
+    )
+    if earlier is None:
+        return
+    by = f"batch {earlier.batch_id}" if earlier.batch_id else (earlier.actor or earlier.source)
+    raise errors.RepeatOfEarlier(
+        f"Charge {charge.pk} was refunded {format_money(amount, charge.currency)} "
+        f"{timezone.localtime(earlier.created_at):%Y-%m-%d %H:%M %Z} by {by} "
+        f"({earlier.pk}, {earlier.get_status_display().lower()}). Nothing was refunded now.",
+        earlier=earlier,
+    )
+
+
 def amount_to_refund(charge: Charge, requested: int | None) -> int:
     """What this request refunds from this charge, or the refusal: checked against what is
     left (never the charge amount); exactly what is left is allowed; nothing left refuses
@@ -309,7 +357,9 @@ def preview_refund(*, also_reserved: int = 0, **arguments: Any) -> RefundPreview
     if charge is None:
         raise errors.ResourceMissing(f"No such charge: '{request.charge_id}'.")
     charge.amount_refunded += also_reserved
-    return RefundPreview(charge, amount_to_refund(charge, request.amount))
+    amount = amount_to_refund(charge, request.amount)
+    refuse_repeat(request, charge, amount, timezone.now())
+    return RefundPreview(charge, amount)
 
 
 def _after_reserve(refund: Refund) -> Refund:
