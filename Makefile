@@ -5,15 +5,16 @@ BIN := $(VENV)/bin
 AXE_CORE := ~4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: run test soak bench bench-quick worker reconcile backup-check lint format clean
+.PHONY: run demo test soak bench bench-quick worker reconcile backup-check lint format clean
 
 # `make run`, `make worker` and `make reconcile` are the demo: development mode
 # (DJANGO_DEBUG=true: a per-checkout secret key in .secret_key) with the admin's second
 # factor off unless you set ADMIN_OTP_REQUIRED=true. Production never runs like this:
 # see README "Running in production".
 DEMO_ENV = DJANGO_DEBUG=$${DJANGO_DEBUG:-true} ADMIN_OTP_REQUIRED=$${ADMIN_OTP_REQUIRED:-false}
-# Soak and bench (and scripts/run-tests on its own) run in production mode with a throwaway secret key of their own.
-THROWAWAY_KEY = DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-throwaway-$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(48))')}
+# Soak and bench (and scripts/run-tests on its own) run in production mode with a throwaway
+# secret key of their own, and read no `.env`.
+THROWAWAY_KEY = DJANGO_DOTENV=false DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-throwaway-$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(48))')}
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,10 +35,19 @@ $(AXE):
 		npm install --silent --no-audit --no-fund --prefix $(VENV)/node axe-core@$(AXE_CORE); \
 	else echo "npm not found: the accessibility tests will skip (and fail under CI=true)"; fi
 
-run: $(VENV)/.installed
+# The demo's set-up, without serving: `.env` with the demo's switches (so that every
+# `manage.py` command in this checkout runs as the demo server does; the environment wins
+# over it), the database, static files and the demo data.
+demo: $(VENV)/.installed
+	@printf '%s\n' "# Written by make run: the demo's switches, read by every manage.py command in" \
+		"# this checkout (the environment wins). Delete it for production mode's strictness." \
+		"DJANGO_DEBUG=$${DJANGO_DEBUG:-true}" "ADMIN_OTP_REQUIRED=$${ADMIN_OTP_REQUIRED:-false}" \
+		"WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true}" > .env
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --noinput
 	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput -v0
 	$(DEMO_ENV) $(BIN)/python manage.py seed_demo
+
+run: demo
 	@echo "Serving http://127.0.0.1:8000/admin/ (Ctrl-C stops it)"
 	@echo "  health: http://127.0.0.1:8000/healthz  readiness: http://127.0.0.1:8000/readyz  metrics: http://127.0.0.1:8000/metrics"
 	$(DEMO_ENV) WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from dotenv import load_dotenv
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -37,6 +38,13 @@ def local_secret_key() -> str:
         return key
 
 
+# `make run` writes `.env` (git-ignored) with the demo's switches, so that every
+# `manage.py` command in that checkout runs as the demo server does. The environment wins
+# over it; DJANGO_DOTENV=false skips it (the test suite does: backoffice/pytest_defaults.py).
+# A checkout without `.env` is as strict as production.
+if env_bool("DJANGO_DOTENV", True):
+    load_dotenv(BASE_DIR / ".env", override=False)
+
 # DJANGO_DEBUG=true is the development and demo mode (`make run`). Anything else is
 # production: it needs DJANGO_SECRET_KEY (the same on every host) and two factors for
 # whoever moves money. README "Running in production" lists every setting below.
@@ -45,8 +53,10 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
-            "DJANGO_SECRET_KEY is not set: production (DJANGO_DEBUG is not true) needs one "
-            "secret key shared by every host (README: Running in production)"
+            "DJANGO_SECRET_KEY is not set, so this is production mode, which needs one "
+            "secret key shared by every host (README: Running in production). For the "
+            "demo, run `make run` once in this checkout (it writes .env, and every "
+            "manage.py command then runs as the demo), or set DJANGO_DEBUG=true."
         )
     SECRET_KEY = local_secret_key()
 ALLOWED_HOSTS = [
@@ -246,6 +256,11 @@ APPROVAL_EXPIRY_HOURS = float(os.environ.get("APPROVAL_EXPIRY_HOURS", "72"))
 REFUND_LIMIT_OTHER_CURRENCIES = os.environ.get("REFUND_LIMIT_OTHER_CURRENCIES", "approve")
 if REFUND_LIMIT_OTHER_CURRENCIES not in {"approve", "allow"}:
     raise ImproperlyConfigured("REFUND_LIMIT_OTHER_CURRENCIES must be approve or allow")
+# The admin's refund form and bulk action warn about, and do not make without a tick, a
+# refund of a charge for the same amount as a live refund of it made this many days ago.
+REFUND_REPEAT_WINDOW_DAYS = float(os.environ.get("REFUND_REPEAT_WINDOW_DAYS", "7"))
+if not REFUND_REPEAT_WINDOW_DAYS > 0:
+    raise ImproperlyConfigured("REFUND_REPEAT_WINDOW_DAYS must be more than 0")
 # How long a dispatcher holds a claimed refund; after that a crashed one's work is retried.
 REFUND_DISPATCH_LEASE_SECONDS = int(os.environ.get("REFUND_DISPATCH_LEASE_SECONDS", "60"))
 # The reconciler asks the provider again about refunds that succeeded this recently, in
