@@ -30,6 +30,7 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import StrEnum
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -38,7 +39,7 @@ from typing import Any, TextIO
 from django.db import connections
 from django.utils import timezone
 
-from ledger_app.errors import IdempotencyKeyReused, LedgerError
+from ledger_app.errors import IdempotencyKeyReused, LedgerError, RepeatOfEarlier
 from ledger_app.models import Refund
 from ledger_app.services import limits
 from ledger_app.services.dispatch.pool import in_flight
@@ -53,6 +54,9 @@ MAX_JOBS = 32
 JOB_QUEUE = 8  # rows sent to a job and not yet answered, the one in hand included
 READ_AHEAD = 2_000  # rows read and not yet reported, at most: what memory holds
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+# A row refunding a charge the same amount as a live refund made this recently by another
+# batch or person is refused (repeat_of_earlier), unless the run allows repeats.
+DEFAULT_REPEAT_WINDOW = timedelta(days=7)
 
 
 class UnusableFile(Exception):
@@ -76,6 +80,8 @@ class RowOutcome(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     REPLAYED = "replayed"  # the row's key had already made its refund; nothing written
     REFUSED = "refused"  # create_refund (or its checks, in a dry run) refused the row
+    # the charge was refunded this amount lately by another batch or person (both runs)
+    REPEAT_OF_EARLIER = "repeat_of_earlier"
     # A dry run
     WOULD_REFUND = "would_refund"
     WOULD_AWAIT_APPROVAL = "would_await_approval"
@@ -98,6 +104,20 @@ RESERVING = {
     RowOutcome.WOULD_REFUND,
     RowOutcome.WOULD_AWAIT_APPROVAL,
 }
+# Outcomes whose money the summary totals, each apart: refunded money is never added to
+# money that is only reserved, in doubt or declined.
+TOTALLED = (
+    RowOutcome.REFUNDED,
+    RowOutcome.PENDING,
+    RowOutcome.AWAITING_APPROVAL,
+    RowOutcome.UNKNOWN,
+    RowOutcome.FAILED,
+    RowOutcome.WOULD_REFUND,
+    RowOutcome.WOULD_AWAIT_APPROVAL,
+    RowOutcome.REPEAT_OF_EARLIER,
+)
+# Outcomes that make the run exit 1: nothing was refunded for these rows.
+NOT_DONE = {RowOutcome.REFUSED, RowOutcome.FAILED, RowOutcome.REPEAT_OF_EARLIER}
 
 
 @dataclass(frozen=True)
@@ -121,6 +141,9 @@ class RowResult:
     status: str = ""
     code: str = ""
     message: str = ""
+    # repeat_of_earlier: the earlier refund, and the batch (or else who) that made it
+    repeat_of: str = ""
+    repeat_by: str = ""
 
 
 @dataclass
@@ -128,7 +151,11 @@ class BulkSummary:
     rows: int = 0
     outcomes: Counter = field(default_factory=Counter)
     refused_by_code: Counter = field(default_factory=Counter)
-    totals: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # outcome -> currency -> minor units, for the TOTALLED outcomes
+    totals: dict[str, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int))
+    )
+    repeats_by: Counter = field(default_factory=Counter)  # earlier batch (or person) -> rows
     stopped: bool = False  # should_stop said stop before every row was done (jobs > 1)
 
     def add(self, result: RowResult) -> None:
@@ -136,12 +163,15 @@ class BulkSummary:
         self.outcomes[result.outcome] += 1
         if result.code:
             self.refused_by_code[result.code] += 1
-        if result.outcome in RESERVING:
-            self.totals[result.currency] += result.amount or 0
+        if result.outcome in TOTALLED and result.amount:
+            self.totals[result.outcome][result.currency] += result.amount
+        if result.outcome == RowOutcome.REPEAT_OF_EARLIER:
+            self.repeats_by[result.repeat_by] += 1
 
     @property
     def refused(self) -> int:
-        return self.outcomes[RowOutcome.REFUSED] + self.outcomes[RowOutcome.FAILED]
+        """Rows for which nothing was (or would be) refunded: refused, declined, repeats."""
+        return sum(self.outcomes[outcome] for outcome in NOT_DONE)
 
 
 @contextmanager
@@ -229,6 +259,7 @@ def run_bulk_refund(
     actor: str,
     dry_run: bool = False,
     jobs: int = 1,
+    repeat_window: timedelta | None = DEFAULT_REPEAT_WINDOW,
     should_stop: Callable[[], bool] = lambda: False,
     on_start: Callable[[int], None] = lambda rows: None,
     on_row: Callable[[RowResult], None] = lambda result: None,
@@ -237,7 +268,10 @@ def run_bulk_refund(
     same checks without writing). Raises UnusableFile, having written nothing, when the
     file is unusable; refusals of single rows are reported, not raised. `jobs` > 1 (not
     with a dry run) spreads the rows over that many processes with the same outcomes;
-    only then is `should_stop` asked, and a stopped run's summary says `stopped`."""
+    only then is `should_stop` asked, and a stopped run's summary says `stopped`.
+    `repeat_window`: a row refunding a charge the same amount as a live refund made within
+    it by another batch or person ends `repeat_of_earlier`, refunding nothing (checked by
+    create_refund under the charge lock); None allows repeats (--allow-repeats)."""
     if not batch_id.strip() or len(batch_id) > 200 or has_control_characters(batch_id):
         raise UnusableFile("the batch id must be 1 to 200 characters, no control characters")
     if not 1 <= jobs <= MAX_JOBS:
@@ -251,18 +285,21 @@ def run_bulk_refund(
         summary.add(result)
         on_row(result)
 
+    ask = {"batch_id": batch_id, "actor": actor, "repeat_window": repeat_window}
     if jobs > 1:
-        rows = (row_request(row, batch_id=batch_id, actor=actor) for row in read_rows(path))
+        rows = (row_request(row, **ask) for row in read_rows(path))
         summary.stopped = JobPool(jobs).run(rows, should_stop=should_stop, on_row=report)
         return summary
     do_row = DryRun().check_row if dry_run else refund_row
     for row in read_rows(path):
-        row, key, request = row_request(row, batch_id=batch_id, actor=actor)
+        row, key, request = row_request(row, **ask)
         report(refund_or_refuse(do_row, row, key, request))
     return summary
 
 
-def row_request(row: BulkRow, *, batch_id: str, actor: str) -> tuple[BulkRow, str, dict]:
+def row_request(
+    row: BulkRow, *, batch_id: str, actor: str, repeat_window: timedelta | None = None
+) -> tuple[BulkRow, str, dict]:
     """The row, its idempotency key and create_refund's arguments for it."""
     key = row.idempotency_key or f"{BULK_ROW_KEYS}:{batch_id}:{row.number}"
     request = {
@@ -273,6 +310,8 @@ def row_request(row: BulkRow, *, batch_id: str, actor: str) -> tuple[BulkRow, st
         "note": row.note,
         "actor": actor,
         "source": Refund.Source.BULK,
+        "batch_id": batch_id,
+        "refuse_repeats_within": repeat_window,
     }
     return row, key, request
 
@@ -283,6 +322,19 @@ def refund_or_refuse(
     """The row's result from `do_row`, or its refusal."""
     try:
         return do_row(row, key, request)
+    except RepeatOfEarlier as exc:
+        earlier = exc.earlier
+        return RowResult(
+            row,
+            key,
+            RowOutcome.REPEAT_OF_EARLIER,
+            amount=earlier.amount,
+            currency=earlier.currency,
+            code=exc.code,
+            message=exc.message,
+            repeat_of=earlier.pk,
+            repeat_by=f"batch {earlier.batch_id}" if earlier.batch_id else earlier.actor,
+        )
     except LedgerError as exc:
         return RowResult(row, key, RowOutcome.REFUSED, code=exc.code, message=exc.message)
 
@@ -577,4 +629,14 @@ def _wait_for_sends() -> None:
         time.sleep(0.05)
 
 
-_ANSWERED = ("outcome", "refund_id", "amount", "currency", "status", "code", "message")
+_ANSWERED = (
+    "outcome",
+    "refund_id",
+    "amount",
+    "currency",
+    "status",
+    "code",
+    "message",
+    "repeat_of",
+    "repeat_by",
+)

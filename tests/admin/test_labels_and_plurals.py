@@ -215,7 +215,8 @@ class TestPlurals:
         one = tmp_path / "one.csv"
         one.write_text(f"charge,amount\n{charge.pk},100\n")
         two = tmp_path / "two.csv"
-        two.write_text(f"charge,amount\n{charge.pk},100\n{charge.pk},200\n")
+        # not $1.00 again: that would repeat the first batch (repeat_of_earlier)
+        two.write_text(f"charge,amount\n{charge.pk},300\n{charge.pk},200\n")
 
         out_one, out_two = io.StringIO(), io.StringIO()
         call_command("bulk_refund", str(one), "--batch-id", "one", stdout=out_one)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import re
 import signal
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -17,9 +19,11 @@ from ledger_app.errors import IdempotencyKeyReused
 from ledger_app.management.commands._output import Progress, cli_actor, stop_requests
 from ledger_app.money import format_money
 from ledger_app.services.bulk import (
+    DEFAULT_REPEAT_WINDOW,
     MAX_JOBS,
     BulkSummary,
     JobFailed,
+    RowOutcome,
     RowResult,
     UnusableFile,
     run_bulk_refund,
@@ -38,7 +42,20 @@ REPORT_COLUMNS = [
     "status",
     "code",
     "message",
+    "repeat_of",
+    "repeat_by",
 ]
+# What each money total in the summary is called, in the order it is told.
+TOTAL_NAMES = {
+    RowOutcome.REFUNDED: "refunded",
+    RowOutcome.PENDING: "pending (reserved, not sent yet)",
+    RowOutcome.AWAITING_APPROVAL: "awaiting approval (reserved, not refunded)",
+    RowOutcome.UNKNOWN: "unknown (reserved, the provider has not answered)",
+    RowOutcome.FAILED: "declined (not refunded)",
+    RowOutcome.WOULD_REFUND: "would refund",
+    RowOutcome.WOULD_AWAIT_APPROVAL: "would await approval (reserved, not refunded)",
+    RowOutcome.REPEAT_OF_EARLIER: "repeats not refunded",
+}
 
 
 class Command(BaseCommand):
@@ -47,7 +64,10 @@ class Command(BaseCommand):
         "all that is left, reason, note, optional idempotency_key). Each row's key is its "
         "idempotency_key or bulk:<batch id>:<row number>, so running the same file again "
         "with the same --batch-id refunds nothing twice, whatever --jobs. Exit 0 if no row "
-        "was refused, 1 if some were, 2 if the file is unusable (then nothing was written)."
+        "was refused, 1 if some were, 2 if the file is unusable (then nothing was written). "
+        "A row refunding a charge the same amount as a live refund made within "
+        "--repeat-window by another batch or person is refused as repeat_of_earlier (an old "
+        "file run again under a new batch id) unless --allow-repeats."
     )
 
     def add_arguments(self, parser):
@@ -61,6 +81,22 @@ class Command(BaseCommand):
             "--dry-run", action="store_true", help="Check every row, write nothing."
         )
         parser.add_argument("--report", type=Path, help="Write one line per row to this CSV.")
+        parser.add_argument(
+            "--repeat-window",
+            type=repeat_window,
+            default=DEFAULT_REPEAT_WINDOW,
+            metavar="TIME",
+            help=(
+                "A row whose charge was refunded the same amount within this long by another "
+                "batch or person is refused as repeat_of_earlier, naming it (default 7d; "
+                "days, or 36h, 7d)."
+            ),
+        )
+        parser.add_argument(
+            "--allow-repeats",
+            action="store_true",
+            help="Refund rows even when they repeat an earlier refund (no repeat check).",
+        )
         parser.add_argument(
             "--requested-by",
             metavar="USERNAME",
@@ -105,12 +141,15 @@ class Command(BaseCommand):
         report: Path | None,
         jobs: int,
         requested_by: str | None = None,
+        repeat_window: timedelta = DEFAULT_REPEAT_WINDOW,
+        allow_repeats: bool = False,
         **options,
     ):
         if not file.is_file():
             raise CommandError(f"unusable file: {file} does not exist", returncode=2)
         self.actor = cli_actor() if requested_by is None else requester(requested_by)
         jobs = self.usable_jobs(jobs, dry_run=dry_run)
+        self.repeat_window = None if allow_repeats else repeat_window
         if jobs == 1:
             summary = self.run_batch(file, batch_id=batch_id, dry_run=dry_run, report=report)
         else:
@@ -133,6 +172,13 @@ class Command(BaseCommand):
                 )
                 raise Stopped(stopping[0])
         self.stdout.write(summary_line(summary, dry_run=dry_run))
+        if summary.repeats_by:
+            self.stderr.write(
+                f"{count_of(sum(summary.repeats_by.values()), 'row')} repeat earlier refunds "
+                f"({repeats_told(summary)}) and {'would be' if dry_run else 'were'} not "
+                "refunded: is this file running again under a new --batch-id? If these are "
+                "new refunds, run it with --allow-repeats."
+            )
         if summary.refused:
             were = "was" if summary.refused == 1 else "were"
             raise CommandError(f"{count_of(summary.refused, 'row')} {were} refused", returncode=1)
@@ -188,6 +234,7 @@ class Command(BaseCommand):
                 actor=self.actor,
                 dry_run=dry_run,
                 jobs=jobs,
+                repeat_window=self.repeat_window,
                 should_stop=should_stop,
                 on_start=on_start,
                 on_row=on_row,
@@ -243,6 +290,8 @@ def report_line(result: RowResult) -> list:
         result.status,
         result.code,
         result.message,
+        result.repeat_of,
+        result.repeat_by,
     ]
 
 
@@ -257,19 +306,40 @@ def requester(username: str):
     return user
 
 
+def repeat_window(value: str) -> timedelta:
+    """--repeat-window: a whole number of days, or of hours or days with h or d (36h, 7d)."""
+    found = re.fullmatch(r"([0-9]{1,5})([hd]?)", value.strip())
+    if found is None or int(found[1]) == 0:
+        raise argparse.ArgumentTypeError("must be a positive whole number of days, or 36h, 7d")
+    number, unit = int(found[1]), found[2] or "d"
+    return timedelta(hours=number) if unit == "h" else timedelta(days=number)
+
+
+def repeats_told(summary: BulkSummary) -> str:
+    """Which earlier batches (or people) the repeats match, and how many rows each."""
+    return ", ".join(f"of {by}: {n}" for by, n in sorted(summary.repeats_by.items()))
+
+
 def summary_line(summary: BulkSummary, *, dry_run: bool = False, prefix: str = "") -> str:
-    """The last line on stdout: rows by outcome, refusals by code, and the amounts by
-    currency that were refunded (or reserved awaiting approval or the provider's answer),
-    or that a dry run would refund: it refunds nothing and says so."""
+    """The last line on stdout: rows by outcome, refusals by code, which earlier batches the
+    repeats match, and each kind of money by currency apart: refunded, reserved (pending,
+    awaiting approval, unknown), declined, not refunded as a repeat, or what a dry run
+    would refund or reserve (it refunds nothing and says so)."""
     outcomes = ", ".join(f"{n} {name}" for name, n in sorted(summary.outcomes.items()))
     codes = ", ".join(f"{code} {n}" for code, n in sorted(summary.refused_by_code.items()))
-    totals = ", ".join(
-        f"{currency} {format_money(amount, currency)}"
-        for currency, amount in sorted(summary.totals.items())
+    totals = "; ".join(
+        f"{name}: "
+        + ", ".join(
+            f"{currency} {format_money(amount, currency)}"
+            for currency, amount in sorted(summary.totals[outcome].items())
+        )
+        for outcome, name in TOTAL_NAMES.items()
+        if summary.totals.get(outcome)
     )
     prefix = prefix or ("bulk_refund (dry run)" if dry_run else "bulk_refund")
     return (
         f"{prefix}: {count_of(summary.rows, 'row')}: {outcomes}"
         + (f"; refused by code: {codes}" if codes else "")
-        + (f"; {'would refund' if dry_run else 'refunded'}: {totals}" if totals else "")
+        + (f"; repeats {repeats_told(summary)}" if summary.repeats_by else "")
+        + (f"; {totals}" if totals else "")
     )
