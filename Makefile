@@ -48,8 +48,7 @@ demo: $(VENV)/.installed
 	$(DEMO_ENV) $(BIN)/python manage.py seed_demo
 
 run: demo
-	@echo "Serving http://127.0.0.1:8000/admin/ (Ctrl-C stops it)"
-	@echo "  health: http://127.0.0.1:8000/healthz  readiness: http://127.0.0.1:8000/readyz  metrics: http://127.0.0.1:8000/metrics"
+	@echo "Starting the demo server; it prints the address it serves on (GUNICORN_BIND) once it listens"
 	$(DEMO_ENV) WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \
 	PROMETHEUS_MULTIPROC_DIR=$${PROMETHEUS_MULTIPROC_DIR:-$(CURDIR)/.prometheus} \
 	$(BIN)/gunicorn -c gunicorn.conf.py backoffice.wsgi --access-logfile -

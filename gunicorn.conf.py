@@ -32,6 +32,34 @@ timeout = 60
 graceful_timeout = 25
 
 
+def when_ready(server):
+    """The demo (DEBUG) says where it serves, from the sockets gunicorn has bound
+    (GUNICORN_BIND, or --bind), so the addresses printed are the ones that answer."""
+    from django.conf import settings
+
+    if settings.DEBUG:
+        for base in served_urls(listener.sock.getsockname() for listener in server.LISTENERS):
+            print(
+                f"Serving {base}/admin/ (Ctrl-C stops it)\n"
+                f"  health: {base}/healthz  readiness: {base}/readyz  metrics: {base}/metrics",
+                flush=True,
+            )
+
+
+def served_urls(addresses) -> list[str]:
+    """http://host:port for each bound TCP address (a wildcard address as the loopback one
+    a browser on this machine can open); a Unix socket as unix:path."""
+    urls = []
+    for address in addresses:
+        if isinstance(address, str | bytes):
+            urls.append(f"unix:{os.fsdecode(address)}")
+            continue
+        host, port = address[0], address[1]
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104 - shown only
+        urls.append(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+    return urls
+
+
 def worker_exit(server, worker):
     """The worker's last requests are answered: sends queued in its send pool and not
     started are dropped, pending with no lease, for process_refunds to send at once; the

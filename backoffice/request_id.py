@@ -15,6 +15,12 @@ from backoffice.client_address import client_address
 current_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 # The request being served right now, "" outside one: what events name as their cause.
 serving_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("serving", default="")
+# The Idempotency-Key of each refund the request being served created, by refund id (None
+# outside a request): the refund's later events in the same request (its settle, inline or
+# in the send pool, which runs in a copy of the request's context) name that key too.
+serving_keys: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "serving_keys", default=None
+)
 
 
 def new_request_id() -> str:
@@ -35,9 +41,11 @@ class RequestIdMiddleware:
         logs.start_request()
         logs.bind(client_address=client_address(request))
         serving = serving_request_id.set(request.request_id)
+        keys = serving_keys.set({})
         try:
             response = self.get_response(request)
         finally:
+            serving_keys.reset(keys)
             serving_request_id.reset(serving)
         response["Request-Id"] = request.request_id
         return response

@@ -5,6 +5,8 @@ from django.core.management import call_command
 from ledger_app.management.commands.seed_demo import DEMO_CHARGES, history_rows
 from ledger_app.models import Charge, LedgerEntry, Refund
 from ledger_app.selectors import needing_attention
+from ledger_app.services.charges import record_charge
+from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 
 pytestmark = pytest.mark.django_db
@@ -91,3 +93,39 @@ def test_the_demo_has_a_month_of_refunds_for_the_chart(capsys):
     assert all(r.created_at > r.charge.created_at for r in history.select_related("charge"))
     today = Refund.objects.filter(created_at__gte=now - timedelta(hours=2))
     assert today.exists()
+
+
+def test_it_says_what_it_made_and_what_is_there(capsys):
+    demo = len(DEMO_CHARGES) + len(history_rows())
+
+    call_command("seed_demo")
+    first = capsys.readouterr().out
+    ChargeFactory()  # a charge of someone else's, e.g. made through the API
+    call_command("seed_demo")
+    second = capsys.readouterr().out
+
+    assert f"Demo data: {demo} charges created; {demo} charges in the database.\n" in first
+    assert (
+        f"Demo data: 0 charges created ({demo} demo charges already there); "
+        f"{demo + 1} charges in the database.\n"
+    ) in second
+    assert "in all" not in first + second
+    assert (
+        f"The {len(DEMO_CHARGES)} that show each case (the other {len(history_rows())} " in second
+    )
+    listed = [line for line in second.splitlines() if line.startswith("  ch_demo")]
+    assert len(listed) == len(DEMO_CHARGES)
+
+
+def test_a_demo_charge_made_before_is_counted_apart(capsys):
+    record_charge(
+        charge_id="ch_demoUsdPending000000009", amount=700, currency="usd", status="pending"
+    )
+
+    call_command("seed_demo")
+
+    demo = len(DEMO_CHARGES) + len(history_rows())
+    assert (
+        f"Demo data: {demo - 1} charges created (1 demo charge already there); "
+        f"{demo} charges in the database."
+    ) in capsys.readouterr().out

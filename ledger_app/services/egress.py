@@ -197,11 +197,14 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4A
     return None
 
 
+ALLOW_PRIVATE_HINT = "set WEBHOOK_ALLOW_PRIVATE_URLS=true to allow it"
+
+
 def _refusal(address: IPAddress) -> str | None:
     why = not_public(address)
     if why is None or settings.WEBHOOK_ALLOW_PRIVATE_URLS:
         return None
-    return f"address {address} is {why} (WEBHOOK_ALLOW_PRIVATE_URLS is off)"
+    return f"address {address} is {why} ({ALLOW_PRIVATE_HINT})"
 
 
 def address_for(place: Destination) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import connection
 
-from backoffice.request_id import serving_request_id
+from backoffice.request_id import serving_keys, serving_request_id
 from ledger_app.models import (
     Charge,
     Event,
@@ -82,7 +82,7 @@ def build_many(
             data_object=rendered.setdefault((type(obj), obj.pk), snapshot(obj)),
             previous_attributes=previous,
             request_id=serving_request_id.get(),
-            request_idempotency_key=idempotency_key or "",
+            request_idempotency_key=_request_key(event_type, obj, idempotency_key),
             charge=obj if isinstance(obj, Charge) else obj.charge,
             refund=obj if isinstance(obj, Refund) else None,
         )
@@ -96,6 +96,18 @@ def build_many(
         if endpoint.wants(event.type)
     ]
     return events, deliveries
+
+
+def _request_key(event_type: EventType, obj: Charge | Refund, given: str) -> str:
+    """The Idempotency-Key an event names: the one its change was made with, or, for a
+    later change of a refund created in the same HTTP request (its inline settle), the key
+    that created it. The worker, the reconciler, commands and other requests name none."""
+    keys = serving_keys.get()
+    if keys is None or not isinstance(obj, Refund):
+        return given or ""
+    if given and event_type == EventType.REFUND_CREATED:
+        keys[obj.pk] = given
+    return given or keys.get(obj.pk, "")
 
 
 def snapshot(obj: Charge | Refund) -> dict[str, Any]:

@@ -203,8 +203,10 @@ def render(event: Event) -> str:
 @dataclass(frozen=True)
 class Attempt:
     """One delivery attempt and what was recorded: `delivered`, `retrying` (due again at
-    next_attempt_at), `failed` (gave up), or `superseded` (its lease was lost: another
-    worker or a resend took it; nothing recorded)."""
+    next_attempt_at), `refused` (nothing was sent: the URL or its address is not allowed,
+    `error` says why; due again at next_attempt_at, in case that changes), `failed` (gave
+    up), or `superseded` (its lease was lost: another worker or a resend took it; nothing
+    recorded)."""
 
     delivery: WebhookDelivery
     outcome: str
@@ -331,7 +333,7 @@ def post(url: str, payload: str, secret: str) -> tuple[int | None, str]:
     try:
         answer = egress.post(url, payload.encode(), headers, settings.WEBHOOK_TIMEOUT_SECONDS)
     except egress.Refused as refused:
-        return None, f"refused: {refused.reason}"
+        return None, f"{REFUSED}{refused.reason}"
     except egress.NoAnswer as missing:
         return None, missing.reason
     if 200 <= answer.status < 300:
@@ -350,6 +352,13 @@ def _snippet(answer: egress.Answer) -> str:
     )
 
 
+REFUSED = "refused: "  # how `post` starts the error of a delivery it did not send
+
+
+def _retry_outcome(error: str) -> str:
+    return "refused" if error.startswith(REFUSED) else "retrying"
+
+
 def record(
     delivery: WebhookDelivery, lease: datetime, status_code: int | None, error: str
 ) -> Attempt:
@@ -366,7 +375,7 @@ def record(
     else:
         window = timedelta(hours=settings.WEBHOOK_RETRY_HOURS)
         gave_up = now - delivery.created_at >= window
-        outcome = WebhookDelivery.Status.FAILED if gave_up else "retrying"
+        outcome = WebhookDelivery.Status.FAILED if gave_up else _retry_outcome(error)
         next_at = now + backoff(delivery.attempts + 1)
         fields.update(last_error=error[:MAX_ERROR_LENGTH], next_attempt_at=next_at)
         fields["status"] = outcome if gave_up else WebhookDelivery.Status.PENDING

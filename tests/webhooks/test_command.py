@@ -48,6 +48,43 @@ def test_no_answer_is_said_with_the_reason(endpoint, receiver):
     assert "retrying (no answer) attempt 1: could not connect: connection refused" in lines[0]
 
 
+@pytest.mark.django_db
+def test_a_refused_loopback_receiver_is_its_own_outcome_with_the_way_out(
+    endpoint, receiver, settings
+):
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = False  # the endpoint was saved while allowed
+    record_events(1)
+
+    lines = deliver().splitlines()
+
+    assert receiver.received == []
+    assert (
+        "refused (not sent) attempt 1: address 127.0.0.1 is loopback "
+        "(set WEBHOOK_ALLOW_PRIVATE_URLS=true to allow it); next at "
+    ) in lines[0]
+    assert "no answer" not in lines[0] and "retrying" not in lines[0]
+    assert lines[-1] == "deliver_webhooks: 2 refused"
+    delivery = WebhookDelivery.objects.first()
+    assert (delivery.status, delivery.attempts, delivery.last_status_code) == ("pending", 1, None)
+    assert delivery.last_error == (
+        "refused: address 127.0.0.1 is loopback (set WEBHOOK_ALLOW_PRIVATE_URLS=true to allow it)"
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_receiver_through_the_real_command(endpoint, receiver):
+    record_events(1)
+
+    ran = run_command("deliver_webhooks", "--once", WEBHOOK_ALLOW_PRIVATE_URLS="false")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert "refused (not sent) attempt 1: address 127.0.0.1 is loopback" in lines[0]
+    assert "(set WEBHOOK_ALLOW_PRIVATE_URLS=true to allow it)" in lines[0]
+    assert lines[-1] == "deliver_webhooks: 2 refused"
+    assert receiver.received == []
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

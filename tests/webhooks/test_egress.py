@@ -140,7 +140,7 @@ class TestTheFinding:
         tally = deliver_due()
 
         assert receiver.received == []
-        assert dict(tally.statuses) == {"retrying": 2}
+        assert dict(tally.statuses) == {"refused": 2}
         errors = set(WebhookDelivery.objects.values_list("last_error", flat=True))
         assert len(errors) == 1 and errors.pop().startswith("refused: the URL must not contain")
 
@@ -213,7 +213,7 @@ class TestTheAddressIsPinned:
         assert second == (
             None,
             "refused: address 127.0.0.1 of turns.example.com is loopback "
-            "(WEBHOOK_ALLOW_PRIVATE_URLS is off)",
+            "(set WEBHOOK_ALLOW_PRIVATE_URLS=true to allow it)",
         )
         assert [address for address, _ in no_connection] == [PUBLIC]
 
@@ -379,7 +379,7 @@ class TestTheEgressProxy:
                 egress.post(url, b"{}", {}, timeout=5)
 
         assert Recording.seen == []
-        assert "WEBHOOK_ALLOW_PRIVATE_URLS is off" in refused.value.reason
+        assert "set WEBHOOK_ALLOW_PRIVATE_URLS=true to allow it" in refused.value.reason
 
     @pytest.mark.parametrize(
         "url",

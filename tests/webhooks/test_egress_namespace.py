@@ -97,7 +97,7 @@ class TestInANamespaceOfItsOwn:
         assert outcomes == [(1, None)] * deliveries
         errors = list(WebhookDelivery.objects.values_list("last_error", flat=True))
         assert [e for e in errors if not e.startswith("refused: ")] == []
-        assert report["output"].count("retrying (not sent) attempt 1: refused: ") == deliveries
+        assert report["output"].count("refused (not sent) attempt 1: ") == deliveries
 
     def test_the_critical_disguises_do_hit_the_receiver_when_sent_unchecked(self):
         """The corpus is live: a bare requests.post of the finding's URL reaches 127.0.0.1."""

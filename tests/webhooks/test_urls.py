@@ -71,7 +71,7 @@ def test_private_and_local_addresses_are_refused(url):
         check_url(url)
 
     assert (refused.value.code, refused.value.param) == ("url_invalid", "url")
-    assert "(WEBHOOK_ALLOW_PRIVATE_URLS is off)" in refused.value.message
+    assert "(set WEBHOOK_ALLOW_PRIVATE_URLS=true to allow it)" in refused.value.message
 
 
 @pytest.mark.parametrize(
@@ -145,7 +145,7 @@ def test_a_host_that_turns_private_after_it_was_saved_is_not_sent_to(dns, receiv
     tally = deliver_due()
 
     assert receiver.received == []
-    assert dict(tally.statuses) == {"retrying": 2}  # the charge's event and the one recorded
+    assert dict(tally.statuses) == {"refused": 2}  # the charge's event and the one recorded
     for delivery in WebhookDelivery.objects.all():
         assert (delivery.status, delivery.attempts, delivery.last_status_code) == (
             "pending",
@@ -154,5 +154,5 @@ def test_a_host_that_turns_private_after_it_was_saved_is_not_sent_to(dns, receiv
         )
         assert delivery.last_error == (
             "refused: address 127.0.0.1 of hooks.example.com is loopback "
-            "(WEBHOOK_ALLOW_PRIVATE_URLS is off)"
+            "(set WEBHOOK_ALLOW_PRIVATE_URLS=true to allow it)"
         )

@@ -15,7 +15,7 @@ from django.core.management.base import CommandError
 
 from backoffice.time_zones import shown_time
 from ledger_app.management.commands._output import PollingWorker
-from ledger_app.services.webhooks import Attempt, deliver_due
+from ledger_app.services.webhooks import REFUSED, Attempt, deliver_due
 
 MAX_LEASE_SECONDS = 86_400
 
@@ -36,7 +36,8 @@ class Command(PollingWorker):
         "Send pending webhook deliveries, signed with each endpoint's secret (Stripe-Signature). "
         "Deliveries are claimed in batches with a lease (SKIP LOCKED on PostgreSQL), so any "
         "number of workers can run side by side; a delivery whose worker died is sent again "
-        "after its lease. Errors, non-2xx answers and timeouts are retried with exponential "
+        "after its lease. Errors, non-2xx answers, timeouts and refused URLs (private "
+        "addresses unless WEBHOOK_ALLOW_PRIVATE_URLS=true) are retried with exponential "
         "backoff until the delivery is WEBHOOK_RETRY_HOURS old, then it is marked failed. "
         "Exit 0 whatever the receivers answered; 1 on bad arguments or database errors."
     )
@@ -65,15 +66,18 @@ class Command(PollingWorker):
 
     def _log_attempt(self, attempt: Attempt) -> None:
         delivery = attempt.delivery
+        error = attempt.error
         answer = f"HTTP {attempt.status_code}" if attempt.status_code else "no answer"
-        if attempt.error.startswith("refused: "):
+        if error.startswith(REFUSED):
             answer = "not sent"
+            if attempt.outcome == "refused":  # the outcome says it already
+                error = error.removeprefix(REFUSED)
         line = (
             f"{delivery.event_id} {delivery.event.type} -> {delivery.endpoint_id} "
             f"{attempt.outcome} ({answer}) attempt {delivery.attempts + 1}"
         )
-        if attempt.error and not attempt.error.startswith("HTTP "):
-            line += f": {attempt.error[:200]}"
-        if attempt.next_attempt_at and attempt.outcome == "retrying":
+        if error and not error.startswith("HTTP "):
+            line += f": {error[:200]}"
+        if attempt.next_attempt_at and attempt.outcome in ("retrying", "refused"):
             line += f"; next at {shown_time(attempt.next_attempt_at)}"
         self.stdout.write(line)

@@ -121,6 +121,17 @@ def history_rows() -> list[tuple[str, int, int, str, str | None, bool]]:
     return rows
 
 
+def charges_said(created: int) -> str:
+    """What this run made and what there is: the demo's charges made now, those an earlier
+    run made, and every charge in the database (the admin's list shows them all)."""
+    already = len(DEMO_CHARGES) + len(history_rows()) - created
+    there = f" ({count_of(already, 'demo charge')} already there)" if already else ""
+    return (
+        f"Demo data: {count_of(created, 'charge')} created{there}; "
+        f"{count_of(Charge.objects.count(), 'charge')} in the database."
+    )
+
+
 class Command(BaseCommand):
     help = "Load demo charges and refunds once, and create the admin user (safe to re-run)."
 
@@ -151,9 +162,11 @@ class Command(BaseCommand):
                 )
         self._stale_pending_refund()
         self._refund_awaiting_approval()
-        self._month_of_history()
+        created += self._month_of_history()
+        self.stdout.write(charges_said(created))
         self.stdout.write(
-            f"Demo data: {count_of(created, 'charge')} created, {len(DEMO_CHARGES)} in all."
+            f"The {len(DEMO_CHARGES)} that show each case (the other {len(history_rows())} "
+            "are a month of settled refunds for the home page's chart):"
         )
         for charge in Charge.objects.filter(pk__in=[row[0] for row in DEMO_CHARGES]):
             self.stdout.write(
@@ -188,11 +201,12 @@ class Command(BaseCommand):
             source=Refund.Source.ADMIN,
         )
 
-    def _month_of_history(self) -> None:
+    def _month_of_history(self) -> int:
         """Charges and refunds dated over the last month, so the home page's chart has a
         month to show. Made through the services like the rest; only their dates are made
-        up (the ledger entries keep the moment they were written)."""
+        up (the ledger entries keep the moment they were written). The charges it made."""
         now = timezone.now()
+        created = 0
         for charge_id, days_ago, amount, currency, reason, in_full in history_rows():
             charged_at = now - timedelta(days=days_ago, hours=3 + days_ago % 5)
             if not Charge.objects.filter(pk=charge_id).exists():
@@ -206,6 +220,7 @@ class Command(BaseCommand):
                     created_at=charged_at,
                     actor="seed_demo",
                 )
+                created += 1
             result = create_refund(
                 charge_id=charge_id,
                 amount=None if in_full else amount // 2,
@@ -218,6 +233,7 @@ class Command(BaseCommand):
                 Refund.objects.filter(pk=result.item.pk).update(
                     created_at=charged_at + timedelta(hours=2)
                 )
+        return created
 
     def _stale_pending_refund(self) -> None:
         """A refund queued for the worker an hour ago that no worker sent: the third kind

@@ -20,6 +20,7 @@ answer, which tests use (their data is in a transaction other threads cannot see
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
@@ -74,7 +75,9 @@ def _submit(send: Callable[[str], Sent], pk: str) -> Future | None:
             _threads = threads
         _queued += 1
         executor = _executor
-    future = executor.submit(_run, send, pk)
+    # In a copy of the request's context: the settle's events name the request (its
+    # Request-Id and the refund's Idempotency-Key) and its log lines carry the request id.
+    future = executor.submit(contextvars.copy_context().run, _run, send, pk)
     future.add_done_callback(_finished)
     return future
 
