@@ -16,7 +16,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from ledger_app.admin.lookups import LookupGuard
-from ledger_app.admin.second_factor import money_action_gate
+from ledger_app.admin.second_factor import money_action_gate, take_held_form
 from ledger_app.money import format_money
 from ledger_app.services.text import has_unstorable_characters
 from ledger_app.wording import count_of
@@ -49,7 +49,32 @@ class LargeTablePaginator(Paginator):
         return queryset[: self.COUNT_CAP + 1].count()
 
 
-class ReadOnlyAdmin(LookupGuard, admin.ModelAdmin):
+class HeldFormAdmin(admin.ModelAdmin):
+    """An add or change page opened again after the code page draws what was typed into it
+    before (second_factor.hold_form), with its errors if any, for the person to check and
+    save again: nothing is saved by opening it."""
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        if request.method == "GET":
+            request.held_form = take_held_form(request)
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form_class = super().get_form(request, obj, change, **kwargs)
+        held = getattr(request, "held_form", None)
+        if held is None or request.method != "GET":
+            return form_class
+
+        class HeldForm(form_class):
+            def __init__(self, *args, **kwargs):
+                if not args and "data" not in kwargs:
+                    kwargs["data"] = held
+                super().__init__(*args, **kwargs)
+
+        return HeldForm
+
+
+class ReadOnlyAdmin(LookupGuard, HeldFormAdmin):
     """Nothing here is added, changed or deleted by hand; lists answer only the lookups
     their filters use (lookups.py)."""
 

@@ -6,10 +6,12 @@ import logging
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from functools import cache
 
 from babel.numbers import get_currency_precision, list_currencies
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import quote, unquote
@@ -45,11 +47,16 @@ from ledger_app.admin.forms import (
 )
 from ledger_app.admin.second_factor import second_factor_gate
 from ledger_app.db import drop_broken_connection
-from ledger_app.errors import ChargeChanged, IdempotencyKeyReused, LedgerError
+from ledger_app.errors import ChargeChanged, IdempotencyKeyReused, LedgerError, RepeatOfEarlier
 from ledger_app.models import Charge, Refund
 from ledger_app.money import MAJOR_AMOUNT, format_money
 from ledger_app.replica import ListsFromReplica
-from ledger_app.selectors import charge_state, charge_states, idempotency_record
+from ledger_app.selectors import (
+    charge_state,
+    charge_states,
+    charges_refunded_since,
+    idempotency_record,
+)
 from ledger_app.services.idempotency import ADMIN_BULK_KEYS, ADMIN_FORM_KEYS, Created
 from ledger_app.services.limits import limits_for, spent_today
 from ledger_app.services.refunds import actor_label, create_refund
@@ -173,7 +180,10 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
         ("created_at", admin.DateFieldListFilter),
     ]
     search_fields = ["id"]  # see get_search_results
-    search_help_text = "A charge id, a customer reference, an amount (12.34), or description text."
+    search_help_text = (
+        "Matches exactly: a whole charge id (ch_…), a whole customer reference, or an amount "
+        "(12.34). Matches partly: description text."
+    )
     ordering = ["-created_at", "-id"]
     actions = ["refund_in_full"]
     money_actions = frozenset(actions)
@@ -314,6 +324,11 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
         used = refund_made_with(key)
         if used is not None:
             return self._used_form_page(request, charge, used)
+        from ledger_app.admin.second_factor import take_held_form  # noqa: PLC0415
+
+        held = take_held_form(request)  # typed before the code page: shown, not submitted
+        if held is not None and held.get("idempotency_key") == key:
+            return self._refund_form_page(request, charge, RefundForm(held, charge=charge))
         return self._refund_form_page(request, charge, self._fresh_form(charge, key))
 
     def _refund_form_submitted(self, request, charge: Charge):
@@ -344,7 +359,12 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
                 amount=form.cleaned_data["amount"],
                 key=form.cleaned_data["idempotency_key"],
                 state=form.cleaned_data["charge_state"],
+                refuse_repeats=not form.refunds_again(),
             )
+        except RepeatOfEarlier as exc:
+            # Nothing was written and the key is still free: the same form, ticked, refunds.
+            form = RefundForm(form.data, charge=charge, earlier=exc.earlier)
+            form.is_valid()
         except ChargeChanged as exc:
             # Drawn again from the charge as it is now; the amount is asked for anew.
             charge.refresh_from_db()
@@ -369,9 +389,19 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
         return self._refund_form_page(request, charge, form, notice)
 
     def _create_refund(
-        self, request, charge: Charge, form: ReasonAndNote, *, amount: int, key: str, state: int
+        self,
+        request,
+        charge: Charge,
+        form: ReasonAndNote,
+        *,
+        amount: int,
+        key: str,
+        state: int,
+        refuse_repeats: bool,
     ) -> Created[Refund]:
-        """A refund through the service, by this person, with the form's reason and note."""
+        """A refund through the service, by this person, with the form's reason and note;
+        unless the person insisted, refused as repeat_of_earlier when it repeats a live
+        refund of the same amount made within REFUND_REPEAT_WINDOW_DAYS."""
         return create_refund(
             charge_id=charge.pk,
             amount=amount,
@@ -381,6 +411,7 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
             actor=request.user,
             source=Refund.Source.ADMIN,
             unchanged_since=state,
+            refuse_repeats_within=repeat_window() if refuse_repeats else None,
         )
 
     def _fresh_form(self, charge: Charge, key: str, kept: dict | None = None) -> RefundForm:
@@ -412,6 +443,7 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
             "limits": limits_shown(request.user, charge.currency),
             "form": form,
             "notice": notice,
+            "repeat_warning": repeat_words(form.earlier) if form.earlier is not None else "",
             "media": self.media + form.media,
         }
         return TemplateResponse(request, "admin/ledger_app/charge/refund_form.html", context)
@@ -491,17 +523,25 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
             )
             return None
         refundable = [c for c in charges if is_refundable(c)]
+        recent = charges_refunded_since(
+            [c.pk for c in refundable], timezone.now() - repeat_window()
+        )
         if request.POST.get("post") == "yes":
-            form = BulkRefundForm(request.POST)
+            form = BulkRefundForm(request.POST, recent=len(recent))
             if form.is_valid():
                 self._refund_in_full(request, charges, form)
                 return None
         else:
-            form = confirmation_form(refundable)
-        return self._refund_in_full_confirmation(request, charges, refundable, form)
+            form = confirmation_form(refundable, recent=len(recent))
+        return self._refund_in_full_confirmation(request, charges, refundable, form, recent)
 
     def _refund_in_full_confirmation(
-        self, request, charges: list[Charge], refundable: list[Charge], form: BulkRefundForm
+        self,
+        request,
+        charges: list[Charge],
+        refundable: list[Charge],
+        form: BulkRefundForm,
+        recent: set[str],
     ):
         return self.action_confirmation(
             request,
@@ -523,25 +563,35 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
                 if not is_refundable(c)
             ],
             totals=totals_by_currency((c.amount_refundable, c.currency) for c in refundable),
+            recently_refunded=[c.pk for c in refundable if c.pk in recent],
+            repeat_window_days=f"{settings.REFUND_REPEAT_WINDOW_DAYS:g}",
         )
 
     def _refund_in_full(self, request, charges: list[Charge], form: BulkRefundForm) -> None:
         """Refund each charge the confirmation page showed, then say what became of each."""
         outcomes: dict[BulkOutcome, list[str]] = defaultdict(list)
+        money: dict[BulkOutcome, list[tuple[int, str]]] = defaultdict(list)
         shown = form.cleaned_data["confirmed"]
         for charge in charges:
             if charge.pk not in shown:
                 outcome, line = BulkOutcome.SKIPPED, f"{charge.pk} ({why_not_refundable(charge)})"
             else:
                 state, amount = shown[charge.pk]
-                outcome, line = self._refund_one_in_full(request, charge, form, state, amount)
+                outcome, line, refund = self._refund_one_in_full(
+                    request, charge, form, state, amount
+                )
+                if refund is not None:
+                    money[outcome].append((refund.amount, refund.currency))
             outcomes[outcome].append(line)
         report_grouped(self, request, outcomes, BULK_OUTCOMES, noun=("charge", "charges"))
+        if money:
+            self.message_user(request, money_words(money), messages.INFO)
 
     def _refund_one_in_full(
         self, request, charge: Charge, form: BulkRefundForm, state: int, amount: int
-    ) -> tuple[BulkOutcome, str]:
-        """One charge of a bulk refund: its outcome, and the line that names it."""
+    ) -> tuple[BulkOutcome, str, Refund | None]:
+        """One charge of a bulk refund: its outcome, the line that names it, and the refund
+        this confirmation made of it (None when it made none now)."""
         try:
             result = self._create_refund(
                 request,
@@ -550,20 +600,24 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
                 amount=amount,
                 key=f"{form.cleaned_data['batch_key']}:{charge.pk}",
                 state=state,
+                refuse_repeats=not form.cleaned_data.get("refund_again"),
             )
+        except RepeatOfEarlier as exc:
+            earlier = exc.earlier
+            return BulkOutcome.REPEAT, f"{charge.pk} (like {earlier.pk}, {by_words(earlier)})", None
         except ChargeChanged:
-            return BulkOutcome.CHANGED, charge.pk
+            return BulkOutcome.CHANGED, charge.pk, None
         except LedgerError as exc:
-            return BulkOutcome.REFUSED, f"{charge.pk} ({exc.code})"
+            return BulkOutcome.REFUSED, f"{charge.pk} ({exc.code})", None
         except (OperationalError, InterfaceError):
             log.exception("database unavailable during a bulk refund of %s", charge.pk)
             drop_broken_connection()
-            return BulkOutcome.INTERRUPTED, f"{charge.pk} (database_unavailable)"
+            return BulkOutcome.INTERRUPTED, f"{charge.pk} (database_unavailable)", None
         refund = result.item
         amount_text = format_money(refund.amount, refund.currency)
         line = f"{charge.pk} {amount_text} ({refund.id})"
         if result.replayed:
-            return BulkOutcome.REPLAYED, line
+            return BulkOutcome.REPLAYED, line, None
         if refund.status == Refund.Status.AWAITING_APPROVAL:
             self.log_change(
                 request,
@@ -575,7 +629,7 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
             self.log_change(
                 request, charge, f"Refunded {amount_text} as {refund.id} in a bulk refund."
             )
-        return BulkOutcome(refund.status), line
+        return BulkOutcome(refund.status), line, refund
 
 
 class BulkOutcome(models.TextChoices):
@@ -583,14 +637,18 @@ class BulkOutcome(models.TextChoices):
     of the reasons none was made. The label is what the person is told."""
 
     SUCCEEDED = Refund.Status.SUCCEEDED, "Refunded"
-    PENDING = Refund.Status.PENDING, "Refunded, waiting for the provider"
+    PENDING = (
+        Refund.Status.PENDING,
+        "Sent, waiting for the provider: amounts reserved, not yet refunded",
+    )
     AWAITING_APPROVAL = (
         Refund.Status.AWAITING_APPROVAL,
         "Waiting for approval (over your limit): amounts reserved",
     )
     UNKNOWN = (
         Refund.Status.UNKNOWN,
-        "Refunded, provider outcome unknown (the reconciler will ask)",
+        "Sent, provider outcome unknown (the reconciler will ask): amounts reserved, "
+        "not counted as refunded",
     )
     FAILED = Refund.Status.FAILED, "Declined by the provider"
     # A new refund is never canceled (only a decision or expiry cancels one, later); here so
@@ -603,6 +661,11 @@ class BulkOutcome(models.TextChoices):
         "(charge_changed); select it again to see what is left",
     )
     SKIPPED = "skipped", "Not refunded, nothing to refund"
+    REPEAT = (
+        "repeat",
+        "Not refunded, skipped as a repeat of an earlier refund of the same amount "
+        "(repeat_of_earlier); tick “Refund them again anyway” to refund them",
+    )
     REFUSED = "refused", "Refused"
     INTERRUPTED = (
         "interrupted",
@@ -622,9 +685,56 @@ BULK_OUTCOMES = [
     (BulkOutcome.REPLAYED, messages.WARNING),
     (BulkOutcome.CHANGED, messages.ERROR),
     (BulkOutcome.SKIPPED, messages.WARNING),
+    (BulkOutcome.REPEAT, messages.WARNING),
     (BulkOutcome.REFUSED, messages.ERROR),
     (BulkOutcome.INTERRUPTED, messages.ERROR),
 ]
+
+
+# The money a bulk refund moved, each kind with its own total, in this order: reserved
+# money awaiting approval or an answer is never added to what was refunded.
+MONEY_KINDS = [
+    (BulkOutcome.SUCCEEDED, "refunded"),
+    (BulkOutcome.PENDING, "sent, waiting for the provider (reserved)"),
+    (BulkOutcome.AWAITING_APPROVAL, "awaiting approval (reserved, not refunded)"),
+    (BulkOutcome.UNKNOWN, "outcome unknown (reserved)"),
+    (BulkOutcome.FAILED, "declined (not refunded)"),
+    (BulkOutcome.CANCELED, "canceled (released)"),
+]
+
+
+def money_words(money: dict) -> str:
+    """ "Totals: refunded $5.00; awaiting approval (reserved, not refunded) $700.00": each
+    kind of outcome's money apart, per currency."""
+    parts = []
+    for outcome, words in MONEY_KINDS:
+        if money.get(outcome):
+            totals = ", ".join(total for _c, total in totals_by_currency(money[outcome]))
+            parts.append(f"{words} {totals}")
+    return "Totals: " + "; ".join(parts) + "."
+
+
+def repeat_window() -> timedelta:
+    """How far back the admin looks for a refund that a new one of the same amount repeats."""
+    return timedelta(days=settings.REFUND_REPEAT_WINDOW_DAYS)
+
+
+def by_words(refund: Refund) -> str:
+    """Who made a refund: its bulk run if one did, else the person or system."""
+    if refund.batch_id:
+        return f"by batch {refund.batch_id}"
+    return f"by {refund.actor or refund.source}"
+
+
+def repeat_words(earlier: Refund) -> str:
+    """The refund form's warning about the recent refund this one would repeat."""
+    amount = format_money(earlier.amount, earlier.currency)
+    return (
+        f"This charge was already refunded {amount} on {shown_time(earlier.created_at)} "
+        f"{by_words(earlier)}, as {earlier.pk} "
+        f"({earlier.get_status_display().lower()}). Nothing was refunded now "
+        "(repeat_of_earlier). Tick “Refund again anyway” to refund the same amount again."
+    )
 
 
 def awaiting_approval_words(refund: Refund, amount: str) -> str:
@@ -686,16 +796,18 @@ def refund_made_with(key: str) -> Refund | None:
     return record.refund if record is not None and record.refund_id else None
 
 
-def confirmation_form(refundable: list[Charge]) -> BulkRefundForm:
-    """The bulk refund form as drawn now: what it shows is what confirming it refunds."""
+def confirmation_form(refundable: list[Charge], *, recent: int = 0) -> BulkRefundForm:
+    """The bulk refund form as drawn now: what it shows is what confirming it refunds;
+    `recent` of its charges were refunded within the repeat window."""
     states = charge_states([c.pk for c in refundable])
     return BulkRefundForm(
+        recent=recent,
         initial={
             "batch_key": new_form_key(ADMIN_BULK_KEYS),
             "confirmed": BulkRefundForm.sign(
                 {c.pk: (states[c.pk], c.amount_refundable) for c in refundable}
             ),
-        }
+        },
     )
 
 

@@ -14,10 +14,17 @@ from ledger_app.money import format_money, normalize_currency, parse_major, to_m
 from ledger_app.services.idempotency import ADMIN_FORM_KEYS
 
 OTHER = "other"
+# The model's own labels, so a reason reads the same on the form, the refund's page, the
+# lists and the history; "Other" is the form's way of giving none.
 REASONS = [
-    (Refund.Reason.REQUESTED_BY_CUSTOMER, "Requested by customer"),
-    (Refund.Reason.DUPLICATE, "Duplicate charge"),
-    (Refund.Reason.FRAUDULENT, "Fraudulent"),
+    *(
+        (reason.value, reason.label)
+        for reason in (
+            Refund.Reason.REQUESTED_BY_CUSTOMER,  # the most common first
+            Refund.Reason.DUPLICATE,
+            Refund.Reason.FRAUDULENT,
+        )
+    ),
     (OTHER, "Other (explain in the note)"),
 ]
 
@@ -82,7 +89,10 @@ def new_form_key(prefix: str = ADMIN_FORM_KEYS) -> str:
 
 class ReasonAndNote(forms.Form):
     reason = CodedChoiceField(choices=[("", "---------"), *REASONS], code="invalid_reason")
-    note = note_field("Required when the reason is Other, and for a full refund of a charge.")
+    note = note_field(
+        "Required when the reason is Other, and when this refund takes the whole charge "
+        "amount (nothing refunded before)."
+    )
 
     def add_error(self, field, error):
         """An error on a hidden field would be invisible next to it: show it on top."""
@@ -145,11 +155,29 @@ class RefundForm(ReasonAndNote):
         },
     )
 
-    field_order = ["amount", "refund_all", "reason", "note", "idempotency_key", "charge_state"]
+    refund_again = forms.BooleanField(required=False, label="Refund again anyway")
 
-    def __init__(self, *args, charge: Charge, **kwargs):
+    field_order = [
+        "amount",
+        "refund_all",
+        "reason",
+        "note",
+        "refund_again",
+        "idempotency_key",
+        "charge_state",
+    ]
+
+    def __init__(self, *args, charge: Charge, earlier: Refund | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.charge = charge
+        # `earlier`: a recent live refund of the same amount this form repeats (the service
+        # refused it as repeat_of_earlier). Only then is "Refund again anyway" offered, tied
+        # to the warning that names it; a tick already sent is kept so it can be read.
+        self.earlier = earlier
+        if earlier is not None:
+            self.fields["refund_again"].widget.attrs["aria-describedby"] = "repeat-warning"
+        elif not (self.is_bound and self.data.get("refund_again")):
+            del self.fields["refund_again"]
         left = format_money(charge.amount_refundable, charge.currency)
         self.fields["amount"].widget.attrs.update(autocomplete="off", inputmode="decimal")
         # The box's value is what was left when the page was drawn: ticking it asks for
@@ -189,11 +217,20 @@ class RefundForm(ReasonAndNote):
                 )
             else:
                 cleaned["amount"] = typed if typed is not None else everything
-        amount = cleaned.get("amount")
-        whole_charge = self.charge.amount_refunded == 0 and amount == self.charge.amount
-        if whole_charge and not cleaned.get("note", "").strip():
+        if needs_note(self.charge, cleaned.get("amount")) and not cleaned.get("note", "").strip():
             self.add_error("note", note_required("A full refund of the charge needs a note."))
         return cleaned
+
+    def refunds_again(self) -> bool:
+        """Whether the person ticked "Refund again anyway" (no repeat check then)."""
+        return bool(self.cleaned_data.get("refund_again"))
+
+
+def needs_note(charge: Charge, amount: int | None) -> bool:
+    """The note rule the help text states: a refund that takes the whole charge amount,
+    i.e. of a charge nothing was refunded from, for all of it. "Refund everything left" on
+    a partly refunded charge is not one."""
+    return charge.amount_refunded == 0 and amount == charge.amount
 
 
 class BulkRefundForm(NoteNeeded, ReasonAndNote):
@@ -208,6 +245,22 @@ class BulkRefundForm(NoteNeeded, ReasonAndNote):
 
     batch_key = forms.CharField(widget=forms.HiddenInput, max_length=200)
     confirmed = forms.CharField(widget=forms.HiddenInput, max_length=100_000)
+    refund_again = forms.BooleanField(
+        required=False,
+        label="Refund them again anyway",
+        widget=forms.CheckboxInput(
+            attrs={"aria-describedby": "recently-refunded id_refund_again_helptext"}
+        ),
+        help_text="Without it, a charge whose refund now is the same amount as a recent "
+        "refund of it is skipped.",
+    )
+
+    def __init__(self, *args, recent: int = 0, **kwargs):
+        """`recent`: how many of the charges had live refunds within the repeat window;
+        only then is "Refund them again anyway" offered."""
+        super().__init__(*args, **kwargs)
+        if not recent:
+            del self.fields["refund_again"]
 
     @classmethod
     def sign(cls, shown: dict[str, tuple[int, int]]) -> str:

@@ -1,5 +1,6 @@
 """A fresh second factor for every admin request that can change data, in one place: any
-method but GET, HEAD and OPTIONS to an admin URL, unless its URL name is on EXEMPT."""
+method but GET, HEAD and OPTIONS to an admin URL, unless its URL name is on EXEMPT. Also the
+one place where a money move restarts the second factor's idle clock."""
 
 from __future__ import annotations
 
@@ -7,9 +8,18 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 
-from ledger_app.admin.second_factor import second_factor_gate
+from ledger_app.admin.second_factor import (
+    MONEY_URL_NAMES,
+    MOVES_MONEY,
+    PASSED,
+    money_moved,
+    second_factor_gate,
+)
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# The admin's answer to a write it acted on (POST/redirect/GET); a form drawn again (with
+# its errors, or a confirmation page) is a 200, and moved no money.
+ACTED = frozenset({301, 302, 303})
 
 # The only admin posts a password alone may make, by URL name (as `resolve` names them):
 # signing in and out, the code page itself, and the person's own time zone (it changes
@@ -39,7 +49,11 @@ def is_admin_write(request) -> bool:
 class AdminWriteGateMiddleware:
     """Runs after the view is resolved (process_view) and before it runs: a write without
     a fresh code is not acted on. The person goes to the code page, which brings them back
-    to the page they posted to; the form's typed values are not kept.
+    to the page they posted to; the form's typed values are held for it (second_factor).
+
+    After the view: a money-moving write (a refund form, a `money_actions` action) the gate
+    let through and the admin acted on restarts the idle clock. Opening pages and other
+    admin changes leave it: the idle time counts from the last code or money move.
 
     Someone not signed in is let through to the admin's own check, which sends every admin
     view but the sign-in page to sign in: there is no second factor to ask of them yet."""
@@ -48,11 +62,21 @@ class AdminWriteGateMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        return self.get_response(request)
+        response = self.get_response(request)
+        if (
+            getattr(request, MOVES_MONEY, False)
+            and getattr(request, PASSED, False)
+            and request.method not in SAFE_METHODS
+            and response.status_code in ACTED
+        ):
+            money_moved(request)
+        return response
 
     def process_view(self, request, view_func, view_args, view_kwargs):
         if not is_admin_write(request) or not request.user.is_authenticated:
             return None
+        if request.resolver_match.view_name in MONEY_URL_NAMES:
+            setattr(request, MOVES_MONEY, True)
         denied = second_factor_gate(request)
         if denied is not None:
             add_never_cache_headers(denied)

@@ -17,6 +17,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from ledger_app.admin.second_factor import FRESH_AT
 from ledger_app.models import Charge, Refund, RefundLimit
 from ledger_app.services.approvals import approve_refund
 from ledger_app.services.refunds import create_refund
@@ -353,3 +354,71 @@ class TestLimitsAdmin:
         assert lead_client.get(reverse("admin:ledger_app_refundlimit_add")).status_code == 403
         change = reverse("admin:ledger_app_refundlimit_change", args=[agent_limit.pk])
         assert lead_client.post(change, {"currency": "usd"}).status_code == 403
+
+
+class TestConfirmationWording:
+    """One refund is "this refund … it"; several are "these N refunds … each … them"."""
+
+    @pytest.fixture
+    def three(self, waiting, support_agent):
+        more = [
+            create_refund(
+                charge_id=ChargeFactory(amount=100_000).pk,
+                amount=60_000,
+                actor=support_agent,
+                source=Refund.Source.ADMIN,
+            ).item
+            for _ in range(2)
+        ]
+        return [waiting, *more]
+
+    @pytest.mark.parametrize(
+        ("action", "asked", "then", "button"),
+        [
+            ("approve_refunds", "Approve this refund?", "It is then sent", "Yes, approve it"),
+            ("reject_refunds", "Reject this refund?", "It is canceled", "Yes, reject it"),
+        ],
+    )
+    def test_one_refund_is_spoken_of_in_the_singular(
+        self, lead_client, waiting, action, asked, then, button
+    ):
+        response = decide(lead_client, action, [waiting])
+        page = text_of(response)
+
+        assert f"{asked} {then}" in page
+        assert f'value="{button}"' in response.content.decode()
+        assert "Each is" not in page and "approve them" not in page and "reject them" not in page
+
+    @pytest.mark.parametrize(
+        ("action", "asked", "then", "button"),
+        [
+            (
+                "approve_refunds",
+                "Approve these 3 refunds?",
+                "Each is then sent",
+                "Yes, approve them",
+            ),
+            ("reject_refunds", "Reject these 3 refunds?", "Each is canceled", "Yes, reject them"),
+        ],
+    )
+    def test_several_refunds_are_spoken_of_in_the_plural(
+        self, lead_client, three, action, asked, then, button
+    ):
+        response = decide(lead_client, action, three)
+
+        assert f"{asked} {then}" in text_of(response)
+        assert f'value="{button}"' in response.content.decode()
+
+
+def test_a_decision_that_went_through_restarts_the_idle_clock(lead_client, waiting):
+    session = lead_client.session
+    almost_stale = session[FRESH_AT] - 4 * 60
+    session[FRESH_AT] = almost_stale
+    session.save()
+
+    decide(lead_client, "reject_refunds", [waiting])  # the confirmation page: nothing decided
+    assert lead_client.session[FRESH_AT] == almost_stale
+    done = decide(lead_client, "reject_refunds", [waiting], post="yes", note="Not ours")
+
+    assert done.status_code == 302
+    assert lead_client.session[FRESH_AT] > almost_stale + 200

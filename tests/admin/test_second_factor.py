@@ -228,15 +228,28 @@ class TestIdleTime:
 
         assert agent_client.get(refund_url(charge)).url.startswith(VERIFY)
 
-    def test_moving_money_within_the_idle_time_keeps_the_code_fresh(self, agent_client):
+    def test_opening_a_page_leaves_the_idle_clock_and_moving_money_restarts_it(self, agent_client):
         charge = ChargeFactory(amount=1_000)
         session = agent_client.session
         almost_stale = time.time() - 4 * 60
         session[FRESH_AT] = almost_stale
         session.save()
 
-        agent_client.get(refund_url(charge))
+        form = agent_client.get(refund_url(charge), follow=True)
+        assert agent_client.session[FRESH_AT] == almost_stale  # looking is not moving money
+        key = re.search(rb'name="idempotency_key" value="([^"]+)"', form.content).group(1)
+        state = re.search(rb'name="charge_state" value="([^"]+)"', form.content).group(1)
+        done = agent_client.post(
+            form.redirect_chain[-1][0],
+            {
+                "amount": "1.00",
+                "reason": "duplicate",
+                "idempotency_key": key.decode(),
+                "charge_state": state.decode(),
+            },
+        )
 
+        assert done.status_code == 302 and Refund.objects.get().amount == 100
         assert agent_client.session[FRESH_AT] > almost_stale + 200
 
     def test_a_new_sign_in_needs_a_new_code(self, agent_client, support_agent):

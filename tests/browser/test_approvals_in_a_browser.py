@@ -92,7 +92,7 @@ def test_an_agent_over_their_limit_waits_and_a_lead_approves_it_from_the_queue(
     assert page.locator("ul.decision-totals li").all_inner_texts() == ["USD: $600.00"]
     page.fill("#id_note", "Long-standing customer")
     screenshot(page, "approve-confirmation")
-    page.click("input[type=submit][value='Yes, approve them']")
+    page.click("input[type=submit][value='Yes, approve it']")
 
     page.wait_for_url(at(QUEUE))
     assert f"Approved and refunded: 1 refund — {refund.pk} $600.00" in page.inner_text(
@@ -115,12 +115,12 @@ def test_a_lead_rejects_from_the_refunds_page_with_a_note_and_the_amount_is_rele
     screenshot(page, "refund-awaiting-approval")
     page.click("button.decide-link:text('Reject…')")
     page.wait_for_selector("body.decide-refunds")
-    page.click("input[type=submit][value='Yes, reject them']")  # without a note
+    page.click("input[type=submit][value='Yes, reject it']")  # without a note
     page.wait_for_selector(".errorlist")
     assert "note_required" in page.inner_text(".errorlist")
     assert status_of(refund.pk) == Refund.Status.AWAITING_APPROVAL
     page.fill("#id_note", "Outside the refund policy")
-    page.click("input[type=submit][value='Yes, reject them']")
+    page.click("input[type=submit][value='Yes, reject it']")
 
     page.wait_for_url(at(QUEUE))
     assert f"Rejected: canceled, amount released: 1 refund — {refund.pk}" in page.inner_text(

@@ -332,8 +332,15 @@ def test_two_forms_drawn_separately_cannot_both_refund_what_they_showed(
     assert second.input_value("#id_amount") == ""
     assert books(charge) == (1, 100)
 
-    # Typing an amount on the form drawn from the charge as it is now is a new refund.
+    # Typing the same amount on the form drawn from the charge as it is now repeats the
+    # first tab's refund: the form says so and refunds nothing until it is ticked.
     second.fill("#id_amount", "1.00")
+    assert submit(second) == second_url
+    assert "repeat_of_earlier" in second.inner_text("#repeat-warning") or refund.pk in (
+        second.inner_text("#repeat-warning")
+    )
+    assert books(charge) == (1, 100)
+    second.check("#id_refund_again")
     assert at_charge_page(charge)(submit(second))
     newer = Refund.objects.exclude(pk=refund.pk).get(charge=charge)
     assert second.inner_text(".messagelist .success") == f"Refund {newer.pk} of $1.00: succeeded."
