@@ -45,7 +45,7 @@ from ledger_app.admin.forms import (
     RefundForm,
     new_form_key,
 )
-from ledger_app.admin.second_factor import second_factor_gate
+from ledger_app.admin.second_factor import second_factor_gate, take_held_form
 from ledger_app.db import drop_broken_connection
 from ledger_app.errors import ChargeChanged, IdempotencyKeyReused, LedgerError, RepeatOfEarlier
 from ledger_app.models import Charge, Refund
@@ -324,8 +324,6 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
         used = refund_made_with(key)
         if used is not None:
             return self._used_form_page(request, charge, used)
-        from ledger_app.admin.second_factor import take_held_form  # noqa: PLC0415
-
         held = take_held_form(request)  # typed before the code page: shown, not submitted
         if held is not None and held.get("idempotency_key") == key:
             return self._refund_form_page(request, charge, RefundForm(held, charge=charge))

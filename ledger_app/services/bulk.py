@@ -29,7 +29,7 @@ import zlib
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from enum import StrEnum
 from multiprocessing.connection import Connection, wait
@@ -629,14 +629,6 @@ def _wait_for_sends() -> None:
         time.sleep(0.05)
 
 
-_ANSWERED = (
-    "outcome",
-    "refund_id",
-    "amount",
-    "currency",
-    "status",
-    "code",
-    "message",
-    "repeat_of",
-    "repeat_by",
-)
+# What a job answers for a row: every field of its RowResult but the row and key, which
+# the parent already holds.
+_ANSWERED = tuple(f.name for f in fields(RowResult) if f.name not in ("row", "key"))
