@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 AXE_CORE := ~4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: run demo test soak bench bench-quick worker reconcile backup-check lint format clean
+.PHONY: run demo test soak bench bench-quick worker reconcile backup-check lint format lock clean
 
 # `make run`, `make worker` and `make reconcile` are the demo: development mode
 # (DJANGO_DEBUG=true: a per-checkout secret key in .secret_key) with the admin's second
@@ -16,17 +16,37 @@ DEMO_ENV = DJANGO_DEBUG=$${DJANGO_DEBUG:-true} ADMIN_OTP_REQUIRED=$${ADMIN_OTP_R
 # secret key of their own, and read no `.env`.
 THROWAWAY_KEY = DJANGO_DOTENV=false DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-throwaway-$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(48))')}
 
-$(VENV)/.installed: pyproject.toml
+# Installs come from the lock files, every version pinned with its hashes, so a fresh
+# machine next month gets what CI ran today; `make lock` refreshes them (README, "Locked
+# installs"). The project itself goes in editable, with nothing more (--no-deps).
+$(VENV)/.installed: requirements/base.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements/base.txt
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml
+$(VENV)/.installed-dev: requirements/dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements/dev.txt
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@ $(VENV)/.installed
+
+# The lock files from pyproject.toml's ranges: the newest versions they allow, for Python
+# 3.11 on any platform, with hashes. Run it after changing a dependency in pyproject.toml,
+# or to take new releases (then `make test`, and commit requirements/). LOCK_DIR writes
+# them elsewhere (the test of this target does).
+UV_VERSION := 0.13.9
+LOCK_DIR ?= requirements
+LOCK_VENV ?= $(VENV)-lock
+LOCK_ARGS = --generate-hashes --universal --python-version 3.11 --quiet
+lock:
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet uv==$(UV_VERSION)
+	mkdir -p $(LOCK_DIR)
+	$(LOCK_VENV)/bin/uv pip compile pyproject.toml requirements/build.in $(LOCK_ARGS) \
+		--no-emit-package refund-backoffice -o $(LOCK_DIR)/base.txt
+	$(LOCK_VENV)/bin/uv pip compile pyproject.toml requirements/build.in --extra dev $(LOCK_ARGS) \
+		--no-emit-package refund-backoffice -o $(LOCK_DIR)/dev.txt
 
 # axe-core (npm) for the browser accessibility tests, tests/browser/test_accessibility.py.
 # Its own target, so that a dev install made before it existed gets it too.
@@ -96,4 +116,4 @@ format: $(VENV)/.installed-dev
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) staticfiles .test-db.sqlite3* .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV)-lock staticfiles .test-db.sqlite3* .pytest_cache .ruff_cache
