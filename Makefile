@@ -110,6 +110,7 @@ backup-check: $(VENV)/.installed
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	DJANGO_DEBUG=true DJANGO_DOTENV=false $(BIN)/mypy
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .

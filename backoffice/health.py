@@ -32,7 +32,7 @@ def _probe_answer(body: dict, status: int) -> JsonResponse:
     add_never_cache_headers(response)
     # Readiness says why it fails in its own log line (ReadinessLog); Django's generic
     # "Service Unavailable: /readyz" once per probe would only repeat it.
-    response._has_been_logged = True
+    response._has_been_logged = True  # type: ignore[attr-defined]  # Django's own flag
     return response
 
 

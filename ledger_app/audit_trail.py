@@ -73,8 +73,8 @@ def refuse_to_delete_audited_user(sender, instance, **kwargs) -> None:
         raise ProtectedError(
             f"User {instance.get_username()!r} {rows.describe()}; {HOW_TO_LEAVE}.",
             # a sample of the rows, for whoever catches this; the message has the counts
-            [
+            {
                 *Refund.objects.filter(created_by=instance.pk).order_by("-created_at")[:10],
                 *LogEntry.objects.filter(user=instance.pk).order_by("-action_time")[:10],
-            ],
+            },
         )

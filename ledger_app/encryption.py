@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 from functools import cache
+from typing import cast
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
@@ -29,7 +30,9 @@ def configured_keys() -> list[bytes]:
     the first encrypts. The derived ones decrypt what was written before the variable was
     set (and follow a rotation of Django's key made the Django way)."""
     own = [key.encode() for key in settings.WEBHOOK_SECRET_KEYS]
-    return own + [derived_key(key) for key in [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]]
+    return own + [
+        derived_key(cast(str, key)) for key in [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
+    ]
 
 
 @cache

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import string
+from typing import cast
 
 from django.conf import settings
 from django.db import models
@@ -393,7 +394,7 @@ class IdempotencyRecord(models.Model):
     @property
     def result(self) -> Refund | Charge:
         """What the keyed request made: a replay returns it."""
-        return self.refund if self.refund_id else self.charge
+        return cast("Refund | Charge", self.refund if self.refund_id else self.charge)
 
 
 class LedgerEntryQuerySet(models.QuerySet):

@@ -34,6 +34,8 @@ from django.db import (
     connections,
 )
 
+from ledger_app.mixin_bases import ModelAdminMixin
+
 log = logging.getLogger("ledger_app.replica")
 
 REPLICA = "replica"
@@ -94,7 +96,7 @@ def _says(exc: Exception) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-class ListsFromReplica:
+class ListsFromReplica(ModelAdminMixin):
     """For a ModelAdmin: its changelist page, when only looked at (GET), reads the replica.
 
     Actions and list edits are POSTs to the same view: their querysets come from the

@@ -33,7 +33,7 @@ class BlankAsNull(serializers.CharField):
     def __init__(self, **kwargs) -> None:
         super().__init__(read_only=True, allow_null=True, **kwargs)
 
-    def to_representation(self, value: str) -> str | None:
+    def to_representation(self, value: str) -> str | None:  # type: ignore[override]  # null where the model keeps blank
         return value or None
 
 
@@ -135,7 +135,7 @@ class StripeList(serializers.Serializer):
 
 
 class RefundListSerializer(StripeList):
-    data = RefundSerializer(many=True)
+    data = RefundSerializer(many=True)  # type: ignore[assignment]  # a declared field (the metaclass takes it off the class)
 
 
 class ChargeSerializer(serializers.Serializer):
@@ -178,7 +178,7 @@ class ChargeSerializer(serializers.Serializer):
     )
     review = Fixed()
     shipping = Fixed(schema=NULL_OBJECT)
-    source = Fixed(schema=NULL_OBJECT)
+    source = Fixed(schema=NULL_OBJECT)  # type: ignore[assignment]  # a declared field (the metaclass takes it off the class)
     source_transfer = Fixed()
     statement_descriptor = Fixed()
     statement_descriptor_suffix = Fixed()
@@ -227,7 +227,7 @@ class ChargeSerializer(serializers.Serializer):
 
 
 class ChargeListSerializer(StripeList):
-    data = ChargeSerializer(many=True)
+    data = ChargeSerializer(many=True)  # type: ignore[assignment]  # a declared field (the metaclass takes it off the class)
 
 
 class ErrorDetailSerializer(serializers.Serializer):
@@ -250,7 +250,7 @@ class EventSerializer(serializers.Serializer):
     object = serializers.SerializerMethodField()
     api_version = serializers.SerializerMethodField()
     created = serializers.SerializerMethodField()
-    data = serializers.SerializerMethodField()
+    data = serializers.SerializerMethodField()  # type: ignore[assignment]  # a declared field (the metaclass takes it off the class)
     livemode = serializers.SerializerMethodField()
     pending_webhooks = serializers.SerializerMethodField()
     request = serializers.SerializerMethodField()
@@ -306,7 +306,7 @@ class EventSerializer(serializers.Serializer):
 
 
 class EventListSerializer(StripeList):
-    data = EventSerializer(many=True)
+    data = EventSerializer(many=True)  # type: ignore[assignment]  # a declared field (the metaclass takes it off the class)
 
 
 @functools.cache

@@ -35,7 +35,7 @@ def _has_permission(request, _admits=admin.site.has_permission) -> bool:
     return admitted
 
 
-admin.site.has_permission = _has_permission
+admin.site.has_permission = _has_permission  # type: ignore[method-assign]
 
 
 # Every admin, ours and those Django, django-axes and django-otp registered before this

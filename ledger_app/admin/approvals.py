@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from typing import cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
@@ -27,7 +28,7 @@ from ledger_app.admin.refunds import (
     selected_refunds,
 )
 from ledger_app.db import drop_broken_connection
-from ledger_app.models import Refund, RefundApproval, RefundLimit
+from ledger_app.models import ApiKey, Refund, RefundApproval, RefundLimit
 from ledger_app.money import format_money
 from ledger_app.services.approvals import approve_refund, reject_refund
 from ledger_app.services.text import has_unstorable_characters
@@ -77,7 +78,7 @@ DECISIONS = [
     (Decision.INTERRUPTED, messages.ERROR),
 ]
 # An approved refund's status once the send (inline, within its budget) has answered.
-APPROVED = {
+APPROVED: dict[str, Decision] = {
     Refund.Status.SUCCEEDED: Decision.SUCCEEDED,
     Refund.Status.PENDING: Decision.PENDING,
     Refund.Status.UNKNOWN: Decision.UNKNOWN,
@@ -103,7 +104,7 @@ class RefundApprovalAdmin(RefundAdmin):
     ordering = ["approval_expires_at", "id"]  # the partial index refund_awaiting_approval
     actions = ["approve_refunds", "reject_refunds"]
     # Approving sends the refund; rejecting releases its reservation: both need a fresh code.
-    money_actions = frozenset(actions)
+    money_actions = frozenset(cast(list[str], actions))
     lists_from_replica = False  # worked through: after a decision it shows what is left
 
     def get_queryset(self, request):
@@ -251,10 +252,11 @@ class RefundLimitAdmin(AccessChangeLog, ReadOnlyAdmin):
     @admin.display(description="Applies to")
     def subject(self, obj: RefundLimit) -> str:
         if obj.group_id is not None:
-            return clipped(f"Group: {obj.group.name}", "wide")
+            return clipped(f"Group: {obj.group.name}", "wide")  # type: ignore[union-attr]
         if obj.user_id is not None:
-            return clipped(f"User: {obj.user.get_username()}", "wide")
-        return clipped(f"API key: {obj.api_key.name} ({obj.api_key.prefix})", "wide")
+            return clipped(f"User: {obj.user.get_username()}", "wide")  # type: ignore[union-attr]
+        key = cast(ApiKey, obj.api_key)  # one of the three is set (a check constraint)
+        return clipped(f"API key: {key.name} ({key.prefix})", "wide")
 
     @admin.display(description="Currency", ordering="currency")
     def currency_display(self, obj: RefundLimit) -> str:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import cast
 
 from django.contrib import admin
+from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
+from django.db.models import QuerySet
 from django.http import Http404
 from django.template.response import TemplateResponse
 from django.utils.functional import cached_property
@@ -36,7 +39,7 @@ class LargeTablePaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        queryset = self.object_list
+        queryset = cast(QuerySet, self.object_list)  # the admin pages a queryset
         if connection.vendor == "postgresql" and not queryset.query.where:
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -136,7 +139,7 @@ class ReadOnlyAdmin(LookupGuard, HeldFormAdmin):
                 **self.page_context(request, title),
                 "form": form,
                 "queryset": selected,
-                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
                 "media": self.media,
                 **context,
             },

@@ -10,6 +10,8 @@ from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.auth.models import Permission
 from django.db import models
 
+from ledger_app.mixin_bases import ModelAdminMixin
+
 log = logging.getLogger("ledger_app.admin.access")
 
 
@@ -24,7 +26,7 @@ def shown(value) -> str:
     return str(value)
 
 
-class AccessChangeLog:
+class AccessChangeLog(ModelAdminMixin):
     """A ModelAdmin mixin: the fields in `audited_fields`, before and after every add, change
     and delete made in the admin, in the LogEntry's message and a WARNING line. Only fields
     named there are recorded, so a password or a key's hash never is."""

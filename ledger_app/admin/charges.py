@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from functools import cache
+from typing import cast
 
 from babel.numbers import get_currency_precision, list_currencies
 from django.conf import settings
@@ -186,7 +187,7 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     )
     ordering = ["-created_at", "-id"]
     actions = ["refund_in_full"]
-    money_actions = frozenset(actions)
+    money_actions = frozenset(cast(list[str], actions))
     change_form_template = "admin/ledger_app/charge/change_form.html"
     fields = [
         "id",
@@ -205,7 +206,7 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
         "ledger_history",
         "admin_history",
     ]
-    readonly_fields = fields
+    readonly_fields = fields  # type: ignore[assignment]  # names only, as the base allows
 
     @admin.display(description="ID", ordering="id")
     def id_display(self, obj: Charge) -> str:
@@ -490,10 +491,11 @@ class ChargeAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
         self.log_change(
             request, charge, f"Refunded {amount} as {refund.id} ({reason_words(refund)}){note}"
         )
-        level = {
+        levels: dict[str, int] = {
             Refund.Status.SUCCEEDED: messages.SUCCESS,
             Refund.Status.FAILED: messages.ERROR,
-        }.get(refund.status, messages.WARNING)
+        }
+        level = levels.get(refund.status, messages.WARNING)
         detail = f": {refund.status_detail}" if refund.status_detail else ""
         if refund.status == Refund.Status.PENDING and not detail:
             detail = (

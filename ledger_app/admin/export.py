@@ -8,6 +8,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC
+from functools import partial
 from itertools import chain
 
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup, DisallowedModelAdminToField
@@ -17,11 +18,13 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.db import DatabaseError, models
 from django.http import HttpResponse, HttpResponseNotAllowed, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.urls import path
 from django.utils import timezone
 from django.utils.text import slugify
 
 from ledger_app.admin.lookups import touches_secret
+from ledger_app.mixin_bases import ModelAdminMixin
 from ledger_app.money import format_money
 from ledger_app.replica import ListsFromReplica, stale_ok
 
@@ -36,7 +39,7 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 Cell = Callable[[tuple], object]  # one column's cell from a fetched row
 
 
-class CsvExport:
+class CsvExport(ModelAdminMixin):
     """For a ModelAdmin: `<model>/export.csv` streams the changelist as CSV, and the list
     offers "Export CSV" (templates/admin/ledger_app/change_list.html) to those who may.
 
@@ -60,14 +63,14 @@ class CsvExport:
         return [export, *super().get_urls()]
 
     def has_export_permission(self, request) -> bool:
-        concrete = self.opts.concrete_model._meta
+        concrete = (self.opts.concrete_model or self.model)._meta
         return request.user.has_perm(f"{concrete.app_label}.export_{concrete.model_name}")
 
     def changelist_view(self, request, extra_context=None):
         offered = self.has_export_permission(request)
         return super().changelist_view(request, {**(extra_context or {}), "export_csv": offered})
 
-    def export_view(self, request):
+    def export_view(self, request) -> HttpResponseBase:
         if not (
             self.has_view_or_change_permission(request) and self.has_export_permission(request)
         ):
@@ -84,7 +87,7 @@ class CsvExport:
             return stale_ok(lambda alias: self._export(request, alias))
         return self._export(request, None)
 
-    def _export(self, request, alias: str | None) -> HttpResponse:
+    def _export(self, request, alias: str | None) -> HttpResponseBase:
         """The response; the first rows are read here, so a replica that fails at once is
         read around (stale_ok). One that fails later cuts the download short."""
         if alias is not None:
@@ -112,7 +115,7 @@ class CsvExport:
             # A lookup the database or Django cannot run (id__regex=[, amount__range=1).
             return refused("These filters cannot be read.")
         fetched = rows if first is None else chain([first], rows)
-        name = slugify(self.opts.verbose_name_plural)
+        name = slugify(str(self.opts.verbose_name_plural))
         log.info(
             "csv export started: user=%s list=%s query=%r",
             request.user.get_username(),
@@ -137,6 +140,14 @@ def refused(reason: str) -> HttpResponse:
     )
 
 
+def _money_cell(amount: int, currency: int, row: tuple) -> str:
+    return format_money(row[amount], row[currency])
+
+
+def _converted_cell(at: int, convert: Callable[[object], object], row: tuple) -> object:
+    return convert(row[at])
+
+
 def export_plan(model: type[models.Model], columns: Iterable[str]) -> tuple[list[str], list[Cell]]:
     """What to fetch (values_list lookups) and how each column's cell is made from a row."""
     lookups: list[str] = []
@@ -153,11 +164,11 @@ def export_plan(model: type[models.Model], columns: Iterable[str]) -> tuple[list
             raise ImproperlyConfigured(f"{column} holds a secret: it is never exported")
         if column.endswith(FORMATTED):
             amount, currency = position(column.removesuffix(FORMATTED)), position("currency")
-            cells.append(lambda row, a=amount, c=currency: format_money(row[a], row[c]))
+            cells.append(partial(_money_cell, amount, currency))
         else:
             lookup, convert = fetched_as(model._meta.get_field(column))
             at = position(lookup)
-            cells.append(lambda row, i=at, convert=convert: convert(row[i]))
+            cells.append(partial(_converted_cell, at, convert))
     return lookups, cells
 
 

@@ -7,6 +7,7 @@ import logging
 import re
 from contextlib import nullcontext
 from functools import cache
+from typing import cast
 
 from django.contrib import admin
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
@@ -17,6 +18,8 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import DataError, connections, models, transaction
 from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpResponseBadRequest
+
+from ledger_app.mixin_bases import ChangeListMixin
 
 log = logging.getLogger("ledger_app.admin.lookups")
 
@@ -63,7 +66,7 @@ def touches_secret(model: type[models.Model], lookup: str) -> bool:
             return True
         if not field.is_relation or field.related_model is None:
             return False
-        opts = field.related_model._meta
+        opts = cast(type[models.Model], field.related_model)._meta  # not "self": resolved
     return False
 
 
@@ -81,7 +84,7 @@ class RefusedLookup(IncorrectLookupParameters):
     """A query string lookup that no filter of the list declares."""
 
 
-class GuardedChangeList:
+class GuardedChangeList(ChangeListMixin):
     """Mixed into an admin's ChangeList (LookupGuard.get_changelist): what is left of the query
     string once the list's filters and date hierarchy took theirs is refused, not run as a
     raw lookup; no ordering reads a secret; a value the database cannot take is a bad filter."""
@@ -207,8 +210,8 @@ def guard_every_admin(site: admin.AdminSite) -> None:
             model_or_iterable, guarded_admin_class(admin_class or admin.ModelAdmin), **options
         )
 
-    register_guarded.guards_lookups = True
-    site.register = register_guarded
+    register_guarded.guards_lookups = True  # type: ignore[attr-defined]
+    site.register = register_guarded  # type: ignore[method-assign]  # wraps AdminSite.register
 
 
 def secret_declarations(model_admin) -> list[str]:
@@ -243,7 +246,7 @@ def check_admin_lookups(app_configs=None, **kwargs) -> list[checks.CheckMessage]
 
 
 def lookup_problems(site: admin.AdminSite) -> list[checks.CheckMessage]:
-    errors = []
+    errors: list[checks.CheckMessage] = []
     for model, model_admin in site._registry.items():
         if not isinstance(model_admin, LookupGuard):
             errors.append(

@@ -160,7 +160,7 @@ class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
         "created_at",
         "updated_at",
     ]
-    fields = readonly_fields
+    fields = readonly_fields  # type: ignore[assignment]  # names only, as the base allows
     change_form_template = "admin/ledger_app/refund/change_form.html"
 
     def has_approve_permission(self, request, obj=None) -> bool:
@@ -427,7 +427,7 @@ class ApiKeyAdmin(ReadOnlyAdmin):
     list_display = ["name_display", "prefix", "read_only", "created_at", "revoked_at"]
     list_filter = ["read_only"]
     fields = ["name", "prefix", "read_only", "created_at", "revoked_at"]
-    readonly_fields = fields
+    readonly_fields = fields  # type: ignore[assignment]  # names only, as the base allows
 
     @admin.display(description="Name", ordering="name")
     def name_display(self, obj: ApiKey) -> str:

@@ -31,7 +31,7 @@ class SignInFailureAdmin(ReadOnlyAdmin):
     search_fields = ["username", "ip_address"]
     ordering = ["-attempt_time"]
     fields = ["username", "ip_address", "user_agent", "attempt_time", "failures_since_start"]
-    readonly_fields = fields
+    readonly_fields = fields  # type: ignore[assignment]  # names only, as the base allows
 
     @admin.display(description="User name", ordering="username")
     def username_display(self, attempt: AccessAttempt) -> str:

@@ -1,7 +1,10 @@
 """The published schema and its browsable page, answering errors as the API does."""
 
+from collections.abc import Sequence
+
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
 from rest_framework.renderers import JSONRenderer
+from rest_framework.throttling import BaseThrottle
 
 
 class _ReadOnlyPage:
@@ -9,10 +12,10 @@ class _ReadOnlyPage:
     API's JSON envelope, whatever the page itself renders (the docs page is HTML, whose
     renderer cannot show an error), so no /v1/ URL ever answers an error as HTML."""
 
-    http_method_names = ["get", "head"]
+    http_method_names: Sequence[str] = ["get", "head"]
     # Published documents, the same for everyone and needing no key: not counted against
     # a rate limit (that would be a database write per page view; the limits are per key).
-    throttle_classes = ()
+    throttle_classes: Sequence[type[BaseThrottle]] = ()
 
     def handle_exception(self, exc):
         response = super().handle_exception(exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
 from django.db import InterfaceError, OperationalError
@@ -78,7 +79,7 @@ def ledger_error_response(exc: errors.LedgerError, *, path_param: str | None = N
 
 # DRF's own refusals, the first class that matches: (class, status, type, code, message).
 # `{detail}` in a message is DRF's own detail.
-DRF_ERRORS = [
+DRF_ERRORS: list[tuple[type[drf.APIException], int, str, str, str]] = [
     (
         drf.NotAuthenticated,
         401,
@@ -165,7 +166,8 @@ def parameter_error_response(exc: drf.ValidationError) -> Response:
     """A parameter an endpoint's serializer refused (params.py): the first problem, with
     the code and message its field gave and the parameter's name as `param`. (Rules
     across parameters raise an ApiError instead, so every key here names a parameter.)"""
-    param, problems = None, exc.detail
+    param: str | None = None
+    problems: Any = exc.detail
     if isinstance(problems, dict):
         param, problems = next(iter(problems.items()))
     problem = problems[0] if isinstance(problems, list) else problems
@@ -177,9 +179,9 @@ def parameter_error_response(exc: drf.ValidationError) -> Response:
 
 def _drf_error_response(exc: drf.APIException) -> Response:
     status, type_, code, message = exc.status_code, INVALID_REQUEST, "invalid_request", "{detail}"
-    for cls, *known in DRF_ERRORS:
-        if isinstance(exc, cls):
-            status, type_, code, message = known
+    for known in DRF_ERRORS:
+        if isinstance(exc, known[0]):
+            _, status, type_, code, message = known
             break
     response = Response(
         body(type=type_, code=code, message=message.format(detail=exc.detail)), status=status

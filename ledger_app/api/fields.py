@@ -13,12 +13,13 @@ caller; a field may still show it in the schema (Amount's minimum, Choice's choi
 from __future__ import annotations
 
 import re
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import SkipField, empty
 
+from ledger_app.mixin_bases import DrfFieldMixin
 from ledger_app.services.text import has_unstorable_characters
 
 # \Z: "$" would let "5\n" through, and int() takes it
@@ -35,7 +36,7 @@ def could_be_an_id(value: str) -> bool:
     return 0 < len(value) <= MAX_ID_LENGTH and not has_unstorable_characters(value)
 
 
-class Strict:
+class Strict(DrfFieldMixin):
     """What the fields below share.
 
     A required parameter that is absent or null is parameter_missing. An optional one
@@ -67,7 +68,7 @@ class Integer(Strict, serializers.IntegerField):
         return whole_number(
             data,
             from_json=bool(self.context.get("from_json")),
-            name=self.field_name,
+            name=cast(str, self.field_name),  # bound to its parameter by now
             low=self.min_value,
             high=self.max_value,
         )
@@ -173,7 +174,7 @@ class Expand(Strings):
         self.allowed = allowed
         super().__init__(required=False, **kwargs)
 
-    def to_internal_value(self, data: Any) -> set[str]:
+    def to_internal_value(self, data: Any) -> set[str]:  # type: ignore[override]  # a set, unlike Strings
         data = super().to_internal_value(data)
         for item in data:
             if item not in self.allowed:
@@ -221,7 +222,7 @@ class Created(Strict, serializers.Field):
         return bounds
 
     def seconds(self, value: Any, operator: str = "") -> int:
-        name = f"{self.field_name}[{operator}]" if operator else self.field_name
+        name = f"{self.field_name}[{operator}]" if operator else cast(str, self.field_name)
         return whole_number(
             value,
             from_json=bool(self.context.get("from_json")),

@@ -165,7 +165,7 @@ class PaymentSource(Text):
 class ChargeCreateParams(Params):
     expand = Expand()
     metadata = Metadata(required=False, null_as_absent=True)
-    source = PaymentSource(
+    source = PaymentSource(  # type: ignore[assignment]  # a declared field (the metaclass takes it off the class)
         required=False, help_text="A payment source for the provider (kept in metadata.source)."
     )
     amount = Amount(help_text="Minor units.")
@@ -201,13 +201,14 @@ def fold(params_class: type[Params], data: QueryDict | Mapping) -> parsing.Folde
     does not know: `created[gt]=T` into {"created": {"gt": "T"}}, `types[]=a` (or
     `types[0]=a`) into {"types": ["a"]}. Other brackets are left to parsing.fold."""
     shapes = {
-        name: field.folds_as
+        name: field.folds_as  # type: ignore[attr-defined]  # our fields' own attribute
         for name, field in params_class._declared_fields.items()
         if getattr(field, "folds_as", None) is not None
     }
     if not shapes or not isinstance(data, QueryDict):
         return parsing.fold(data)
-    rest, filters = data.copy(), {}
+    rest = data.copy()
+    filters: dict[str, Any] = {}
     for raw_key in list(rest):
         match = parsing.BRACKETED.match(raw_key)
         if match is None or match[1] not in shapes:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.http import QueryDict
@@ -60,7 +60,7 @@ def _fold_form(data: QueryDict) -> Folded:
     for raw_key, values in data.lists():
         match = BRACKETED.match(raw_key)
         if match is not None:
-            _fold_bracketed(folded, raw_key, *match.groups(), values)
+            _fold_bracketed(folded, raw_key, match[1], match[2], values)
         elif "[" in raw_key or "]" in raw_key:
             raise _invalid_name(raw_key)
         else:
@@ -141,7 +141,7 @@ def _refuse_repeated_keys(value: Any, path: str = "") -> Any:
         return value
     name = (lambda key: f"{path}[{key}]") if path else (lambda key: key)
     if getattr(value, "repeated", None) is not None:
-        param = name(value.repeated)
+        param = name(value.repeated)  # type: ignore[attr-defined]  # a dict that says so
         if has_unstorable_characters(param):  # not even an error message can carry it
             raise drf_exceptions.ParseError("not valid Unicode")
         raise ApiError(
@@ -155,6 +155,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
     pending = [(value, 1)]
     while pending:
         item, depth = pending.pop()
+        children: Iterable[Any]
         if isinstance(item, dict):
             children = item.values()
         elif isinstance(item, list):

@@ -124,7 +124,7 @@ class WebhookEndpointSerializer(serializers.Serializer):
 
 
 class WebhookEndpointListSerializer(StripeList):
-    data = WebhookEndpointSerializer(many=True)
+    data = WebhookEndpointSerializer(many=True)  # type: ignore[assignment]  # a declared field (the metaclass takes it off the class)
 
 
 class DeletedWebhookEndpointSerializer(serializers.Serializer):

@@ -33,6 +33,7 @@ from ledger_app.gateways.base import (
     IdempotencyKeyConflict,
     OutcomeUnknown,
     ProviderAnswer,
+    Verdict,
 )
 from ledger_app.models import Charge, new_id
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
@@ -145,7 +146,7 @@ def _answer(record: ProviderRefund | ProviderCharge) -> ProviderAnswer:
     """The record as the provider's word; one still pending is no answer yet."""
     if record.status == Status.PENDING:
         raise OutcomeUnknown(f"simulated provider: {record.provider_id} is still pending")
-    verdict = "succeeded" if record.status == Status.SUCCEEDED else "declined"
+    verdict: Verdict = "succeeded" if record.status == Status.SUCCEEDED else "declined"
     return ProviderAnswer(verdict, record.provider_id, record.decline_reason)
 
 

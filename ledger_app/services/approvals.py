@@ -125,7 +125,7 @@ def _record(refund: Refund, decider: str, note: str, now: datetime) -> None:
 def _approve(refund: Refund, decider: str, note: str, now: datetime, endpoints) -> None:
     _record(refund, decider, note, now)
     refund.status = Refund.Status.PENDING
-    statements = [writes.update(refund, DECIDED_FIELDS)]
+    statements: list[writes.Statement | None] = [writes.update(refund, DECIDED_FIELDS)]
     statements += events.event_writes(
         [(EventType.REFUND_UPDATED, refund, dict(APPROVED_FROM))], endpoints=endpoints
     )

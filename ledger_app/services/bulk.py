@@ -32,9 +32,10 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from enum import StrEnum
+from functools import partial
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from django.db import connections
 from django.utils import timezone
@@ -88,7 +89,7 @@ class RowOutcome(StrEnum):
     WOULD_REPLAY = "would_replay"
 
 
-OUTCOME_BY_STATUS = {
+OUTCOME_BY_STATUS: dict[str, RowOutcome] = {
     Refund.Status.SUCCEEDED: RowOutcome.REFUNDED,
     Refund.Status.PENDING: RowOutcome.PENDING,
     Refund.Status.UNKNOWN: RowOutcome.UNKNOWN,
@@ -285,14 +286,14 @@ def run_bulk_refund(
         summary.add(result)
         on_row(result)
 
-    ask = {"batch_id": batch_id, "actor": actor, "repeat_window": repeat_window}
+    ask = partial(row_request, batch_id=batch_id, actor=actor, repeat_window=repeat_window)
     if jobs > 1:
-        rows = (row_request(row, **ask) for row in read_rows(path))
+        rows = (ask(row) for row in read_rows(path))
         summary.stopped = JobPool(jobs).run(rows, should_stop=should_stop, on_row=report)
         return summary
     do_row = DryRun().check_row if dry_run else refund_row
     for row in read_rows(path):
-        row, key, request = row_request(row, **ask)
+        row, key, request = ask(row)
         report(refund_or_refuse(do_row, row, key, request))
     return summary
 
@@ -532,7 +533,8 @@ class JobPool:
         """Take the answers that are in (waiting up to `timeout` for one) and report
         every row whose earlier rows are all reported."""
         open_jobs = {job.conn: job for job in self.jobs if not job.ended}
-        for conn in wait(list(open_jobs), timeout=timeout):
+        for ready in wait(list(open_jobs), timeout=timeout):
+            conn = cast(Connection, ready)  # wait() answers with what it was given
             job = open_jobs[conn]
             try:
                 message = conn.recv()
@@ -548,7 +550,7 @@ class JobPool:
             if message[0] == "error":
                 self.failure = f"job {job.number} failed on a row:\n{message[1]}"
                 continue
-            seq, fields = message
+            seq, answered = message
             if job.sent.popleft() != seq:
                 raise RuntimeError(f"job {job.number} answered out of order")
             row, key = self.rows.pop(seq)
@@ -556,7 +558,7 @@ class JobPool:
             live[1] -= 1
             if not live[1]:
                 del self.live_keys[key]
-            self.results[seq] = RowResult(row, key, **fields)
+            self.results[seq] = RowResult(row, key, **answered)
         while self.next_report in self.results:
             self.on_row(self.results.pop(self.next_report))
             self.next_report += 1

@@ -8,6 +8,7 @@ import re
 import socket
 import ssl
 from dataclasses import dataclass
+from typing import Any
 
 import certifi
 import urllib3
@@ -301,7 +302,7 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Answ
 
 def _pinned_pool(place: Destination, address: str, limits: urllib3.Timeout):
     """A pool that connects to `address` only. TLS still names and verifies the host."""
-    common = {"timeout": limits, "retries": False, "maxsize": 1, "block": False}
+    common: dict[str, Any] = {"timeout": limits, "retries": False, "maxsize": 1, "block": False}
     if place.scheme == "http":
         return urllib3.HTTPConnectionPool(address, place.port, **common)
     return urllib3.HTTPSConnectionPool(

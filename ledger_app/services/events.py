@@ -9,6 +9,7 @@ they are there. Nothing is sent here; `deliver_webhooks` sends the deliveries.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import connection
@@ -25,6 +26,9 @@ from ledger_app.models import (
 from ledger_app.selectors import live_endpoints
 from ledger_app.services import writes
 from ledger_app.stripe_objects import plain
+
+# What changed, the object as it is now, and its fields as they were (None: it is new).
+Change = tuple[EventType, Charge | Refund, dict[str, Any] | None]
 
 
 def record(
@@ -54,7 +58,7 @@ def record_many(
 
 
 def event_writes(
-    changes: list[tuple[EventType, Charge | Refund, dict[str, Any] | None]],
+    changes: Sequence[Change],
     *,
     idempotency_key: str = "",
     endpoints: list[WebhookEndpoint] | None = None,
@@ -67,7 +71,7 @@ def event_writes(
 
 
 def build_many(
-    changes: list[tuple[EventType, Charge | Refund, dict[str, Any] | None]],
+    changes: Sequence[Change],
     *,
     idempotency_key: str = "",
     endpoints: list[WebhookEndpoint] | None = None,

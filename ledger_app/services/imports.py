@@ -262,11 +262,11 @@ def native_row(values: dict[str, str]) -> ChargeRow:
     """A row of our layout, checked; raises the LedgerError that refuses it. Its amounts
     are whole numbers of minor units or blank (read_rows made sure)."""
     charge_id = _charge_id(values["id"])
-    amount = values["amount"]
-    if not amount:
+    given = values["amount"]
+    if not given:
         raise errors.InvalidAmount("amount is required (a whole number of minor units).")
     currency = normalize_currency(values["currency"])
-    amount = validate_within_ceiling(validate_amount(int(amount)), currency)
+    amount = validate_within_ceiling(validate_amount(int(given)), currency)
     status = values["status"]
     if status not in IMPORTABLE_STATUSES:
         raise errors.InvalidChargeStatus()

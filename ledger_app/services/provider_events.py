@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.db import IntegrityError, transaction
 
@@ -57,7 +58,7 @@ CHARGE_FINAL = {"succeeded": Charge.Status.SUCCEEDED, "failed": Charge.Status.FA
 class Kind:
     name: str
     model: type[Refund] | type[Charge]
-    final: dict[str, str]
+    final: Mapping[str, str]
     reason_field: str  # where the provider says why it failed
     ledger_key: str  # the metadata key that carries our id
     names_charge: bool  # the object says which charge it belongs to (a refund does)
@@ -123,12 +124,14 @@ def _apply(obj: dict[str, Any]) -> Applied:
     for field, value, required in ids:
         if (required or value is not None) and not _is_id(value):
             return Applied(f"ignored: its {kind.name}'s {field} {_shown(value)} is not an id", True)
+    provider_id = cast(str, provider_id)  # checked above: an id
     found = _candidate(kind, provider_id, named)
     if found is None:
         return Applied(f"unknown {kind.name} {provider_id}")
     if isinstance(found, str):
         return Applied(f"ignored: {found}", True)
     pk, charge_id = found
+    item: Refund | Charge
     if kind.names_charge:
         endpoints = live_endpoints()  # not the charge's: read before its lock is taken
         charge, item = refund_for_update(charge_id=charge_id, refund_id=pk)
@@ -143,10 +146,11 @@ def _apply(obj: dict[str, Any]) -> Applied:
         return Applied(f"{kind.name} {item.pk}: provider says {_shown(said)}; nothing changes")
     outcome = Outcome(status, provider_id, _reason(obj, kind.reason_field))
     before = item.status
+    after: Refund | Charge
     if kind.names_charge:
         after = settle_locked_refund(
             charge=charge,
-            refund=item,
+            refund=cast(Refund, item),
             outcome=outcome,
             actor=ACTOR,
             reversal=True,

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, transaction
@@ -169,7 +169,7 @@ def _build_request(
         idempotency_key, IdempotencyRecord.Operation.REFUND_CREATE, sent
     )
     return RefundRequest(
-        charge_id=charge_id,
+        charge_id=cast(str, charge_id),  # validated above
         amount=amount,  # type: ignore[arg-type]  # validated above
         reason=reason,
         metadata=metadata,
@@ -239,13 +239,13 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         writes.update(charge, ["amount_refunded", "updated_at"]),
         writes.insert([entry]),
     ]
-    charge.first_refunds = _newest_refunds(charge, refund)  # what its snapshot embeds
+    charge.first_refunds = _newest_refunds(charge, refund)  # type: ignore[attr-defined]  # what its snapshot embeds
     statements += events.event_writes(
         [(EventType.REFUND_CREATED, refund, None), (EventType.CHARGE_REFUNDED, charge, moved)],
         idempotency_key=request.keyed.key if request.keyed is not None else "",
         endpoints=endpoints,
     )
-    del charge.first_refunds
+    del charge.first_refunds  # type: ignore[attr-defined]
     writes.execute_together(statements)
     faults.checkpoint("refund.reserve_locked")  # written, not yet committed
     return refund
@@ -421,7 +421,8 @@ def _describe_actor(actor: object) -> tuple[Any, str]:
         return None, actor[:200]
     if getattr(actor, "pk", None) is None or not hasattr(actor, "get_username"):
         raise TypeError(f"actor must be a saved user or a label, not {actor!r}")
-    return actor, f"user:{actor.get_username()}"
+    user = cast("AbstractBaseUser", actor)
+    return user, f"user:{user.get_username()}"
 
 
 def update_refund_metadata(*, refund_id: str, metadata: dict[str, str]) -> Refund:

@@ -43,5 +43,5 @@ def validate_text(value: object, error: type[errors.LedgerError]) -> str:
     if not isinstance(value, str) or len(value) > MAX_NOTE_LENGTH:
         raise error()
     if has_unstorable_characters(value):
-        raise error(f"{error.param.capitalize()} must not contain NUL or lone surrogates.")
+        raise error(f"{str(error.param).capitalize()} must not contain NUL or lone surrogates.")
     return value

@@ -369,6 +369,7 @@ def record(
     fields: dict[str, Any] = {"attempts": F("attempts") + 1, "last_status_code": status_code}
     fields["leased_until"] = None
     next_at = None
+    outcome: str
     if not error:
         outcome = WebhookDelivery.Status.DELIVERED
         fields.update(status=outcome, delivered_at=now, last_error="")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection, models
 
@@ -52,7 +52,7 @@ def update(obj: models.Model, fields: Sequence[str]) -> Statement:
     """The UPDATE of these fields of a saved instance (auto_now fields are refreshed)."""
     opts = type(obj)._meta
     quote = connection.ops.quote_name
-    chosen = [opts.get_field(name) for name in fields]
+    chosen = [cast(models.Field, opts.get_field(name)) for name in fields]  # concrete fields
     assignments = ", ".join(f"{quote(f.column)} = %s" for f in chosen)
     params = [f.get_db_prep_save(f.pre_save(obj, False), connection) for f in chosen]
     table, key = quote(opts.db_table), quote(opts.pk.column)

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from typing import cast
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -63,7 +64,7 @@ class Progress:
 # Exit codes beyond Django's 0 (done) and 1 (CommandError): how a refund ended.
 EXIT_FAILED = 3
 EXIT_UNKNOWN = 4
-UNSETTLED = {
+UNSETTLED: dict[str, tuple[int, str]] = {
     Refund.Status.FAILED: (
         EXIT_FAILED,
         "failed: the provider declined {what}; nothing was refunded and the amount is "
@@ -292,6 +293,6 @@ class PollingWorker(BaseCommand):
 
     def _leased(self, stop: StopRequest) -> bool:
         try:
-            return self.still_leased(stop.held_pk)
+            return self.still_leased(cast("str | int", stop.held_pk))  # only when held
         except DatabaseError:
             return True  # cannot tell; say the worse

@@ -98,13 +98,20 @@ DEMO_AGENT = "ana"
 # A month of settled refunds behind the home page's chart: 0 to 3 a day over the last 29
 # days, each on a charge of its own, in a fixed pattern (the same on every machine).
 RBC = Refund.Reason.REQUESTED_BY_CUSTOMER
-HISTORY_REASONS = [RBC, RBC, Refund.Reason.DUPLICATE, None, RBC, Refund.Reason.FRAUDULENT]
+HISTORY_REASONS: list[str | None] = [
+    RBC,
+    RBC,
+    Refund.Reason.DUPLICATE,
+    None,
+    RBC,
+    Refund.Reason.FRAUDULENT,
+]
 HISTORY_CURRENCIES = ["usd", "usd", "eur", "jpy", "usd"]
 
 
 def history_rows() -> list[tuple[str, int, int, str, str | None, bool]]:
     """(charge id, days ago, amount, currency, reason, refunded in full) for the history."""
-    rows = []
+    rows: list[tuple[str, int, int, str, str | None, bool]] = []
     for days_ago in range(1, 30):
         for n in range(days_ago * 7 % 4):
             i = len(rows)

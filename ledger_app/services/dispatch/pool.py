@@ -26,17 +26,15 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as WaitedLongEnough
-from typing import TypeVar
 
 from django.conf import settings
 from django.db import close_old_connections
 
 from ledger_app.db import release_connection
-from ledger_app.services.dispatch.send import Sent
+from ledger_app.services.dispatch.send import Movement, Sent
 
 log = logging.getLogger("ledger_app.dispatch")
 
-T = TypeVar("T")
 BACKLOG_PER_THREAD = 4  # queued sends per pool thread before new ones go to the worker
 
 _lock = threading.Lock()
@@ -45,7 +43,9 @@ _threads = 0  # the size _executor was made with
 _queued = 0  # submitted and not yet finished, in this process
 
 
-def send_within_budget(send: Callable[[str], Sent], pk: str, fallback: T) -> T:
+def send_within_budget(
+    send: Callable[[str], Sent[Movement]], pk: str, fallback: Movement
+) -> Movement:
     """Run `send(pk)` (send_refund or send_charge) and return the item it settled, or
     `fallback` (the item as the caller has it, pending) when the budget ran out first or
     the pool had no room. Exceptions of the send reach the caller only when it waited."""

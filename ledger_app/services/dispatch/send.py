@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Generic, TypeVar, cast
 
 from django.conf import settings
 from django.db import transaction
@@ -38,6 +39,10 @@ from ledger_app.services.dispatch.settle import (
 log = logging.getLogger("ledger_app.dispatch")
 
 
+# A refund or a charge: what a send moves.
+Movement = TypeVar("Movement", Refund, Charge)
+
+
 class Step(StrEnum):
     """What one pass of the guarded send did."""
 
@@ -49,8 +54,8 @@ class Step(StrEnum):
 
 
 @dataclass(frozen=True)
-class Sent:
-    item: Refund | Charge
+class Sent(Generic[Movement]):
+    item: Movement
     step: Step
 
     @property
@@ -60,28 +65,28 @@ class Sent:
 
 
 @dataclass(frozen=True)
-class _Kind:
+class _Kind(Generic[Movement]):
     """What differs between sending a refund and capturing a charge."""
 
     name: str  # "refund" or "charge": log lines
-    model: type[Refund] | type[Charge]
-    fetch: Callable[[str], Refund | Charge]
-    call: Callable[[Gateway, ProviderMovement], ProviderAnswer]
-    lookup: Callable[[Gateway, ProviderMovement], ProviderAnswer | None]
-    settle: Callable[[str, Outcome, str], Refund | Charge]
+    model: type[Movement]
+    fetch: Callable[[str], Movement]
+    call: Callable[[Gateway, Movement], ProviderAnswer]
+    lookup: Callable[[Gateway, Movement], ProviderAnswer | None]
+    settle: Callable[[str, Outcome, str], Movement]
     before_call_point: str  # fault checkpoints around the provider call (ledger_app.faults)
     after_call_point: str
 
 
 def _guarded_send(
-    kind: _Kind,
+    kind: _Kind[Movement],
     pk: str,
     *,
     gateway: Gateway | None,
     ask_first: bool,
     lease_seconds: int | None,
     actor: str,
-) -> Sent:
+) -> Sent[Movement]:
     """The only code path to the provider's refund and charge calls. In order:
 
     1. Take the lease and record the attempt, in one committed UPDATE, before anything
@@ -180,7 +185,7 @@ def send_refund(
     ask_first: bool = False,
     lease_seconds: int | None = None,
     actor: str = "",
-) -> Sent:
+) -> Sent[Refund]:
     """The one way a refund reaches the provider. See `_guarded_send` for the guards.
     `actor` goes on the ledger entry of the settlement."""
     return _guarded_send(
@@ -201,7 +206,7 @@ def send_charge(
     ask_first: bool = False,
     lease_seconds: int | None = None,
     actor: str = "",
-) -> Sent:
+) -> Sent[Charge]:
     """The one way a capture reaches the provider: the same guards as send_refund."""
     return _guarded_send(
         _CHARGE,
@@ -237,7 +242,7 @@ def _refund_lookup(gateway: Gateway, refund: Refund) -> ProviderAnswer | None:
 
 def _charge_call(gateway: Gateway, charge: Charge) -> ProviderAnswer:
     return gateway.charge(
-        provider_key=charge.provider_idempotency_key,
+        provider_key=cast(str, charge.provider_idempotency_key),  # fetch: never null
         amount=charge.amount,
         currency=charge.currency,
         description=charge.description,
@@ -248,7 +253,7 @@ def _charge_call(gateway: Gateway, charge: Charge) -> ProviderAnswer:
 
 def _charge_lookup(gateway: Gateway, charge: Charge) -> ProviderAnswer | None:
     return gateway.lookup_charge(
-        provider_key=charge.provider_idempotency_key, ledger_charge_id=charge.id
+        provider_key=cast(str, charge.provider_idempotency_key), ledger_charge_id=charge.id
     )
 
 

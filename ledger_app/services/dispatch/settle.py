@@ -89,7 +89,7 @@ def settle_locked_refund(
     if previous is None:
         return refund
     refund.charge = charge
-    statements = [writes.update(refund, MOVED_FIELDS[Refund])]
+    statements: list[writes.Statement | None] = [writes.update(refund, MOVED_FIELDS[Refund])]
     if outcome.status == SUCCEEDED:
         statements.append(_book(charge, refund, LedgerEntry.Kind.REFUND_SUCCEEDED, actor))
     elif outcome.status == FAILED:
@@ -98,7 +98,7 @@ def settle_locked_refund(
         statements.append(
             _book(charge, refund, LedgerEntry.Kind.REFUND_RELEASED, actor, outcome.detail)
         )
-    told = [(EventType.REFUND_UPDATED, refund, previous)]
+    told: list[events.Change] = [(EventType.REFUND_UPDATED, refund, previous)]
     if outcome.status == FAILED:
         told.append((EventType.REFUND_FAILED, refund, previous))
     statements += events.event_writes(told, endpoints=endpoints)
@@ -107,7 +107,7 @@ def settle_locked_refund(
 
 
 def _book(
-    charge: Charge, refund: Refund, kind: str, actor: str, memo: str = ""
+    charge: Charge, refund: Refund, kind: LedgerEntry.Kind, actor: str, memo: str = ""
 ) -> writes.Statement | None:
     entry = new_entry(
         charge=charge, refund=refund, kind=kind, amount=refund.amount, memo=memo, actor=actor
@@ -129,7 +129,7 @@ def settle_locked_charge(*, charge: Charge, outcome: Outcome, actor: str) -> Cha
     faults.checkpoint("charge.settle_locked")
     previous = _move(charge, outcome, FORWARD)
     if previous is not None:
-        statements = [writes.update(charge, MOVED_FIELDS[Charge])]
+        statements: list[writes.Statement | None] = [writes.update(charge, MOVED_FIELDS[Charge])]
         if outcome.status == SUCCEEDED:
             entry = new_entry(
                 charge=charge,
@@ -138,7 +138,10 @@ def settle_locked_charge(*, charge: Charge, outcome: Outcome, actor: str) -> Cha
                 actor=actor,
             )
             statements.append(writes.insert([entry]))
-        told = {SUCCEEDED: EventType.CHARGE_SUCCEEDED, FAILED: EventType.CHARGE_FAILED}
+        told: dict[str, EventType] = {
+            SUCCEEDED: EventType.CHARGE_SUCCEEDED,
+            FAILED: EventType.CHARGE_FAILED,
+        }
         if outcome.status in told:
             statements += events.event_writes([(told[outcome.status], charge, previous)])
         writes.execute_together(statements)
