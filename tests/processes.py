@@ -14,6 +14,34 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parent.parent
 
 
+BIN = Path(sys.executable).parent
+
+
+def env_file(path: Path) -> dict[str, str]:
+    """The NAME=value lines of an environment file such as deploy/production.env, as
+    `set -a; . FILE` would export them (comments and blank lines skipped)."""
+    values = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, _, value = line.partition("=")
+            values[name.strip()] = value.strip()
+    return values
+
+
+def run_alone(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`command` in the project with nothing of this run's environment but PATH and HOME
+    (no secret key or database inherited from the test run)."""
+    base = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root")}
+    return subprocess.run(
+        command, cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=120
+    )
+
+
+def manage_alone(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """manage.py as run_alone runs it."""
+    return run_alone([str(BIN / "python"), "manage.py", *args], env)
+
+
 def test_database_url() -> str:
     db = connection.settings_dict
     if connection.vendor == "sqlite":

@@ -6,44 +6,26 @@ with only the environment given (no secret key inherited from the test run)."""
 
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.processes import BIN, ROOT, env_file, manage_alone, run_alone
+
 PRODUCTION_ENV = ROOT / "deploy" / "production.env"
-BIN = Path(sys.executable).parent
 
 
 def documented_environment() -> dict[str, str]:
     """deploy/production.env as the README tells an operator to fill it in."""
-    values = {}
-    for line in PRODUCTION_ENV.read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            name, _, value = line.partition("=")
-            values[name.strip()] = value.strip()
+    values = env_file(PRODUCTION_ENV)
     values["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
     return values
 
 
-def run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    """`command` in the project with nothing of this run's environment but PATH and HOME."""
-    base = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root")}
-    return subprocess.run(
-        command, cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=120
-    )
-
-
-def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return run([str(BIN / "python"), "manage.py", *args], env)
-
-
 def test_the_documented_production_environment_passes_check_deploy_with_no_warning():
-    result = manage("check", "--deploy", "--fail-level", "WARNING", env=documented_environment())
+    result = manage_alone(
+        "check", "--deploy", "--fail-level", "WARNING", env=documented_environment()
+    )
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues" in result.stdout
@@ -60,7 +42,7 @@ def test_check_deploy_warns_about_each_setting_left_out():
     ]:
         env.pop(name)
 
-    result = manage("check", "--deploy", "--fail-level", "WARNING", env=env)
+    result = manage_alone("check", "--deploy", "--fail-level", "WARNING", env=env)
 
     assert result.returncode != 0
     warnings = ["security.W004", "security.W008", "security.W012", "security.W016"]
@@ -72,7 +54,7 @@ def test_production_refuses_to_start_without_a_secret_key_in_one_line():
     env = documented_environment()
     del env["DJANGO_SECRET_KEY"]
 
-    result = manage("check", env=env)
+    result = manage_alone("check", env=env)
 
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1, result.stderr  # one line, no traceback
@@ -83,7 +65,7 @@ def test_gunicorn_refuses_to_start_without_a_secret_key_before_any_worker_boots(
     env = documented_environment()
     del env["DJANGO_SECRET_KEY"]
 
-    result = run([str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", "backoffice.wsgi"], env)
+    result = run_alone([str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", "backoffice.wsgi"], env)
 
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1, result.stderr
@@ -93,7 +75,7 @@ def test_gunicorn_refuses_to_start_without_a_secret_key_before_any_worker_boots(
 def test_production_refuses_to_switch_the_second_factor_off():
     env = {**documented_environment(), "ADMIN_OTP_REQUIRED": "false"}
 
-    result = manage("check", env=env)
+    result = manage_alone("check", env=env)
 
     assert result.returncode == 2
     assert result.stderr.startswith("error: ADMIN_OTP_REQUIRED=false is only for DJANGO_DEBUG")
@@ -106,7 +88,7 @@ def test_the_demo_mode_may_run_without_a_key_and_without_the_second_factor(tmp_p
         "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
     }
 
-    result = manage("check", env=env)
+    result = manage_alone("check", env=env)
 
     assert result.returncode == 0, result.stderr
 
@@ -176,7 +158,7 @@ def test_every_api_response_says_no_store(client, path, auth, status):
 def test_production_refuses_to_start_with_a_webhook_secret_key_that_is_not_one():
     env = {**documented_environment(), "WEBHOOK_SECRET_KEYS": "not-a-fernet-key"}
 
-    result = manage("check", env=env)
+    result = manage_alone("check", env=env)
 
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1, result.stderr  # one line, no traceback

@@ -16,8 +16,7 @@ import pytest
 import requests
 from django.contrib.admin.utils import quote
 
-from tests.processes import free_loopback_port
-from tests.test_production_settings import BIN, ROOT, manage
+from tests.processes import BIN, ROOT, env_file, free_loopback_port, manage_alone
 
 ONE_MACHINE_ENV = ROOT / "deploy" / "one-machine.env"
 CHARGE = "ch_demoUsdUnrefunded000001"  # $12.34, made by seed_demo
@@ -29,11 +28,7 @@ pytestmark = pytest.mark.layout
 def recipe_environment(tmp_path) -> dict[str, str]:
     """deploy/one-machine.env, sourced, plus the secret key the README has you make; the
     database and port moved into this test's own."""
-    values = {}
-    for line in ONE_MACHINE_ENV.read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            name, _, value = line.partition("=")
-            values[name.strip()] = value.strip()
+    values = env_file(ONE_MACHINE_ENV)
     assert values["DJANGO_DEBUG"] == "false" and values["ADMIN_OTP_REQUIRED"] == "true"
     assert values["LEDGER_GATEWAY"] == "simulated"
     values["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
@@ -67,9 +62,9 @@ def field(page: requests.Response, name: str) -> str:
 def served(tmp_path):
     env = recipe_environment(tmp_path)
     for step in (("migrate", "--noinput"), ("collectstatic", "--noinput"), ("seed_demo",)):
-        done = manage(*step, env=env)
+        done = manage_alone(*step, env=env)
         assert done.returncode == 0, done.stderr
-    agent = manage("create_support_agent", "sam", env=env)
+    agent = manage_alone("create_support_agent", "sam", env=env)
     assert agent.returncode == 0, agent.stderr
     password = re.search(r"Support agent: sam / (\S+)", agent.stdout).group(1)
     secret = re.search(r"secret:\s+([A-Z2-7 ]+?)\s+\(TOTP", agent.stdout).group(1)

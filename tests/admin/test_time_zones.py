@@ -20,7 +20,7 @@ from ledger_app.models import Refund, RefundLimit, StaffPreference
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
-from tests.test_production_settings import manage
+from tests.processes import manage_alone
 
 pytestmark = pytest.mark.django_db
 
@@ -253,8 +253,8 @@ class TestOnlyTheAdmin:
 def test_an_unknown_admin_time_zone_stops_the_settings_from_loading():
     env = {"DJANGO_DEBUG": "true", "DJANGO_SECRET_KEY": "k" * 50, "ADMIN_OTP_REQUIRED": "false"}
 
-    refused = manage("check", env={**env, "ADMIN_TIME_ZONE": "Mars/Olympus_Mons"})
-    accepted = manage("check", env={**env, "ADMIN_TIME_ZONE": "America/New_York"})
+    refused = manage_alone("check", env={**env, "ADMIN_TIME_ZONE": "Mars/Olympus_Mons"})
+    accepted = manage_alone("check", env={**env, "ADMIN_TIME_ZONE": "America/New_York"})
 
     assert refused.returncode != 0
     assert "ADMIN_TIME_ZONE 'Mars/Olympus_Mons' is not a known time zone" in refused.stderr
