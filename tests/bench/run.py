@@ -105,12 +105,12 @@ FROM generate_series(1, %(rows)s) AS i
 REFUNDS_SQL = """
 INSERT INTO ledger_app_refund (id, charge_id, amount, currency, status, reason, metadata, note,
     source, actor, provider_idempotency_key, provider_refund_id, status_detail,
-    dispatch_attempts, leased_until, handled_at, handled_by, handled_note, created_at,
-    updated_at)
+    dispatch_attempts, leased_until, handled_at, handled_by, handled_note, decided_by,
+    decision_note, created_at, updated_at)
 SELECT 're_' || %(prefix)s || lpad(i::text, 20, '0'), %(charge)s, %(amount)s, 'usd',
        'succeeded', '', '{}'::jsonb, '', 'api', 'bench',
        'refund:re_' || %(prefix)s || lpad(i::text, 20, '0'), '', '', 1, NULL, NULL, '', '',
-       now() - make_interval(secs => i), now()
+       '', '', now() - make_interval(secs => i), now()
 FROM generate_series(1, %(rows)s) AS i
 """
 ENTRIES_SQL = """
@@ -183,9 +183,9 @@ REFUND_SQL = """
 INSERT INTO ledger_app_refund (amount, currency, status, metadata, status_detail,
     dispatch_attempts, leased_until, created_at, updated_at, id, charge_id, reason, note,
     source, created_by_id, actor, provider_idempotency_key, provider_refund_id, handled_at,
-    handled_by, handled_note)
+    handled_by, handled_note, decided_by, decision_note)
 VALUES (1, %s, 'pending', '{}', '', 0, NULL, now(), now(), %s, %s, '', '', 'api', NULL, %s,
-    %s, '', NULL, '', '')
+    %s, '', NULL, '', '', '', '')
 """
 UPDATE_SQL = "UPDATE ledger_app_charge SET updated_at = now(), amount_refunded = %s WHERE id = %s"
 ENTRY_SQL = """
@@ -619,10 +619,13 @@ def bulk_rows_per_second(url: str, rows: int, workdir: Path, jobs: int | None = 
     `jobs` None runs it without --jobs (one process, as before --jobs existed)."""
     path = workdir / f"bench-bulk-{jobs or 0}.csv"
     offset = 0 if jobs is None else SPREAD_CHARGES // 2  # other charges than the first run
+    # An amount no other phase refunds, one per run: the rows are new refunds, so the repeat
+    # check (same charge, same amount, another batch) runs for each and finds none.
+    amount = 2 if jobs is None else 3
     with path.open("w") as handle:
         handle.write("charge,amount,reason,note\n")
         for n in range(rows):
-            handle.write(f"ch_{1 + (offset + n) % SPREAD_CHARGES:020d},1,duplicate,\n")
+            handle.write(f"ch_{1 + (offset + n) % SPREAD_CHARGES:020d},{amount},duplicate,\n")
     command = [sys.executable, "manage.py", "bulk_refund", str(path)]
     command += ["--batch-id", uuid.uuid4().hex]
     if jobs is not None:
