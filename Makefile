@@ -10,14 +10,14 @@ AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 # `make run`, `make worker` and `make reconcile` are the demo: development mode
 # (DJANGO_DEBUG=true: a per-checkout secret key in .secret_key) with the admin's second
 # factor off unless you set ADMIN_OTP_REQUIRED=true. Production never runs like this:
-# see README "Running in production".
+# see docs/operating/production.md.
 DEMO_ENV = DJANGO_DEBUG=$${DJANGO_DEBUG:-true} ADMIN_OTP_REQUIRED=$${ADMIN_OTP_REQUIRED:-false}
 # Soak and bench (and scripts/run-tests on its own) run in production mode with a throwaway
 # secret key of their own, and read no `.env`.
 THROWAWAY_KEY = DJANGO_DOTENV=false DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-throwaway-$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(48))')}
 
 # Installs come from the lock files, every version pinned with its hashes, so a fresh
-# machine next month gets what CI ran today; `make lock` refreshes them (README, "Locked
+# machine next month gets what CI ran today; `make lock` refreshes them (docs/development.md, "Locked
 # installs"). The project itself goes in editable, with nothing more (--no-deps).
 $(VENV)/.installed: requirements/base.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)

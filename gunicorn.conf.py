@@ -1,4 +1,4 @@
-"""How the back office is served (`make run`, and the benchmark): see README, "Serving".
+"""How the back office is served (`make run`, and the benchmark): see docs/operating/serving.md.
 
 Threads, not one request per process: a request waiting on the payment provider holds a
 thread, never the whole process, so admin pages and API reads keep their own threads.

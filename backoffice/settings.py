@@ -47,14 +47,14 @@ if env_bool("DJANGO_DOTENV", True):
 
 # DJANGO_DEBUG=true is the development and demo mode (`make run`). Anything else is
 # production: it needs DJANGO_SECRET_KEY (the same on every host) and two factors for
-# whoever moves money. README "Running in production" lists every setting below.
+# whoever moves money. docs/operating/production.md lists every setting below.
 DEBUG = env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
             "DJANGO_SECRET_KEY is not set, so this is production mode, which needs one "
-            "secret key shared by every host (README: Running in production). For the "
+            "secret key shared by every host (docs/operating/production.md). For the "
             "demo, run `make run` once in this checkout (it writes .env, and every "
             "manage.py command then runs as the demo), or set DJANGO_DEBUG=true."
         )
@@ -267,7 +267,7 @@ REFUND_DISPATCH_LEASE_SECONDS = int(os.environ.get("REFUND_DISPATCH_LEASE_SECOND
 # case a later failure's webhook never arrived (0: it does not).
 RECONCILE_RECHECK_HOURS = int(os.environ.get("RECONCILE_RECHECK_HOURS", "72"))
 
-# --- Production hardening, from the environment (README: Running in production) ---------
+# --- Production hardening, from the environment (docs/operating/production.md) ---------
 # Behind a TLS proxy that sets X-Forwarded-Proto: Django then knows a request came in over
 # HTTPS (needed by the SSL redirect and secure cookies).
 SECURE_PROXY_SSL_HEADER = (

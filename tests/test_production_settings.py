@@ -16,7 +16,7 @@ PRODUCTION_ENV = ROOT / "deploy" / "production.env"
 
 
 def documented_environment() -> dict[str, str]:
-    """deploy/production.env as the README tells an operator to fill it in."""
+    """deploy/production.env as docs/operating/production.md tells an operator to fill it in."""
     values = env_file(PRODUCTION_ENV)
     values["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
     return values

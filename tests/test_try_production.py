@@ -1,8 +1,8 @@
-"""README "Try production mode on one machine", followed as a person would: the
-environment of deploy/one-machine.env with a secret key of their own, the database made,
-a support agent created, gunicorn started; then over plain HTTP the agent signs in, is
-asked for the code their authenticator shows (computed from the secret printed), and
-refunds a charge of the simulated provider."""
+"""docs/operating/production.md, "Try production mode on one machine", followed as a
+person would: the environment of deploy/one-machine.env with a secret key of their own,
+the database made, a support agent created, gunicorn started; then over plain HTTP the
+agent signs in, is asked for the code their authenticator shows (computed from the secret
+printed), and refunds a charge of the simulated provider."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.layout
 
 
 def recipe_environment(tmp_path) -> dict[str, str]:
-    """deploy/one-machine.env, sourced, plus the secret key the README has you make; the
+    """deploy/one-machine.env, sourced, plus the secret key the recipe has you make; the
     database and port moved into this test's own."""
     values = env_file(ONE_MACHINE_ENV)
     assert values["DJANGO_DEBUG"] == "false" and values["ADMIN_OTP_REQUIRED"] == "true"
@@ -39,9 +39,9 @@ def recipe_environment(tmp_path) -> dict[str, str]:
 
 
 def code_from(secret: str) -> str:
-    """The code, computed as the README says: its one-line command, split as a shell
+    """The code, computed as the recipe says: its one-line command, split as a shell
     would, with the secret as printed (in groups of four)."""
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "operating" / "production.md").read_text()
     command = re.search(r"^\.venv/bin/python -c 'import base64.*' ", readme, re.M).group(0)
     argv = [*shlex.split(command), *secret.split()]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=True)

@@ -57,8 +57,8 @@ class Gunicorn:
             "LEDGER_GATEWAY": "simulated",
             "API_RATE_LIMIT": "1000000/second",
             "LOG_LEVEL": "WARNING",
-            # As the README recommends for PostgreSQL: a process's threads share a pool
-            # (REFUND_SEND_THREADS + 8) instead of keeping a connection each.
+            # As docs/operating/configuration.md recommends for PostgreSQL: a process's
+            # threads share a pool (REFUND_SEND_THREADS + 8) instead of keeping a connection each.
             "DATABASE_POOL_MAX_SIZE": os.environ.get("DATABASE_POOL_MAX_SIZE", "24"),
         }
         self.process: subprocess.Popen | None = None
