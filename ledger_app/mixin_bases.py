@@ -9,8 +9,11 @@ if TYPE_CHECKING:
     from django.contrib.admin.views.main import ChangeList
     from rest_framework.fields import Field
 
+    from ledger_app.admin.base import ReadOnlyAdmin
+
     ModelAdminMixin = ModelAdmin[Any]
     DrfFieldMixin = Field[Any, Any, Any, Any]
     ChangeListMixin = ChangeList
+    ReadOnlyAdminMixin = ReadOnlyAdmin
 else:
-    ModelAdminMixin = DrfFieldMixin = ChangeListMixin = object
+    ModelAdminMixin = DrfFieldMixin = ChangeListMixin = ReadOnlyAdminMixin = object

@@ -144,6 +144,22 @@ class Charge(ProviderMovement):
         return self.amount - self.amount_refunded
 
     @property
+    def refund_blocker(self) -> str | None:
+        """What stops any refund of this charge now, as the code the refusal carries:
+        `charge_not_refundable` unless it succeeded, `charge_already_refunded` when nothing
+        is left; None when a refund may be made. The one statement of the rule: the service
+        refuses by it under the charge's lock, and the admin offers refunds by it."""
+        if self.status != self.Status.SUCCEEDED:
+            return "charge_not_refundable"
+        if self.amount_refundable <= 0:
+            return "charge_already_refunded"
+        return None
+
+    @property
+    def is_refundable(self) -> bool:
+        return self.refund_blocker is None
+
+    @property
     def provider_reference(self) -> str:
         """How the provider knows this charge: its own id, or ours for imported charges."""
         return self.provider_charge_id or self.id

@@ -319,13 +319,14 @@ def amount_to_refund(charge: Charge, requested: int | None) -> int:
     """What this request refunds from this charge, or the refusal: checked against what is
     left (never the charge amount); exactly what is left is allowed; nothing left refuses
     whatever was asked; omitted means all that is left."""
-    if charge.status != Charge.Status.SUCCEEDED:
+    blocker = charge.refund_blocker
+    if blocker == errors.ChargeNotRefundable.code:
         raise errors.ChargeNotRefundable(
             f"Charge {charge.id} is {charge.status}; only a succeeded charge can be refunded."
         )
-    remaining = charge.amount - charge.amount_refunded
-    if remaining <= 0:
+    if blocker == errors.ChargeAlreadyRefunded.code:
         raise errors.ChargeAlreadyRefunded(f"Charge {charge.id} has already been refunded.")
+    remaining = charge.amount_refundable
     amount = remaining if requested is None else requested
     if amount > remaining:
         raise errors.AmountTooLarge(

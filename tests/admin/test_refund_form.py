@@ -7,7 +7,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
-from ledger_app.admin.charges import BULK_OUTCOMES, BulkOutcome
+from ledger_app.admin.bulk_refund import BULK_OUTCOMES, BulkOutcome
 from ledger_app.admin.forms import new_form_key
 from ledger_app.models import Charge, Refund
 from ledger_app.selectors import charge_state

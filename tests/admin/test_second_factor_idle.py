@@ -14,7 +14,7 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from ledger_app.admin import second_factor
-from ledger_app.admin.charges import refund_made_with
+from ledger_app.admin.refund_form import refund_made_with
 from ledger_app.admin.second_factor import FRESH_AT, HELD
 from ledger_app.models import Refund, RefundLimit
 from tests.factories import ChargeFactory
