@@ -54,9 +54,10 @@ if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
             "DJANGO_SECRET_KEY is not set, so this is production mode, which needs one "
-            "secret key shared by every host (docs/operating/production.md). For the "
-            "demo, run `make run` once in this checkout (it writes .env, and every "
-            "manage.py command then runs as the demo), or set DJANGO_DEBUG=true."
+            "secret key shared by every host (docs/operating/production.md, Running in "
+            "production). For the demo, run `make run` once in this checkout (it writes "
+            ".env, and every manage.py command then runs as the demo), or set "
+            "DJANGO_DEBUG=true."
         )
     SECRET_KEY = local_secret_key()
 ALLOWED_HOSTS = [

@@ -113,6 +113,12 @@ class InvalidChargeStatus(LedgerError):
     default_message = "Charge status must be pending, succeeded, failed or unknown."
 
 
+class InvalidCustomer(LedgerError):
+    code = "invalid_customer"
+    param = "customer"
+    default_message = "Customer ID must be at most 255 characters with no control characters."
+
+
 class InvalidDescription(LedgerError):
     code = "invalid_description"
     param = "description"

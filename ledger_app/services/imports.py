@@ -35,7 +35,7 @@ from ledger_app.money import (
     validate_within_ceiling,
 )
 from ledger_app.services import events
-from ledger_app.services.bulk import DIGITS, UnusableFile, minor_units_or_unusable, open_csv
+from ledger_app.services.csv_files import DIGITS, UnusableFile, minor_units_or_unusable, open_csv
 from ledger_app.services.ledger import append_entry
 from ledger_app.services.text import has_control_characters, has_unstorable_characters
 from ledger_app.services.validation import validate_metadata, validate_text
@@ -93,11 +93,9 @@ STRIPE_STATUSES = {
 # Payments that never made a charge: nothing to import and nothing to refund, so skipped.
 STRIPE_NO_CHARGE = ("canceled", "incomplete")
 
-
-class InvalidCustomer(errors.LedgerError):
-    code = "invalid_customer"
-    param = "customer"
-    default_message = "Customer ID must be at most 255 characters with no control characters."
+# Currencies whose minor unit Babel (which this back office uses) and Stripe's API
+# count differently (Stripe: two decimals for HUF, ISK, IDR, COP, UGX in its API).
+SCALES_DIFFER = frozenset({"huf", "isk", "idr", "cop", "ugx"})
 
 
 class Outcome(StrEnum):
@@ -128,7 +126,7 @@ class ChargeRow:
 
 
 @dataclass(frozen=True)
-class RowResult:
+class ImportRowResult:
     line: int
     outcome: Outcome
     charge_id: str = ""
@@ -146,7 +144,7 @@ class ImportSummary:
     with_refund: int = 0  # charges imported (or that would be) with their provider refund
     ignored_columns: list[str] = field(default_factory=list)  # as the header wrote them
 
-    def add(self, result: RowResult) -> None:
+    def add(self, result: ImportRowResult) -> None:
         self.rows += 1
         self.outcomes[result.outcome] += 1
         if result.outcome == Outcome.REFUSED:
@@ -174,7 +172,9 @@ class Header:
     ignored: list[str]  # columns not used, as the file names them
 
 
-def read_rows(path: Path, fmt: Format) -> tuple[Header, Iterator[tuple[int, dict[str, str]]]]:
+def read_import_rows(
+    path: Path, fmt: Format
+) -> tuple[Header, Iterator[tuple[int, dict[str, str]]]]:
     """The header and an iterator of (line, values by compared column name) for every row
     that is not blank; raises UnusableFile for what makes the whole file unusable: not
     UTF-8 or not CSV, no header, required columns missing or named twice, a row with
@@ -260,7 +260,7 @@ def _minor_units(text: str, line: int, column: str, header: Header) -> int | Non
 
 def native_row(values: dict[str, str]) -> ChargeRow:
     """A row of our layout, checked; raises the LedgerError that refuses it. Its amounts
-    are whole numbers of minor units or blank (read_rows made sure)."""
+    are whole numbers of minor units or blank (read_import_rows made sure)."""
     charge_id = _charge_id(values["id"])
     given = values["amount"]
     if not given:
@@ -380,14 +380,9 @@ def _charge_id(text: str) -> str:
     return text
 
 
-# Currencies whose minor unit Babel (which this back office uses) and Stripe's API
-# count differently (Stripe: two decimals for HUF, ISK, IDR, COP, UGX in its API).
-SCALES_DIFFER = frozenset({"huf", "isk", "idr", "cop", "ugx"})
-
-
 def _customer(text: str) -> str:
     if len(text) > 255 or has_control_characters(text):
-        raise InvalidCustomer()
+        raise errors.InvalidCustomer()
     return text
 
 
@@ -421,10 +416,10 @@ def _created(text: str) -> datetime | None:
 # Importing
 
 
-def check_file(path: Path, fmt: Format) -> tuple[int, Header]:
+def check_import_file(path: Path, fmt: Format) -> tuple[int, Header]:
     """Read the whole file once without writing: its number of rows and its header, or
     UnusableFile."""
-    header, rows = read_rows(path, fmt)
+    header, rows = read_import_rows(path, fmt)
     count = sum(1 for _ in rows)
     if count == 0:
         raise UnusableFile("the file has a header but no rows")
@@ -437,7 +432,7 @@ def run_import(
     fmt: Format = Format.NATIVE,
     dry_run: bool = False,
     on_start: Callable[[int], None] = lambda rows: None,
-    on_row: Callable[[RowResult], None] = lambda result: None,
+    on_row: Callable[[ImportRowResult], None] = lambda result: None,
 ) -> ImportSummary:
     """Import every row of the file (a dry run: decide each the same way, write nothing).
     Raises UnusableFile, having written nothing, when the file is unusable; a row that is
@@ -450,21 +445,21 @@ def run_import(
     it is: `exists` when the file says the same amount and currency (and, when it says one,
     the same amount refunded before import as the import recorded), else `import_conflict`.
     """
-    rows, header = check_file(path, fmt)
+    rows, header = check_import_file(path, fmt)
     on_start(rows)
     summary = ImportSummary(ignored_columns=header.ignored)
     check_row = native_row if fmt == Format.NATIVE else stripe_row
     planned: dict[str, ChargeRow] = {}  # a dry run's charges, as if imported
-    for line, values in read_rows(path, fmt)[1]:
+    for line, values in read_import_rows(path, fmt)[1]:
         try:
             row = check_row(values)
-            outcome = _store(row, dry_run=dry_run, planned=planned)
+            outcome = _import_row(row, dry_run=dry_run, planned=planned)
             refunded = (row.refunded_before or 0) if outcome in _NEW else 0
-            result = RowResult(line, outcome, row.charge_id, refunded_before=refunded)
+            result = ImportRowResult(line, outcome, row.charge_id, refunded_before=refunded)
         except Skipped as skipped:
-            result = RowResult(line, Outcome.SKIPPED, values["id"], message=str(skipped))
+            result = ImportRowResult(line, Outcome.SKIPPED, values["id"], message=str(skipped))
         except errors.LedgerError as exc:
-            result = RowResult(
+            result = ImportRowResult(
                 line, Outcome.REFUSED, values["id"], code=exc.code, message=exc.message
             )
         summary.add(result)
@@ -475,8 +470,8 @@ def run_import(
 _NEW = (Outcome.IMPORTED, Outcome.WOULD_IMPORT)
 
 
-def _store(row: ChargeRow, *, dry_run: bool, planned: dict[str, ChargeRow]) -> Outcome:
-    stored = _stored(row.charge_id)
+def _import_row(row: ChargeRow, *, dry_run: bool, planned: dict[str, ChargeRow]) -> Outcome:
+    stored = _stored_terms(row.charge_id)
     if stored is None and row.charge_id in planned:
         earlier = planned[row.charge_id]
         stored = (earlier.amount, earlier.currency, earlier.refunded_before or 0)
@@ -485,17 +480,17 @@ def _store(row: ChargeRow, *, dry_run: bool, planned: dict[str, ChargeRow]) -> O
             planned[row.charge_id] = row
             return Outcome.WOULD_IMPORT
         try:
-            _record(row)
+            _create_imported_charge(row)
             return Outcome.IMPORTED
         except IntegrityError:  # imported by someone else a moment ago
-            stored = _stored(row.charge_id)
+            stored = _stored_terms(row.charge_id)
             if stored is None:
                 raise
     _ensure_same(row, *stored)
     return Outcome.WOULD_EXIST if dry_run else Outcome.EXISTS
 
 
-def _stored(charge_id: str) -> tuple[int, str, int] | None:
+def _stored_terms(charge_id: str) -> tuple[int, str, int] | None:
     """A stored charge's amount, currency and what an import recorded as refunded before
     it; None if there is no such charge."""
     charge = Charge.objects.filter(pk=charge_id).values_list("amount", "currency").first()
@@ -519,7 +514,7 @@ def _ensure_same(row: ChargeRow, amount: int, currency: str, refunded_before: in
         )
 
 
-def _record(row: ChargeRow) -> Charge:
+def _create_imported_charge(row: ChargeRow) -> Charge:
     """Write the charge as the provider has it, in one transaction: the charge, its
     `charge_succeeded` entry, and its refund made at the provider with that refund's
     entries, and the events of each. Nothing is sent to the provider."""

@@ -21,13 +21,13 @@ from ledger_app.money import format_money
 from ledger_app.services.bulk import (
     DEFAULT_REPEAT_WINDOW,
     MAX_JOBS,
+    BulkRowResult,
     BulkSummary,
-    JobFailed,
     RowOutcome,
-    RowResult,
-    UnusableFile,
     run_bulk_refund,
 )
+from ledger_app.services.bulk_jobs import JobFailed
+from ledger_app.services.csv_files import UnusableFile
 from ledger_app.wording import count_of
 
 REPORT_COLUMNS = [
@@ -221,7 +221,7 @@ class Command(BaseCommand):
         if writer:
             writer.writerow(REPORT_COLUMNS)
 
-        def on_row(result: RowResult) -> None:
+        def on_row(result: BulkRowResult) -> None:
             progress.step()
             self.warn_if_key_reused(result)
             if writer:
@@ -252,7 +252,7 @@ class Command(BaseCommand):
             if report_file:
                 report_file.close()
 
-    def warn_if_key_reused(self, result: RowResult) -> None:
+    def warn_if_key_reused(self, result: BulkRowResult) -> None:
         if result.code == IdempotencyKeyReused.code:
             self.stderr.write(
                 f"row {result.row.number}: REFUSED, key {result.key} was used for a "
@@ -275,7 +275,7 @@ def job_count(value: str) -> int:
     return int(value)
 
 
-def report_line(result: RowResult) -> list:
+def report_line(result: BulkRowResult) -> list:
     """The --report CSV's line for one row, in the order of REPORT_COLUMNS."""
     row = result.row
     return [

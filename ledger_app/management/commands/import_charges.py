@@ -5,8 +5,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger_app.management.commands._output import Progress
-from ledger_app.services.bulk import UnusableFile
-from ledger_app.services.imports import Format, ImportSummary, Outcome, RowResult, run_import
+from ledger_app.services.csv_files import UnusableFile
+from ledger_app.services.imports import Format, ImportRowResult, ImportSummary, Outcome, run_import
 from ledger_app.wording import count_of
 
 
@@ -46,7 +46,7 @@ class Command(BaseCommand):
             raise CommandError(f"unusable file: {file} does not exist", returncode=2)
         progress = Progress()
 
-        def on_row(result: RowResult) -> None:
+        def on_row(result: ImportRowResult) -> None:
             progress.step()
             if result.outcome == Outcome.REFUSED:
                 self.stderr.write(f"line {result.line}: refused, {result.code}: {result.message}")
