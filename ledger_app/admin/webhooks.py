@@ -11,7 +11,7 @@ from ledger_app.admin.base import ReadOnlyAdmin, clipped
 from ledger_app.admin.refunds import exact_id_search
 from ledger_app.errors import LedgerError
 from ledger_app.models import Event, WebhookDelivery, WebhookEndpoint
-from ledger_app.services.webhooks import resend_delivery
+from ledger_app.services.webhook_delivery import resend_delivery
 from ledger_app.wording import count_of
 
 RESEND_PERMISSION = "ledger_app.resend_webhookdelivery"

@@ -27,7 +27,7 @@ from ledger_app.api.params import ListParams, Params, create_body
 from ledger_app.api.views import ERRORS, checked, listing, read_schema
 from ledger_app.models import EventType, WebhookEndpoint
 from ledger_app.selectors import webhook_endpoint, webhook_endpoints
-from ledger_app.services.webhooks import (
+from ledger_app.services.webhook_endpoints import (
     ALL_EVENTS,
     EndpointChanges,
     create_endpoint,

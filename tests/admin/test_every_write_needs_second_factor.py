@@ -26,7 +26,7 @@ from ledger_app.services import events
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.charges import create_charge
 from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhooks import create_endpoint
+from ledger_app.services.webhook_endpoints import create_endpoint
 from tests.factories import ChargeFactory
 from tests.second_factor import device_of, verified
 from tests.staff_forms import user_change_form

@@ -22,7 +22,7 @@ from ledger_app.models import EventType, Refund, WebhookDelivery
 from ledger_app.services import events
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhooks import create_endpoint
+from ledger_app.services.webhook_endpoints import create_endpoint
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees

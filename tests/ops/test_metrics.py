@@ -37,7 +37,7 @@ from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.charges import create_charge
 from ledger_app.services.dispatch.reconcile import reconcile_refund
 from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhooks import create_endpoint
+from ledger_app.services.webhook_endpoints import create_endpoint
 from tests.factories import ChargeFactory
 from tests.processes import ROOT, GunicornServer
 

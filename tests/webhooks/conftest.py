@@ -3,7 +3,7 @@ from django.db import transaction
 
 from ledger_app.models import EventType
 from ledger_app.services import events
-from ledger_app.services.webhooks import create_endpoint
+from ledger_app.services.webhook_endpoints import create_endpoint
 from tests.api.conftest import api, api_key, read_only_key, stripe_client  # noqa: F401
 from tests.factories import ChargeFactory
 from tests.webhooks.receiver import Receiver

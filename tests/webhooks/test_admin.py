@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger_app.models import Event, WebhookDelivery
-from ledger_app.services.webhooks import deliver_due
+from ledger_app.services.webhook_delivery import deliver_due
 from tests.second_factor import verified
 from tests.webhooks.conftest import record_events
 from tests.webhooks.receiver import Answer

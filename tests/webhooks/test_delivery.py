@@ -6,18 +6,16 @@ import pytest
 from django.utils import timezone
 
 from ledger_app.models import WebhookDelivery
-from ledger_app.services import webhooks
-from ledger_app.services.webhooks import (
+from ledger_app.services import webhook_delivery
+from ledger_app.services.webhook_delivery import (
     DeliveryNotResendable,
-    EndpointChanges,
     backoff,
     claim,
-    delete_endpoint,
     deliver_due,
     record,
     resend_delivery,
-    update_endpoint,
 )
+from ledger_app.services.webhook_endpoints import EndpointChanges, delete_endpoint, update_endpoint
 from tests.webhooks.conftest import record_events
 from tests.webhooks.receiver import Answer, Receiver
 
@@ -190,14 +188,14 @@ def test_a_delivery_that_cannot_be_prepared_does_not_stop_the_others(
     endpoint, receiver, monkeypatch
 ):
     bad = record_events(3)[1]
-    real_render = webhooks.render
+    real_render = webhook_delivery.render
 
     def render(event):
         if event.id == bad:
             raise KeyError("a bug")
         return real_render(event)
 
-    monkeypatch.setattr(webhooks, "render", render)
+    monkeypatch.setattr(webhook_delivery, "render", render)
 
     tally = deliver_due()
 

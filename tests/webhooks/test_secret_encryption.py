@@ -17,7 +17,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from ledger_app.models import Event, WebhookEndpoint
 from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhooks import deliver_due
+from ledger_app.services.webhook_delivery import deliver_due
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.django_db

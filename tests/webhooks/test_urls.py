@@ -6,12 +6,12 @@ import socket
 import pytest
 
 from ledger_app.models import WebhookDelivery
-from ledger_app.services.webhooks import (
+from ledger_app.services.webhook_delivery import deliver_due
+from ledger_app.services.webhook_endpoints import (
     EndpointChanges,
     InvalidWebhookUrl,
     check_url,
     create_endpoint,
-    deliver_due,
     update_endpoint,
 )
 from tests.webhooks.conftest import record_events

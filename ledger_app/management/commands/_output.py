@@ -18,8 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
 from ledger_app.models import Refund
-from ledger_app.services.dispatch import Tally
-from ledger_app.services.dispatch.worker import Hand
+from ledger_app.services.worker_parts import ItemInHand, RunOutcomes
 from ledger_app.wording import count_of
 
 
@@ -136,7 +135,7 @@ class StopRequest:
         self,
         say: Callable[[str], None],
         nouns: tuple[str, str],
-        hand: Hand,
+        hand: ItemInHand,
         bound: float,
         left: str,
     ) -> None:
@@ -246,7 +245,7 @@ class PollingWorker(BaseCommand):
         lease after its send returned (a refund whose lookup got no answer)."""
         return False
 
-    def run_passes(self, options, one_pass: Callable[..., Tally], **arguments) -> Tally:
+    def run_passes(self, options, one_pass: Callable[..., RunOutcomes], **arguments) -> RunOutcomes:
         """One pass (`one_pass(batch_size=, lease_seconds=, should_stop=, hand=,
         **arguments)`), or passes until stopped with --loop; the summed tally. Stopped by a
         signal, it says what it finished and what it left leased, on stderr."""
@@ -255,8 +254,8 @@ class PollingWorker(BaseCommand):
             bound = float(getattr(settings, "WORKER_STOP_SECONDS", STOP_SECONDS))
         if not 0 < bound <= 3600:
             raise CommandError("--stop-seconds must be more than 0 and at most 3600")
-        hand = Hand()
-        total = Tally()
+        hand = ItemInHand()
+        total = RunOutcomes()
         nouns = (self.noun, self.plural)
         stop = StopRequest(self.stderr.write, nouns, hand, bound, self.left_in_hand)
         with stop.handling():
@@ -281,7 +280,7 @@ class PollingWorker(BaseCommand):
                 self._say_stopped(stop, tally)
         return total
 
-    def _say_stopped(self, stop: StopRequest, tally: Tally) -> None:
+    def _say_stopped(self, stop: StopRequest, tally: RunOutcomes) -> None:
         left = tally.left_leased
         if stop.held_pk is not None and (stop.hand.pk == stop.held_pk or self._leased(stop)):
             left += 1

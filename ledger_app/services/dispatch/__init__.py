@@ -24,13 +24,14 @@ from ledger_app.services.dispatch.settle import (
     settle_locked_refund,
     settle_refund,
 )
-from ledger_app.services.dispatch.worker import Tally, process_pending_refunds
+from ledger_app.services.dispatch.worker import process_pending_refunds
+from ledger_app.services.worker_parts import RunOutcomes
 
 __all__ = [
     "Outcome",
     "Sent",
     "Step",
-    "Tally",
+    "RunOutcomes",
     "lease_expiry",
     "process_pending_refunds",
     "reconcile_charge",

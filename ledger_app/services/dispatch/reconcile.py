@@ -18,7 +18,7 @@ from ledger_app.services.dispatch.send import (
     send_charge,
     send_refund,
 )
-from ledger_app.services.dispatch.worker import Tally
+from ledger_app.services.worker_parts import RunOutcomes
 
 
 def reconcile_refund(
@@ -47,7 +47,7 @@ def reconcile_refunds(
     gateway: Gateway | None = None,
     lease_seconds: int | None = None,
     on_refund: Callable[[Refund], None] = lambda refund: None,
-) -> Tally:
+) -> RunOutcomes:
     """reconcile_refund for every unknown refund and every pending one nobody is sending."""
     return _reconcile_all(Refund, reconcile_refund, gateway, lease_seconds, on_refund)
 
@@ -57,13 +57,13 @@ def reconcile_charges(
     gateway: Gateway | None = None,
     lease_seconds: int | None = None,
     on_charge: Callable[[Charge], None] = lambda charge: None,
-) -> Tally:
+) -> RunOutcomes:
     """reconcile_charge for every charge in doubt."""
     return _reconcile_all(Charge, reconcile_charge, gateway, lease_seconds, on_charge)
 
 
-def _reconcile_all(model, reconcile_one, gateway, lease_seconds, on_item) -> Tally:
-    tally = Tally()
+def _reconcile_all(model, reconcile_one, gateway, lease_seconds, on_item) -> RunOutcomes:
+    tally = RunOutcomes()
     tally.send_each(
         in_doubt_ids(model, lease_seconds),
         lambda pk: reconcile_one(pk, gateway=gateway, lease_seconds=lease_seconds),
@@ -78,11 +78,11 @@ def recheck_succeeded_refunds(
     gateway: Gateway | None = None,
     hours: int | None = None,
     on_refund: Callable[[Refund], None] = lambda refund: None,
-) -> Tally:
+) -> RunOutcomes:
     """recheck_refund for every refund that succeeded within RECONCILE_RECHECK_HOURS: the
     backstop for a missed `refund.failed` webhook. Counts only those it moved."""
     hours = settings.RECONCILE_RECHECK_HOURS if hours is None else hours
-    tally = Tally()
+    tally = RunOutcomes()
     for pk in recently_succeeded(hours) if hours > 0 else []:
         try:
             refund = recheck_refund(pk, gateway=gateway)

@@ -1,12 +1,12 @@
-"""Outbound webhooks: the endpoints client systems register, and the delivery of every
-pending WebhookDelivery (services/events.py writes them with their change) to its
-endpoint, signed as Stripe signs, at least once.
+"""Outbound webhooks, delivered: every pending WebhookDelivery (services/events.py writes
+them with their change) goes to its endpoint, signed as Stripe signs, at least once.
 
 A worker claims a batch of due deliveries in one short transaction (SKIP LOCKED on
 PostgreSQL) and leases them; it then sends each with no transaction open and records
 the outcome in one conditional UPDATE. A worker that dies mid-send leaves its lease,
 which runs out, and another sends the delivery again. Nothing here holds a lock a refund
-needs, so a slow or dead receiver delays only other deliveries.
+needs, so a slow or dead receiver delays only other deliveries. The endpoints themselves
+are managed in services/webhook_endpoints.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import hmac
 import json
 import logging
 import random
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,135 +28,17 @@ from django.db.models import F
 from django.utils import timezone
 
 from ledger_app import errors
-from ledger_app.errors import DeliveryNotResendable, InvalidEnabledEvents, InvalidWebhookUrl
-from ledger_app.models import Event, EventType, WebhookDelivery, WebhookEndpoint
-from ledger_app.selectors import due_deliveries, webhook_endpoints
+from ledger_app.errors import DeliveryNotResendable
+from ledger_app.models import Event, WebhookDelivery
+from ledger_app.selectors import due_deliveries
 from ledger_app.services import egress
-from ledger_app.services.dispatch.worker import Hand, Tally
-from ledger_app.services.validation import merge_metadata, validate_metadata, validate_text
+from ledger_app.services.worker_parts import ItemInHand, RunOutcomes
 from ledger_app.stripe_objects import EventSerializer
 
 log = logging.getLogger("ledger_app.webhooks")
 
-ALL_EVENTS = "*"
 MAX_ERROR_LENGTH = 500
 USER_AGENT = "refund-backoffice-webhooks/1"
-
-
-# --- endpoints -------------------------------------------------------------------------
-
-
-def check_url(url: object) -> str:
-    """An http(s) URL that may receive webhooks now (services/egress.py says which)."""
-    try:
-        egress.check(url)
-    except egress.Refused as refused:
-        raise InvalidWebhookUrl(f"The URL is refused: {refused.reason}.") from None
-    return url  # type: ignore[return-value]  # a str: egress.check refuses anything else
-
-
-def check_enabled_events(enabled_events: object) -> list[str]:
-    """Known event types or "*", at least one, each once, in the order sent."""
-    if not isinstance(enabled_events, list) or not enabled_events:
-        raise InvalidEnabledEvents()
-    allowed = {ALL_EVENTS, *EventType.values}
-    for name in enabled_events:
-        if not isinstance(name, str) or name not in allowed:
-            shown = str(name)[:64] if isinstance(name, str) else type(name).__name__
-            raise InvalidEnabledEvents(
-                f"Unknown event type in enabled_events: {shown!r}. "
-                + InvalidEnabledEvents.default_message
-            )
-    return list(dict.fromkeys(enabled_events))
-
-
-def new_secret() -> str:
-    return "whsec_" + secrets.token_urlsafe(32)
-
-
-def create_endpoint(
-    *,
-    url: str,
-    enabled_events: list[str],
-    description: str | None = None,
-    metadata: dict[str, str] | None = None,
-) -> WebhookEndpoint:
-    """A new enabled endpoint, with its signing secret (shown to the client only now).
-    It receives the events recorded from now on."""
-    endpoint = WebhookEndpoint(
-        url=check_url(url),
-        enabled_events=check_enabled_events(enabled_events),
-        description=validate_text(description, errors.InvalidDescription),
-        metadata=validate_metadata(metadata),
-        secret=new_secret(),
-    )
-    endpoint.save(force_insert=True)
-    log.info("webhook endpoint %s created for %s", endpoint.pk, endpoint.url)
-    return endpoint
-
-
-@dataclass(frozen=True)
-class EndpointChanges:
-    """What an update sends; None is "leave it as it is"."""
-
-    url: str | None = None
-    enabled_events: list[str] | None = None
-    description: str | None = None
-    metadata: dict[str, str] | None = None
-    disabled: bool | None = None
-
-    def checked(self) -> dict[str, Any]:
-        """The fields to set, each checked (the URL resolved) before any row is locked."""
-        fields: dict[str, Any] = {}
-        if self.url is not None:
-            fields["url"] = check_url(self.url)
-        if self.enabled_events is not None:
-            fields["enabled_events"] = check_enabled_events(self.enabled_events)
-        if self.description is not None:
-            fields["description"] = validate_text(self.description, errors.InvalidDescription)
-        if self.disabled is not None:
-            status = WebhookEndpoint.Status
-            fields["status"] = status.DISABLED if self.disabled else status.ENABLED
-        return fields
-
-
-def update_endpoint(endpoint_id: str, changes: EndpointChanges) -> WebhookEndpoint:
-    """Stripe's endpoint update. Metadata is merged into what is there, a key sent empty
-    is removed (as for refunds). A disabled endpoint is sent nothing; its deliveries wait
-    for it to be enabled again. Pending deliveries go to the URL as it is when sent."""
-    if changes.metadata is not None and not isinstance(changes.metadata, dict):
-        raise errors.InvalidMetadata()
-    fields = changes.checked()
-    with transaction.atomic(durable=True):
-        endpoint = _locked_endpoint(endpoint_id)
-        if changes.metadata is not None:
-            fields["metadata"] = merge_metadata(endpoint.metadata, changes.metadata)
-        for name, value in fields.items():
-            setattr(endpoint, name, value)
-        endpoint.save(update_fields=list(fields))
-    return endpoint
-
-
-def delete_endpoint(endpoint_id: str) -> WebhookEndpoint:
-    """The endpoint receives nothing more: it is marked deleted (and is then missing to
-    the API) and its pending deliveries are canceled, in one transaction."""
-    with transaction.atomic(durable=True):
-        endpoint = _locked_endpoint(endpoint_id)
-        endpoint.deleted_at = timezone.now()
-        endpoint.save(update_fields=["deleted_at"])
-        canceled = endpoint.deliveries.filter(status=WebhookDelivery.Status.PENDING).update(
-            status=WebhookDelivery.Status.CANCELED, leased_until=None
-        )
-    log.info("webhook endpoint %s deleted; %d pending deliveries canceled", endpoint_id, canceled)
-    return endpoint
-
-
-def _locked_endpoint(endpoint_id: str) -> WebhookEndpoint:
-    """The endpoint, row-locked, unless it is (or meanwhile was) deleted."""
-    endpoint = webhook_endpoints().select_for_update().filter(pk=endpoint_id).first()
-    if endpoint is None:
-        raise errors.ResourceMissing(f"No such webhook endpoint: '{endpoint_id}'")
-    return endpoint
 
 
 def resend_delivery(delivery_id: int) -> WebhookDelivery:
@@ -229,14 +110,14 @@ def deliver_due(
     lease_seconds: int | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     on_attempt: Callable[[Attempt], None] = lambda attempt: None,
-    hand: Hand | None = None,
-) -> Tally:
+    hand: ItemInHand | None = None,
+) -> RunOutcomes:
     """Send every delivery due when the run starts, a claimed batch at a time. A delivery
     that fails is due again later, so one run tries each delivery at most once. Once
     `should_stop()`, the delivery in hand is finished and the rest of the batch handed back."""
     lease_seconds = lease_seconds or settings.WEBHOOK_LEASE_SECONDS
-    hand = hand or Hand()
-    tally = Tally()
+    hand = hand or ItemInHand()
+    tally = RunOutcomes()
     due_at = timezone.now()
     while not should_stop():
         try:
@@ -269,14 +150,16 @@ def claim(
     return lease, list(batch.order_by("next_attempt_at", "id"))
 
 
-def _send_batch(batch, lease, tally: Tally, should_stop, on_attempt, hand: Hand) -> None:
+def _send_batch(
+    batch, lease, tally: RunOutcomes, should_stop, on_attempt, hand: ItemInHand
+) -> None:
     """Send each while the lease leaves time for a whole request; hand the rest back."""
     unsent = list(batch)
     while unsent and not should_stop() and _lease_left(lease) > settings.WEBHOOK_TIMEOUT_SECONDS:
         delivery = unsent.pop(0)
         try:
             with hand.holding(delivery.pk):
-                attempt = _send_or_record_the_bug(delivery, lease)
+                attempt = _send_or_record_failure(delivery, lease)
         except DatabaseError:
             tally.survive_database_error(f"webhook delivery {delivery.pk}")
             continue
@@ -290,7 +173,7 @@ def _send_batch(batch, lease, tally: Tally, should_stop, on_attempt, hand: Hand)
             tally.left_leased += len(unsent)
 
 
-def _send_or_record_the_bug(delivery: WebhookDelivery, lease: datetime) -> Attempt:
+def _send_or_record_failure(delivery: WebhookDelivery, lease: datetime) -> Attempt:
     """send(), except that a bug while preparing one delivery is recorded on it as a failed
     attempt (retried after backoff), so one bad delivery never stops the others."""
     try:
