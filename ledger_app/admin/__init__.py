@@ -8,7 +8,10 @@ from django.contrib import admin
 from backoffice.logs import bind
 from ledger_app.admin import (  # noqa: F401 - registers the admins
     approvals,
+    attention,
     charges,
+    keys,
+    ledger_entries,
     refunds,
     sign_in,
     users,

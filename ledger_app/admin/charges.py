@@ -10,7 +10,6 @@ from typing import cast
 from babel.numbers import get_currency_precision, list_currencies
 from django.contrib import admin
 from django.contrib.admin.models import LogEntry
-from django.core.cache import cache as django_cache
 from django.db.models import F, Q
 from django.template.loader import render_to_string
 from django.utils.html import format_html
@@ -24,6 +23,7 @@ from ledger_app.admin.base import (
 from ledger_app.admin.bulk_refund import BulkRefundAction
 from ledger_app.admin.charge_history import SHOWN_ON_PAGE, history_table, refunds_table
 from ledger_app.admin.export import CsvExport
+from ledger_app.admin.filters import CurrencyFilter
 from ledger_app.admin.refund_form import RefundFormViews, why_not_refundable
 from ledger_app.models import Charge
 from ledger_app.money import MAJOR_AMOUNT, format_money
@@ -50,29 +50,6 @@ class RefundStateFilter(admin.SimpleListFilter):
         if self.value() == "full":
             return queryset.filter(amount_refunded=F("amount"))
         return queryset
-
-
-class CurrencyFilter(admin.SimpleListFilter):
-    """The currencies in use, looked up at most every ten minutes, not on every page."""
-
-    title = "currency"
-    parameter_name = "currency"
-
-    def lookups(self, request, model_admin):
-        currencies = django_cache.get_or_set(
-            "admin:charge-currencies",
-            lambda: list(
-                Charge.objects.order_by().values_list("currency", flat=True).distinct()[:50]
-            ),
-            600,
-        )
-        # The chosen currency is always a choice: a filter with no choices is not applied,
-        # and the cached list may predate the first charge in that currency.
-        chosen = {self.value()} if self.value() else set()
-        return [(c, c.upper()) for c in sorted({*currencies, *chosen})]
-
-    def queryset(self, request, queryset):
-        return queryset.filter(currency=self.value()) if self.value() else queryset
 
 
 @cache

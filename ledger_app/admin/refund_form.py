@@ -38,7 +38,7 @@ from ledger_app.selectors import (
     idempotency_record,
 )
 from ledger_app.services.idempotency import ADMIN_FORM_KEYS, Created
-from ledger_app.services.limits import limits_for, spent_today
+from ledger_app.services.limits import limits_in_currency, spent_today
 from ledger_app.services.refunds import actor_label, create_refund
 from ledger_app.services.text import has_unstorable_characters
 
@@ -353,7 +353,7 @@ class LimitsShown:
 
 def limits_shown(user, currency: str) -> LimitsShown | None:
     """What the refund form tells its requester before they submit; None without limits."""
-    mine = limits_for(user=user, actor_label=actor_label(user), currency=currency)
+    mine = limits_in_currency(user=user, actor_label=actor_label(user), currency=currency)
     if not mine.any:
         return None
     spent = spent_today(actor_label=actor_label(user), currency=currency, now=timezone.now())

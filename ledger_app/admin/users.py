@@ -22,7 +22,7 @@ from django.utils.http import urlencode
 
 from ledger_app.admin.base import clipped
 from ledger_app.admin.change_log import AccessChangeLog
-from ledger_app.admin.refunds import IssuedByFilter
+from ledger_app.admin.filters import IssuedByFilter
 from ledger_app.audit_trail import AuditRows, audit_rows_of
 
 User = get_user_model()

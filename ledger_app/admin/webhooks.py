@@ -8,11 +8,11 @@ from django.contrib import admin, messages
 from django.db.models import F
 
 from ledger_app.admin.base import ReadOnlyAdmin, clipped
-from ledger_app.admin.refunds import exact_id_search
+from ledger_app.admin.filters import exact_id_search
+from ledger_app.counts import count_of
 from ledger_app.errors import LedgerError
 from ledger_app.models import Event, WebhookDelivery, WebhookEndpoint
 from ledger_app.services.webhook_delivery import resend_delivery
-from ledger_app.wording import count_of
 
 RESEND_PERMISSION = "ledger_app.resend_webhookdelivery"
 MAX_SELECTED = 500  # deliveries one Resend acts on

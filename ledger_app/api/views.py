@@ -101,7 +101,7 @@ def create_schema(operation_id: str, params_class, response_serializer, *, keyed
     )
 
 
-def checked(params_class: type[Params], data) -> dict[str, Any]:
+def checked_params(params_class: type[Params], data) -> dict[str, Any]:
     """The request's parameters, folded and checked by the endpoint's serializer."""
     params = fold(params_class, data)
     serializer = params_class(data=params, context={"from_json": params.from_json})
@@ -109,31 +109,31 @@ def checked(params_class: type[Params], data) -> dict[str, Any]:
     return serializer.validated_data
 
 
-def found(model, object_id: str, name: str, using: str = DEFAULT_DB_ALIAS):
+def object_or_404(model, object_id: str, name: str, using: str = DEFAULT_DB_ALIAS):
     """The object a URL names; 404 resource_missing when there is none."""
     if could_be_an_id(object_id):
         obj = model.objects.using(using).filter(pk=object_id).first()
     else:
         obj = None
     if obj is None:
-        raise missing(object_id, name)
+        raise not_found(object_id, name)
     return obj
 
 
 def retrieved(request, model, object_id: str, serializer_class) -> Response:
     """A GET of one object by the id in its URL, which takes no parameters; from the
     replica if there is one and it has the object, else from the primary."""
-    checked(Params, request.query_params)
+    checked_params(Params, request.query_params)
     name = model._meta.model_name
     return Response(
         stale_ok(
-            lambda alias: serializer_class(found(model, object_id, name, alias)).data,
+            lambda alias: serializer_class(object_or_404(model, object_id, name, alias)).data,
             missing=(ApiError,),
         )
     )
 
 
-def missing(object_id: str, name: str) -> ApiError:
+def not_found(object_id: str, name: str) -> ApiError:
     """The 404 for an id in the URL that names nothing (whatever the view's other
     parameters would have been refused with)."""
     if not could_be_an_id(object_id):
@@ -143,7 +143,7 @@ def missing(object_id: str, name: str) -> ApiError:
     return ApiError(message, code="resource_missing", status=404)
 
 
-def created(result: Created, serializer_class) -> Response:
+def created_response(result: Created, serializer_class) -> Response:
     response = Response(serializer_class(result.item, context={"expand": ()}).data)
     if result.replayed:
         response["Idempotent-Replayed"] = "true"
@@ -219,7 +219,7 @@ class ChargesView(APIView):
 
     @read_schema("charges_list", ChargeListSerializer, ChargeListParams)
     def get(self, request):
-        params = checked(ChargeListParams, request.query_params)
+        params = checked_params(ChargeListParams, request.query_params)
         charges = Charge.objects.filter(created_in(params.get("created")))
         return stale_listing(
             charges, params, ChargeSerializer, "/v1/charges", prepare=first_refunds
@@ -228,7 +228,7 @@ class ChargesView(APIView):
     @create_schema("charges_create", ChargeCreateParams, ChargeSerializer)
     def post(self, request):
         key = idempotency_key(request)
-        params = checked(ChargeCreateParams, request.data)
+        params = checked_params(ChargeCreateParams, request.data)
         result = create_charge(
             amount=params["amount"],
             currency=params["currency"],
@@ -237,7 +237,7 @@ class ChargesView(APIView):
             idempotency_key=key,
             actor=request.user.label,
         )
-        return created(result, ChargeSerializer)
+        return created_response(result, ChargeSerializer)
 
 
 class ChargeView(APIView):
@@ -245,11 +245,13 @@ class ChargeView(APIView):
 
     @read_schema("charges_retrieve", ChargeSerializer, ChargeRetrieveParams)
     def get(self, request, charge_id: str):
-        params = checked(ChargeRetrieveParams, request.query_params)
+        params = checked_params(ChargeRetrieveParams, request.query_params)
         context = {"expand": params.get("expand", set())}
 
         def charge(alias: str) -> dict:
-            return ChargeSerializer(found(Charge, charge_id, "charge", alias), context=context).data
+            return ChargeSerializer(
+                object_or_404(Charge, charge_id, "charge", alias), context=context
+            ).data
 
         return Response(stale_ok(charge, missing=(ApiError,)))
 
@@ -262,10 +264,10 @@ class ChargeRefundsView(APIView):
 
     @read_schema("charges_refunds_list", RefundListSerializer, ListParams)
     def get(self, request, charge_id: str):
-        params = checked(ListParams, request.query_params)
+        params = checked_params(ListParams, request.query_params)
 
         def refunds_page(alias: str) -> dict:
-            charge = found(Charge, charge_id, "charge", alias)
+            charge = object_or_404(Charge, charge_id, "charge", alias)
             url = f"/v1/charges/{charge.id}/refunds"
             return list_page(charge.refunds.all(), params, RefundSerializer, url)
 
@@ -277,7 +279,7 @@ class RefundsView(APIView):
 
     @read_schema("refunds_list", RefundListSerializer, RefundListParams)
     def get(self, request):
-        params = checked(RefundListParams, request.query_params)
+        params = checked_params(RefundListParams, request.query_params)
         refunds = Refund.objects.filter(created_in(params.get("created")))
         if "charge" in params:
             refunds = refunds.filter(charge_id=params["charge"])
@@ -286,7 +288,7 @@ class RefundsView(APIView):
     @create_schema("refunds_create", RefundCreateParams, RefundSerializer)
     def post(self, request):
         key = idempotency_key(request)
-        params = checked(RefundCreateParams, request.data)
+        params = checked_params(RefundCreateParams, request.data)
         result = create_refund(
             charge_id=params["charge"],
             amount=params.get("amount"),  # absent: all that is left
@@ -296,7 +298,7 @@ class RefundsView(APIView):
             actor=request.user.label,
             source=Refund.Source.API,
         )
-        return created(result, RefundSerializer)
+        return created_response(result, RefundSerializer)
 
 
 class RefundView(APIView):
@@ -310,9 +312,9 @@ class RefundView(APIView):
     def post(self, request, refund_id: str):
         """Stripe's refund update: only metadata changes (merged; a key sent empty is
         removed). Sending nothing new changes nothing."""
-        params = checked(RefundUpdateParams, request.data)
+        params = checked_params(RefundUpdateParams, request.data)
         if not could_be_an_id(refund_id):
-            raise missing(refund_id, "refund")
+            raise not_found(refund_id, "refund")
         refund = update_refund_metadata(refund_id=refund_id, metadata=params.get("metadata", {}))
         return Response(RefundSerializer(refund).data)
 
@@ -322,7 +324,7 @@ class EventsView(APIView):
 
     @read_schema("events_list", EventListSerializer, EventListParams)
     def get(self, request):
-        params = checked(EventListParams, request.query_params)
+        params = checked_params(EventListParams, request.query_params)
         events = events_listed(
             type_name=params.get("type"), types=params.get("types"), created=params.get("created")
         )

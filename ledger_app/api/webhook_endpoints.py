@@ -24,7 +24,7 @@ from ledger_app.api.fields import (
     refuse,
 )
 from ledger_app.api.params import ListParams, Params, create_body
-from ledger_app.api.views import ERRORS, checked, listing, read_schema
+from ledger_app.api.views import ERRORS, checked_params, listing, read_schema
 from ledger_app.models import EventType, WebhookEndpoint
 from ledger_app.selectors import webhook_endpoint, webhook_endpoints
 from ledger_app.services.webhook_endpoints import (
@@ -149,7 +149,7 @@ def write_schema(operation_id: str, params_class, response_serializer):
     )
 
 
-def found(endpoint_id: str) -> WebhookEndpoint:
+def endpoint_or_404(endpoint_id: str) -> WebhookEndpoint:
     """The endpoint the URL names; 404 when there is none or it was deleted."""
     endpoint = webhook_endpoint(endpoint_id) if could_be_an_id(endpoint_id) else None
     if endpoint is None:
@@ -162,14 +162,14 @@ class WebhookEndpointsView(APIView):
 
     @read_schema("webhook_endpoints_list", WebhookEndpointListSerializer, ListParams)
     def get(self, request):
-        params = checked(ListParams, request.query_params)
+        params = checked_params(ListParams, request.query_params)
         return listing(webhook_endpoints(), params, WebhookEndpointSerializer, LIST_URL)
 
     @write_schema(
         "webhook_endpoints_create", WebhookEndpointCreateParams, WebhookEndpointSerializer
     )
     def post(self, request):
-        params = checked(WebhookEndpointCreateParams, request.data)
+        params = checked_params(WebhookEndpointCreateParams, request.data)
         endpoint = create_endpoint(
             url=params["url"],
             enabled_events=params["enabled_events"],
@@ -184,22 +184,22 @@ class WebhookEndpointView(APIView):
 
     @read_schema("webhook_endpoints_retrieve", WebhookEndpointSerializer)
     def get(self, request, endpoint_id: str):
-        checked(Params, request.query_params)
-        return Response(WebhookEndpointSerializer(found(endpoint_id)).data)
+        checked_params(Params, request.query_params)
+        return Response(WebhookEndpointSerializer(endpoint_or_404(endpoint_id)).data)
 
     @write_schema(
         "webhook_endpoints_update", WebhookEndpointUpdateParams, WebhookEndpointSerializer
     )
     def post(self, request, endpoint_id: str):
-        params = checked(WebhookEndpointUpdateParams, request.data)
+        params = checked_params(WebhookEndpointUpdateParams, request.data)
         params.pop("expand", None)
-        endpoint = update_endpoint(found(endpoint_id).pk, EndpointChanges(**params))
+        endpoint = update_endpoint(endpoint_or_404(endpoint_id).pk, EndpointChanges(**params))
         return Response(WebhookEndpointSerializer(endpoint).data)
 
     @read_schema("webhook_endpoints_delete", DeletedWebhookEndpointSerializer)
     def delete(self, request, endpoint_id: str):
-        checked(Params, request.query_params)
-        endpoint = delete_endpoint(found(endpoint_id).pk)
+        checked_params(Params, request.query_params)
+        endpoint = delete_endpoint(endpoint_or_404(endpoint_id).pk)
         return Response(DeletedWebhookEndpointSerializer({"id": endpoint.pk}).data)
 
 

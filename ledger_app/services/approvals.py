@@ -22,7 +22,7 @@ from django.utils import timezone
 from ledger_app import errors
 from ledger_app.models import EventType, LedgerEntry, Refund
 from ledger_app.selectors import charges_for_update, live_endpoints
-from ledger_app.services import events, writes
+from ledger_app.services import events, sql_writes
 from ledger_app.services.ledger import new_entry
 from ledger_app.services.refunds import actor_label, send_inline
 from ledger_app.services.validation import validate_text
@@ -125,11 +125,11 @@ def _record(refund: Refund, decider: str, note: str, now: datetime) -> None:
 def _approve(refund: Refund, decider: str, note: str, now: datetime, endpoints) -> None:
     _record(refund, decider, note, now)
     refund.status = Refund.Status.PENDING
-    statements: list[writes.Statement | None] = [writes.update(refund, DECIDED_FIELDS)]
+    statements: list[sql_writes.Statement | None] = [sql_writes.update(refund, DECIDED_FIELDS)]
     statements += events.event_writes(
         [(EventType.REFUND_UPDATED, refund, dict(APPROVED_FROM))], endpoints=endpoints
     )
-    writes.execute_together(statements)
+    sql_writes.execute_together(statements)
 
 
 def _cancel(refund: Refund, decider: str, note: str, now: datetime, endpoints) -> None:
@@ -147,11 +147,11 @@ def _cancel(refund: Refund, decider: str, note: str, now: datetime, endpoints) -
         memo=f"{'expired' if decider == EXPIRY_ACTOR else 'rejected'}: {note}",
     )
     statements = [
-        writes.update(refund, DECIDED_FIELDS),
-        writes.update(charge, ["amount_refunded", "updated_at"]),
-        writes.insert([entry]),
+        sql_writes.update(refund, DECIDED_FIELDS),
+        sql_writes.update(charge, ["amount_refunded", "updated_at"]),
+        sql_writes.insert([entry]),
     ]
     statements += events.event_writes(
         [(EventType.REFUND_UPDATED, refund, dict(CANCELED_FROM))], endpoints=endpoints
     )
-    writes.execute_together(statements)
+    sql_writes.execute_together(statements)

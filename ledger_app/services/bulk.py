@@ -343,7 +343,7 @@ class DryRun:
         the run's earlier rows would add to today's total)."""
         user = None if isinstance(actor, str) else actor
         label = actor_label(actor)
-        found = limits.limits_for(user=user, actor_label=label, currency=currency)
+        found = limits.limits_in_currency(user=user, actor_label=label, currency=currency)
         if not found.any:
             return RowOutcome.WOULD_REFUND
         now = timezone.now()

@@ -24,7 +24,7 @@ from ledger_app.models import (
     WebhookEndpoint,
 )
 from ledger_app.selectors import live_endpoints
-from ledger_app.services import writes
+from ledger_app.services import sql_writes
 from ledger_app.stripe_objects import plain
 
 # What changed, the object as it is now, and its fields as they were (None: it is new).
@@ -53,7 +53,7 @@ def record_many(
     if not connection.in_atomic_block:
         raise RuntimeError("an event is recorded in the transaction of its change")
     events, deliveries = build_many(changes, idempotency_key=idempotency_key)
-    writes.execute_together([writes.insert(events), writes.insert(deliveries)])
+    sql_writes.execute_together([sql_writes.insert(events), sql_writes.insert(deliveries)])
     return events
 
 
@@ -62,12 +62,12 @@ def event_writes(
     *,
     idempotency_key: str = "",
     endpoints: list[WebhookEndpoint] | None = None,
-) -> list[writes.Statement | None]:
+) -> list[sql_writes.Statement | None]:
     """The INSERTs of these changes' events and deliveries, for the caller to run with
     the change's other statements (`writes.execute_together`), in its transaction. Call
     it after the change is made on the objects: their snapshots are taken here."""
     events, deliveries = build_many(changes, idempotency_key=idempotency_key, endpoints=endpoints)
-    return [writes.insert(events), writes.insert(deliveries)]
+    return [sql_writes.insert(events), sql_writes.insert(deliveries)]
 
 
 def build_many(

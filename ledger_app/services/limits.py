@@ -50,7 +50,7 @@ NO_LIMITS = Limits()
 EVERY_REFUND_WAITS = Limits(per_refund=0)
 
 
-def limits_of(*, user=None, actor_label: str = "") -> dict[str, Limits]:
+def limits_by_currency(*, user=None, actor_label: str = "") -> dict[str, Limits]:
     """The requester's limits per currency, in one query: a user's own row for a currency,
     else their groups' highest; an API key's (`api_key:<prefix>` label); otherwise none."""
     if user is not None:
@@ -70,7 +70,7 @@ def limits_of(*, user=None, actor_label: str = "") -> dict[str, Limits]:
 
 
 def limits_in(requester_limits: dict[str, Limits], currency: str) -> Limits:
-    """The requester's limits (`limits_of`) in one currency: their row's; with no row in
+    """The requester's limits (`limits_by_currency`) in one currency: their row's; with no row in
     any currency, none; with rows only in others, every refund waits for approval
     (REFUND_LIMIT_OTHER_CURRENCIES=approve, the default) or none (allow). Every check of
     a refund against its requester's limits reads them here."""
@@ -82,9 +82,9 @@ def limits_in(requester_limits: dict[str, Limits], currency: str) -> Limits:
     return NO_LIMITS
 
 
-def limits_for(*, user=None, actor_label: str = "", currency: str) -> Limits:
+def limits_in_currency(*, user=None, actor_label: str = "", currency: str) -> Limits:
     """The requester's limits in one currency (`limits_in`)."""
-    return limits_in(limits_of(user=user, actor_label=actor_label), currency)
+    return limits_in(limits_by_currency(user=user, actor_label=actor_label), currency)
 
 
 def _highest(rows: list[RefundLimit]) -> Limits:

@@ -30,7 +30,7 @@ from ledger_app.selectors import (
     earlier_refund_like,
     live_endpoints,
 )
-from ledger_app.services import events, idempotency, limits, writes
+from ledger_app.services import events, idempotency, limits, sql_writes
 from ledger_app.services.dispatch import send_refund
 from ledger_app.services.dispatch.pool import send_within_budget
 from ledger_app.services.idempotency import Created
@@ -191,7 +191,9 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
     bind(refund_id=refund_id)  # until create_refund returns: its send's lines name it too
     endpoints = live_endpoints()  # not the charge's: read before its lock is taken
     now = timezone.now()
-    requester_limits = limits.limits_of(user=request.created_by, actor_label=request.actor_label)
+    requester_limits = limits.limits_by_currency(
+        user=request.created_by, actor_label=request.actor_label
+    )
     spent = limits.spent_today_if_limited(request.actor_label, requester_limits, now)
     charge = _lock_charge(request.charge_id)
     if request.unchanged_since is not None:
@@ -235,9 +237,9 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         actor=request.actor_label,
     )
     statements = [
-        writes.insert([refund]),
-        writes.update(charge, ["amount_refunded", "updated_at"]),
-        writes.insert([entry]),
+        sql_writes.insert([refund]),
+        sql_writes.update(charge, ["amount_refunded", "updated_at"]),
+        sql_writes.insert([entry]),
     ]
     charge.first_refunds = _newest_refunds(charge, refund)  # type: ignore[attr-defined]  # what its snapshot embeds
     statements += events.event_writes(
@@ -246,7 +248,7 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         endpoints=endpoints,
     )
     del charge.first_refunds  # type: ignore[attr-defined]
-    writes.execute_together(statements)
+    sql_writes.execute_together(statements)
     faults.checkpoint("refund.reserve_locked")  # written, not yet committed
     return refund
 

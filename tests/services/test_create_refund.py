@@ -401,7 +401,7 @@ class TestCreatedRefund:
         # share six (odds about 1 in 70 million for 40 ids).
         assert len({i[3:9] for i in ids}) == 40
 
-    @pytest.mark.parametrize("actor", [5, object(), "nul\x00"], ids=repr)
+    @pytest.mark.parametrize("actor", [5, object(), "nul\x00"], ids=["int", "object", "nul"])
     def test_an_actor_that_is_neither_a_user_nor_a_label_is_a_programming_error(
         self, succeeded_charge, actor
     ):

@@ -22,7 +22,7 @@ from django.urls import reverse
 from ledger_app.models import ApiKey, Refund, RefundLimit
 from ledger_app.services.api_keys import PREFIX_LENGTH, create_api_key
 from ledger_app.services.approvals import approve_refund
-from ledger_app.services.limits import EVERY_REFUND_WAITS, NO_LIMITS, limits_for
+from ledger_app.services.limits import EVERY_REFUND_WAITS, NO_LIMITS, limits_in_currency
 from ledger_app.services.refunds import create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
@@ -134,7 +134,9 @@ class TestRequestersWithoutLimits:
         refund = create_refund(charge_id=eur_charge.id, amount=10_000, actor=user).item
 
         assert refund.status == Refund.Status.SUCCEEDED
-        assert limits_for(user=user, actor_label="user:unlimited", currency="eur") == NO_LIMITS
+        assert (
+            limits_in_currency(user=user, actor_label="user:unlimited", currency="eur") == NO_LIMITS
+        )
 
     def test_an_operators_command_is_not_limited(self, agent, eur_charge):
         refund = create_refund(charge_id=eur_charge.id, amount=3_200, actor="cli:ops").item
@@ -164,7 +166,7 @@ class TestEveryKindOfRequester:
         assert "Your limits in EUR: €0.00 per refund" in text
         assert done.status_code == 302
         assert_waits_unsent(Refund.objects.get(charge=eur_charge), eur_charge)
-        assert limits_for(user=agent, actor_label="user:agent", currency="eur") == (
+        assert limits_in_currency(user=agent, actor_label="user:agent", currency="eur") == (
             EVERY_REFUND_WAITS
         )
 

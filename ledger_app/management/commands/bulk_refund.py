@@ -15,8 +15,10 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from ledger_app.counts import count_of
 from ledger_app.errors import IdempotencyKeyReused
-from ledger_app.management.commands._output import Progress, cli_actor, stop_requests
+from ledger_app.management.commands._output import Progress, cli_actor
+from ledger_app.management.commands._stopping import stop_requests
 from ledger_app.money import format_money
 from ledger_app.services.bulk import (
     DEFAULT_REPEAT_WINDOW,
@@ -28,7 +30,6 @@ from ledger_app.services.bulk import (
 )
 from ledger_app.services.bulk_jobs import JobFailed
 from ledger_app.services.csv_files import UnusableFile
-from ledger_app.wording import count_of
 
 REPORT_COLUMNS = [
     "row",

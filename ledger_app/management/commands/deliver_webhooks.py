@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management.base import CommandError
 
 from backoffice.time_zones import shown_time
-from ledger_app.management.commands._output import PollingWorker
+from ledger_app.management.commands._polling import PollingWorker
 from ledger_app.services.webhook_delivery import REFUSED, Attempt, deliver_due
 
 MAX_LEASE_SECONDS = 86_400

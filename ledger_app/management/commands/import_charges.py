@@ -4,10 +4,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger_app.counts import count_of
 from ledger_app.management.commands._output import Progress
 from ledger_app.services.csv_files import UnusableFile
 from ledger_app.services.imports import Format, ImportRowResult, ImportSummary, Outcome, run_import
-from ledger_app.wording import count_of
 
 
 class Command(BaseCommand):

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from django.core.management.base import CommandError
 
-from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome, PollingWorker
+from ledger_app.counts import count_of
+from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome
+from ledger_app.management.commands._polling import PollingWorker
 from ledger_app.models import Refund
 from ledger_app.services.approvals import expire_approvals
 from ledger_app.services.dispatch import process_pending_refunds
 from ledger_app.services.dispatch.worker import still_leased_refunds
-from ledger_app.wording import count_of
 
 
 class Command(PollingWorker, ExitsByOutcome):

@@ -2,9 +2,9 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger_app.counts import count_of
 from ledger_app.selectors import purgeable_keys
 from ledger_app.services.retention import purge_idempotency_keys
-from ledger_app.wording import count_of
 
 
 class Command(BaseCommand):

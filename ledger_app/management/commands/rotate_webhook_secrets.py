@@ -5,8 +5,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from ledger_app.counts import count_of
 from ledger_app.models import WebhookEndpoint
-from ledger_app.wording import count_of
 
 
 class Command(BaseCommand):

@@ -2,8 +2,8 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger_app.counts import count_of
 from ledger_app.selectors import find_ledger_drift
-from ledger_app.wording import count_of
 
 
 class Command(BaseCommand):

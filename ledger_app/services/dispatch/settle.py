@@ -18,7 +18,7 @@ from ledger_app.models import (
     Refund,
 )
 from ledger_app.selectors import charges_for_update, live_endpoints
-from ledger_app.services import events, writes
+from ledger_app.services import events, sql_writes
 from ledger_app.services.ledger import new_entry
 
 log = logging.getLogger("ledger_app.dispatch")
@@ -89,12 +89,14 @@ def settle_locked_refund(
     if previous is None:
         return refund
     refund.charge = charge
-    statements: list[writes.Statement | None] = [writes.update(refund, MOVED_FIELDS[Refund])]
+    statements: list[sql_writes.Statement | None] = [
+        sql_writes.update(refund, MOVED_FIELDS[Refund])
+    ]
     if outcome.status == SUCCEEDED:
         statements.append(_book(charge, refund, LedgerEntry.Kind.REFUND_SUCCEEDED, actor))
     elif outcome.status == FAILED:
         charge.amount_refunded -= refund.amount
-        statements.append(writes.update(charge, ["amount_refunded", "updated_at"]))
+        statements.append(sql_writes.update(charge, ["amount_refunded", "updated_at"]))
         statements.append(
             _book(charge, refund, LedgerEntry.Kind.REFUND_RELEASED, actor, outcome.detail)
         )
@@ -102,17 +104,17 @@ def settle_locked_refund(
     if outcome.status == FAILED:
         told.append((EventType.REFUND_FAILED, refund, previous))
     statements += events.event_writes(told, endpoints=endpoints)
-    writes.execute_together(statements)  # one round trip on PostgreSQL
+    sql_writes.execute_together(statements)  # one round trip on PostgreSQL
     return refund
 
 
 def _book(
     charge: Charge, refund: Refund, kind: LedgerEntry.Kind, actor: str, memo: str = ""
-) -> writes.Statement | None:
+) -> sql_writes.Statement | None:
     entry = new_entry(
         charge=charge, refund=refund, kind=kind, amount=refund.amount, memo=memo, actor=actor
     )
-    return writes.insert([entry])
+    return sql_writes.insert([entry])
 
 
 def settle_charge(*, charge_id: str, outcome: Outcome, actor: str = "") -> Charge:
@@ -129,7 +131,9 @@ def settle_locked_charge(*, charge: Charge, outcome: Outcome, actor: str) -> Cha
     faults.checkpoint("charge.settle_locked")
     previous = _move(charge, outcome, FORWARD)
     if previous is not None:
-        statements: list[writes.Statement | None] = [writes.update(charge, MOVED_FIELDS[Charge])]
+        statements: list[sql_writes.Statement | None] = [
+            sql_writes.update(charge, MOVED_FIELDS[Charge])
+        ]
         if outcome.status == SUCCEEDED:
             entry = new_entry(
                 charge=charge,
@@ -137,14 +141,14 @@ def settle_locked_charge(*, charge: Charge, outcome: Outcome, actor: str) -> Cha
                 amount=charge.amount,
                 actor=actor,
             )
-            statements.append(writes.insert([entry]))
+            statements.append(sql_writes.insert([entry]))
         told: dict[str, EventType] = {
             SUCCEEDED: EventType.CHARGE_SUCCEEDED,
             FAILED: EventType.CHARGE_FAILED,
         }
         if outcome.status in told:
             statements += events.event_writes([(told[outcome.status], charge, previous)])
-        writes.execute_together(statements)
+        sql_writes.execute_together(statements)
     return charge
 
 

@@ -6,7 +6,3 @@ from __future__ import annotations
 def count_of(count: int, singular: str, plural: str | None = None) -> str:
     """The count and its noun, singular for exactly one (`plural` defaults to singular + s)."""
     return f"{count} {singular if count == 1 else (plural or singular + 's')}"
-
-
-# What a refund made without a reason (stored as "") is called in filters and the chart.
-NO_REASON = "No reason"

@@ -1,0 +1,113 @@
+"""The base of the polling workers (process_refunds, deliver_webhooks): passes of work
+until none is left (--once) or until stopped (--loop), stopping cleanly on a signal."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import cast
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
+
+from ledger_app.management.commands._stopping import STOP_SECONDS, StopRequest
+from ledger_app.services.worker_parts import ItemInHand, RunOutcomes
+
+
+class PollingWorker(BaseCommand):
+    """A worker command: one pass over what is due (`--once`, the default) or passes
+    until SIGTERM/SIGINT (`--loop`), finishing the item in hand before it stops (see
+    StopRequest; docs/operating/deploys.md)."""
+
+    noun = "item"  # what one item is called in help and stop messages
+    plural = "items"
+    batch_default = 100
+    poll_default = 2.0
+    lease_help = "How long a claim holds."
+    # What becomes of an item in hand if the worker exits without finishing it.
+    left_in_hand = "it is taken up again when its lease runs out"
+
+    def add_arguments(self, parser):
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument(
+            "--once", action="store_true", help="Send what is due now, then exit (default)."
+        )
+        mode.add_argument(
+            "--loop", action="store_true", help="Keep polling until SIGTERM or SIGINT."
+        )
+        parser.add_argument(
+            "--batch-size", type=int, default=self.batch_default, help="How many per claim."
+        )
+        parser.add_argument("--lease-seconds", type=int, default=None, help=self.lease_help)
+        parser.add_argument(
+            "--poll-seconds",
+            type=float,
+            default=self.poll_default,
+            help="Pause between polls with --loop.",
+        )
+        parser.add_argument(
+            "--stop-seconds",
+            type=float,
+            default=None,
+            help=(
+                f"On SIGTERM/SIGINT, how long the {self.noun} in hand may take to finish "
+                f"before the worker exits anyway, leaving it leased (default {STOP_SECONDS:g})."
+            ),
+        )
+
+    def still_leased(self, pk: str | int) -> bool:
+        """Whether the item that was in hand at the stop is still under this worker's
+        lease after its send returned (a refund whose lookup got no answer)."""
+        return False
+
+    def run_passes(self, options, one_pass: Callable[..., RunOutcomes], **arguments) -> RunOutcomes:
+        """One pass (`one_pass(batch_size=, lease_seconds=, should_stop=, hand=,
+        **arguments)`), or passes until stopped with --loop; the summed tally. Stopped by a
+        signal, it says what it finished and what it left leased, on stderr."""
+        bound = options.get("stop_seconds")
+        if bound is None:
+            bound = float(getattr(settings, "WORKER_STOP_SECONDS", STOP_SECONDS))
+        if not 0 < bound <= 3600:
+            raise CommandError("--stop-seconds must be more than 0 and at most 3600")
+        hand = ItemInHand()
+        total = RunOutcomes()
+        nouns = (self.noun, self.plural)
+        stop = StopRequest(self.stderr.write, nouns, hand, bound, self.left_in_hand)
+        with stop.handling():
+            while True:
+                tally = one_pass(
+                    batch_size=options["batch_size"],
+                    lease_seconds=options["lease_seconds"],
+                    should_stop=stop.__bool__,
+                    hand=hand,
+                    **arguments,
+                )
+                total.statuses.update(tally.statuses)
+                total.errors += tally.errors
+                total.handed_back += tally.handed_back
+                total.left_leased += tally.left_leased
+                if not options["loop"] or stop:
+                    break
+                deadline = time.monotonic() + options["poll_seconds"]
+                while not stop and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            if stop:
+                self._say_stopped(stop, tally)
+        return total
+
+    def _say_stopped(self, stop: StopRequest, tally: RunOutcomes) -> None:
+        left = tally.left_leased
+        if stop.held_pk is not None and (stop.hand.pk == stop.held_pk or self._leased(stop)):
+            left += 1
+        parts = [f"{stop.count(stop.finished())} finished"]
+        if tally.handed_back:
+            parts.append(f"{tally.handed_back} claimed and handed back unsent")
+        parts.append(f"{left} left leased")
+        self.stderr.write("stopped: " + ", ".join(parts))
+
+    def _leased(self, stop: StopRequest) -> bool:
+        try:
+            return self.still_leased(cast("str | int", stop.held_pk))  # only when held
+        except DatabaseError:
+            return True  # cannot tell; say the worse
