@@ -68,3 +68,9 @@ def charge_object(charge: Charge, status: str, **changed) -> dict:
         "metadata": {"ledger_charge_id": charge.id},
     }
     return {**obj, **changed}
+
+
+def refund_event(refund: Refund, status: str, *, event_id: str) -> dict:
+    """The provider's news of a refund: `refund.updated`, or `refund.failed` when it failed."""
+    kind = "refund.failed" if status == "failed" else "refund.updated"
+    return event_of(event_id, kind, refund_object(refund, status))

@@ -14,7 +14,6 @@ from django.apps import apps
 from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.test import Client
-from django.urls import URLResolver, get_resolver
 
 from ledger_app.models import (
     ApiKey,
@@ -31,33 +30,11 @@ from ledger_app.services.api_keys import create_api_key, revoke_api_key
 from ledger_app.services.refunds import create_refund
 from simulated_provider.models import ProviderRefund
 from tests import tally
+from tests.api_routes import FORM, api_endpoints, send, walk
 from tests.factories import ChargeFactory
 from tests.second_factor import verified
 
 pytestmark = pytest.mark.django_db
-
-FORM = "application/x-www-form-urlencoded"
-DOCUMENTATION = {"openapi", "api-docs"}  # the published schema: no ledger data in it
-
-
-def walk(patterns, prefix=""):
-    for pattern in patterns:
-        if isinstance(pattern, URLResolver):
-            yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
-        else:
-            yield prefix + str(pattern.pattern), pattern
-
-
-def api_endpoints() -> list[tuple[str, list[str]]]:
-    """(path template, methods) of every named /v1/ endpoint."""
-    endpoints = []
-    for route, pattern in walk(get_resolver().url_patterns):
-        if not route.startswith("v1/") or not pattern.name or pattern.name in DOCUMENTATION:
-            continue
-        view = pattern.callback.view_class
-        methods = [m for m in ("get", "post", "delete") if hasattr(view, m)]
-        endpoints.append(("/" + route, methods))
-    return endpoints
 
 
 def fill(route: str, charge: Charge, refund: Refund) -> str:
@@ -90,13 +67,6 @@ def books(inline_dispatch):
         )
 
     return charge, refund, snapshot
-
-
-def send(client: Client, method: str, path: str, **headers):
-    body = urlencode({"amount": "100", "currency": "usd"})
-    if method == "post":
-        return client.post(path, body, content_type=FORM, **headers)
-    return getattr(client, method)(path, **headers)
 
 
 def test_the_api_has_the_endpoints_this_file_checks():

@@ -12,48 +12,18 @@ from ledger_app.admin.forms import new_form_key
 from ledger_app.models import Charge, Refund
 from ledger_app.selectors import charge_state
 from ledger_app.services.refunds import create_refund
+from tests.admin.refund_form_pages import (
+    drawn_form,
+    form_key,
+    hidden,
+    open_form,
+    refund_url,
+    submit,
+)
 from tests.factories import ChargeFactory
 from tests.invariants import books
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("ledger_invariants")]
-
-
-def refund_url(charge):
-    return reverse("admin:ledger_app_charge_refund", args=[quote(charge.pk)])
-
-
-def hidden(response, name: str) -> str:
-    pattern = rb'name="' + name.encode() + rb'" value="([^"]*)"'
-    return re.search(pattern, response.content).group(1).decode()
-
-
-def form_key(response) -> str:
-    return hidden(response, "idempotency_key")
-
-
-def open_form(client, charge):
-    """The refund page as a person reaches it: the plain URL redirects to a form of its own."""
-    return client.get(refund_url(charge), follow=True)
-
-
-def drawn_form(client, charge) -> tuple[str, str]:
-    """The key and the charge state of a refund form as drawn for a person."""
-    page = open_form(client, charge)
-    return form_key(page), hidden(page, "charge_state")
-
-
-def submit(client, charge, key=None, state=None, **fields):
-    page = None
-    if key is None or state is None:
-        page = open_form(client, charge)
-    data = {
-        "amount": "",
-        "reason": "requested_by_customer",
-        "note": "",
-        "idempotency_key": key or form_key(page),
-        "charge_state": hidden(page, "charge_state") if state is None else state,
-    }
-    return client.post(refund_url(charge), {**data, **fields})
 
 
 class TestRefundForm:

@@ -8,7 +8,7 @@ from ledger_app.admin.charges import ChargeAdmin
 from ledger_app.admin.forms import OTHER, REASONS, RefundForm
 from ledger_app.models import Charge, Refund
 from ledger_app.services.refunds import create_refund
-from tests.admin.test_refund_form import hidden, open_form, submit
+from tests.admin.refund_form_pages import hidden, open_form, submit
 from tests.factories import ChargeFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("ledger_invariants")]

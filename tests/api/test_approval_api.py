@@ -8,8 +8,8 @@ from ledger_app.models import ApiKey, Refund, RefundLimit
 from ledger_app.services.api_keys import PREFIX_LENGTH, create_api_key
 from ledger_app.services.approvals import approve_refund, reject_refund
 from simulated_provider.models import ProviderRequest
-from tests.factories import ChargeFactory
-from tests.services.test_limits_and_approvals import LEADS_MIGRATION, migration_group, staff
+from tests.factories import LEADS_MIGRATION, ChargeFactory, migration_group
+from tests.services.people import staff
 
 FORM = "application/x-www-form-urlencoded"
 

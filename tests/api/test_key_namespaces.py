@@ -22,8 +22,8 @@ from ledger_app.models import Charge, IdempotencyRecord, Refund
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.bulk import BulkRow, row_request
 from ledger_app.services.idempotency import ADMIN_BULK_KEYS, RESERVED_KEY_PREFIXES
-from tests.commands.test_bulk_refund import bulk as bulk_refund
-from tests.commands.test_bulk_refund import write_csv
+from tests.commands.bulk_runs import bulk as bulk_refund
+from tests.commands.bulk_runs import write_csv
 from tests.factories import ChargeFactory
 from tests.invariants import rows_written
 from tests.processes import GunicornServer

@@ -7,86 +7,22 @@ for errors, Stripe's envelope. Response bodies must match the schema.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import schemathesis
-from django.core.signals import request_finished, request_started
-from django.db import close_old_connections
-from hypothesis import HealthCheck, settings
-from schemathesis import checks as generic_checks
 from schemathesis.specs.openapi import checks as openapi_checks
 
-from backoffice.wsgi import application
 from ledger_app.models import Event, Refund
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.refunds import create_refund
+from tests.api.schema_checks import ALL_CHECKS, FUZZ, schema
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("wsgi_in_test_transaction")]
 
-schema = schemathesis.openapi.from_wsgi("/v1/openapi.json", application)
 
 FORM = "application/x-www-form-urlencoded"
 JSON = "application/json"
-
-
-# Bounded so the file runs in well under a minute on SQLite; derandomized so a run is
-# reproducible (the same requests every time) and no example database is kept.
-FUZZ = settings(
-    max_examples=100,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
-
-
-def request_id_and_error_envelope(ctx, response, case):
-    """Every response has a Request-Id; every error is {"error": {type, code, message}}."""
-    request_id = response.headers.get("request-id") or []
-    assert request_id and request_id[0].startswith("req_"), "no Request-Id header"
-    if response.status_code >= 400:
-        body = json.loads(response.content)
-        assert set(body) == {"error"}, body
-        error = body["error"]
-        for name in ("type", "code", "message"):
-            assert isinstance(error.get(name), str) and error[name], error
-
-
-NO_SERVER_ERROR_AND_DOCUMENTED = [
-    generic_checks.not_a_server_error,
-    openapi_checks.status_code_conformance,
-    openapi_checks.content_type_conformance,
-    request_id_and_error_envelope,
-]
-ALL_CHECKS = [*NO_SERVER_ERROR_AND_DOCUMENTED, openapi_checks.response_schema_conformance]
-
-
-@pytest.fixture
-def wsgi_in_test_transaction(db, settings):
-    """Let the real WSGI handler run inside the test's transaction.
-
-    A WSGI request fires request_started/request_finished, whose close_old_connections
-    would close the connection holding the test transaction (Django's test client
-    disconnects it the same way). No provider latency, and no throttling to hit.
-    """
-    settings.SIMULATED_GATEWAY_LATENCY_MS = 0
-    settings.REFUND_DISPATCH = "inline"
-    settings.API_RATE_LIMIT = "100000/second"
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    try:
-        yield
-    finally:
-        request_started.connect(close_old_connections)
-        request_finished.connect(close_old_connections)
-
-
-@pytest.fixture
-def auth(api_key) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"}
 
 
 @schema.include(path_regex="^/v1/refunds").parametrize()

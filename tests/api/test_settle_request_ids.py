@@ -8,7 +8,8 @@ import pytest
 
 from ledger_app.models import Refund
 from ledger_app.services.dispatch import process_pending_refunds
-from tests.services.test_provider_events import SECRET, post, refund_event
+from tests.provider_webhook import SECRET, refund_event
+from tests.provider_webhook import post_event as post
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,8 +18,8 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from ledger_app.models import Charge, Refund
+from tests.browser.admin_lists import LISTS
 from tests.browser.conftest import DESKTOP, PHONE, refund_url
-from tests.browser.test_list_widths import LISTS
 
 # The live server answers from its own thread, so test data must really be committed.
 # Layout only: the same pages whatever the database, so `make test` runs these in its

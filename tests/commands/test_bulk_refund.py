@@ -1,42 +1,14 @@
 """bulk_refund: every row refunded once, however often or however many times at once it runs."""
 
-import csv
-import io
 import signal
 import time
 
 import pytest
-from django.core.management import CommandError, call_command
 
-from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
+from ledger_app.models import Charge, IdempotencyRecord, Refund
+from tests.commands.bulk_runs import bulk, counts, report_rows, write_csv
 from tests.factories import ChargeFactory
 from tests.processes import run_command, start_command
-
-
-def write_csv(path, rows, header=("charge", "amount", "reason", "note")):
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        writer.writerows(rows)
-    return path
-
-
-def bulk(*args) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        call_command("bulk_refund", *map(str, args), stdout=out, stderr=err)
-    except CommandError as exc:
-        return exc.returncode, out.getvalue(), err.getvalue() + str(exc)
-    return 0, out.getvalue(), err.getvalue()
-
-
-def report_rows(path):
-    with path.open(newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
-
-
-def counts():
-    return Refund.objects.count(), LedgerEntry.objects.count(), IdempotencyRecord.objects.count()
 
 
 @pytest.mark.django_db

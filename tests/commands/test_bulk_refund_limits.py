@@ -4,7 +4,7 @@ rows over them wait, reserved, for another person's approval, reported as such."
 import pytest
 
 from ledger_app.models import Refund, RefundLimit
-from tests.commands.test_bulk_refund import bulk, report_rows, write_csv
+from tests.commands.bulk_runs import bulk, report_rows, write_csv
 from tests.factories import ChargeFactory
 from tests.processes import run_command
 

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from ledger_app.models import Charge, Refund, RefundLimit
-from tests.commands.test_bulk_refund import bulk, counts, report_rows, write_csv
+from tests.commands.bulk_runs import bulk, counts, report_rows, write_csv
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 from tests.processes import run_command, start_command

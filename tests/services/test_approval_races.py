@@ -15,16 +15,9 @@ from ledger_app.services.dispatch import process_pending_refunds
 from ledger_app.services.refunds import create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.concurrency import run_at_once
-from tests.factories import ChargeFactory
+from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees
-from tests.services.test_limits_and_approvals import (
-    AGENTS_MIGRATION,
-    LEADS_MIGRATION,
-    migration_group,
-    provider_contact,
-    set_limit,
-    staff,
-)
+from tests.services.people import provider_contact, set_limit, staff
 
 pytestmark = [
     pytest.mark.postgres,

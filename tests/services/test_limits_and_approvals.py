@@ -7,11 +7,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, time, timedelta
 
 import pytest
-from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from ledger_app import errors
-from ledger_app.models import Event, LedgerEntry, Refund, RefundLimit
+from ledger_app.models import Event, LedgerEntry, Refund
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.approvals import approve_refund, expire_approvals, reject_refund
 from ledger_app.services.dispatch import process_pending_refunds, reconcile_refunds
@@ -21,6 +20,7 @@ from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
 from tests.invariants import assert_provider_agrees, books
 from tests.processes import run_command
+from tests.services.people import provider_contact, set_limit, staff
 
 pytestmark = [
     pytest.mark.django_db,
@@ -28,30 +28,7 @@ pytestmark = [
 ]
 
 
-# --- people and limits (helpers shared with test_approval_races and the model test) -------
-
-
-def staff(django_user_model, username: str, *groups: Group):
-    """A staff member with no usable password (hashing one costs time and proves nothing)."""
-    user = django_user_model.objects.create_user(username, is_staff=True)
-    user.groups.add(*groups)
-    return user
-
-
-def set_limit(*, currency: str = "usd", per_refund=None, per_day=None, **subject) -> RefundLimit:
-    """The limit of one group, user or api_key in one currency (blank: unlimited)."""
-    return RefundLimit.objects.create(
-        currency=currency, per_refund=per_refund, per_day=per_day, **subject
-    )
-
-
-def provider_contact(refund: Refund) -> list[str]:
-    """Every request that reached the provider about this refund (sends and lookups)."""
-    return list(
-        ProviderRequest.objects.filter(idempotency_key=refund.provider_idempotency_key)
-        .order_by("id")
-        .values_list("operation", flat=True)
-    )
+# --- people and limits (the shared helpers are in tests/services/people.py) --------------
 
 
 def entries(refund: Refund) -> list[tuple[str, int, str]]:

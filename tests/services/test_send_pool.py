@@ -137,7 +137,7 @@ def test_admin_refund_on_a_slow_provider_says_pending_and_settles(budget, client
     answers, says the amount is reserved, and the refund settles without anyone."""
     from django.contrib.messages import get_messages
 
-    from tests.admin.test_refund_form import submit
+    from tests.admin.refund_form_pages import submit
     from tests.second_factor import verified
 
     charge = slow_charge()

@@ -4,7 +4,14 @@ from django.db import transaction
 from ledger_app.models import EventType
 from ledger_app.services import events
 from ledger_app.services.webhook_endpoints import create_endpoint
-from tests.api.conftest import api, api_key, read_only_key, stripe_client  # noqa: F401
+from tests.api.conftest import (  # noqa: F401 - fixtures
+    api,
+    api_key,
+    auth,
+    read_only_key,
+    stripe_client,
+    wsgi_in_test_transaction,
+)
 from tests.factories import ChargeFactory
 from tests.webhooks.receiver import Receiver
 

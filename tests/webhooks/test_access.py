@@ -5,7 +5,7 @@ import pytest
 
 from ledger_app.models import WebhookEndpoint
 from ledger_app.services.api_keys import create_api_key
-from tests.test_access_matrix import api_endpoints, send
+from tests.api_routes import api_endpoints, send
 
 pytestmark = pytest.mark.django_db
 

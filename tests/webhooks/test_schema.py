@@ -4,13 +4,7 @@ Private URLs are allowed here, so no generated host is looked up in DNS."""
 
 import pytest
 
-from tests.api.test_schema import (  # noqa: F401 - fixtures
-    ALL_CHECKS,
-    FUZZ,
-    auth,
-    schema,
-    wsgi_in_test_transaction,
-)
+from tests.api.schema_checks import ALL_CHECKS, FUZZ, schema
 
 pytestmark = [
     pytest.mark.django_db,
@@ -20,5 +14,5 @@ pytestmark = [
 
 @schema.include(path_regex="^/v1/webhook_endpoints").parametrize()
 @FUZZ
-def test_fuzzed_webhook_endpoint_requests_conform(case, auth, endpoint):  # noqa: F811
+def test_fuzzed_webhook_endpoint_requests_conform(case, auth, endpoint):
     case.call_and_validate(headers=auth, checks=ALL_CHECKS)
