@@ -31,7 +31,7 @@ from ledger_app.db import drop_broken_connection
 from ledger_app.models import ApiKey, Refund, RefundApproval, RefundLimit
 from ledger_app.money import format_money
 from ledger_app.services.approvals import approve_refund, reject_refund
-from ledger_app.services.text import has_unstorable_characters
+from ledger_app.text import has_unstorable_characters
 
 log = logging.getLogger("ledger_app.admin")
 

@@ -22,7 +22,7 @@ from ledger_app.admin.lookups import LookupGuard
 from ledger_app.admin.second_factor import money_action_gate, take_held_form
 from ledger_app.counts import count_of
 from ledger_app.money import format_money
-from ledger_app.services.text import has_unstorable_characters
+from ledger_app.text import has_unstorable_characters
 
 REFUND_PERMISSION = "ledger_app.refund_charge"
 

@@ -28,7 +28,7 @@ from ledger_app.admin.refund_form import RefundFormViews, why_not_refundable
 from ledger_app.models import Charge
 from ledger_app.money import MAJOR_AMOUNT, format_money
 from ledger_app.replica import ListsFromReplica
-from ledger_app.services.text import has_unstorable_characters
+from ledger_app.text import has_unstorable_characters
 
 
 class RefundStateFilter(admin.SimpleListFilter):

@@ -8,7 +8,7 @@ from django.core.cache import cache as django_cache
 from django.db.models import Count, Q
 
 from ledger_app.models import Charge
-from ledger_app.services.text import has_unstorable_characters
+from ledger_app.text import has_unstorable_characters
 
 # What a refund made without a reason (stored as "") is called in filters and the chart.
 NO_REASON = "No reason"

@@ -40,7 +40,7 @@ from ledger_app.selectors import (
 from ledger_app.services.idempotency import ADMIN_FORM_KEYS, Created
 from ledger_app.services.limits import limits_in_currency, spent_today
 from ledger_app.services.refunds import actor_label, create_refund
-from ledger_app.services.text import has_unstorable_characters
+from ledger_app.text import has_unstorable_characters
 
 log = logging.getLogger("ledger_app.admin")
 

@@ -20,7 +20,7 @@ from rest_framework import serializers
 from rest_framework.fields import SkipField, empty
 
 from ledger_app.mixin_bases import DrfFieldMixin
-from ledger_app.services.text import has_unstorable_characters
+from ledger_app.text import has_unstorable_characters
 
 # \Z: "$" would let "5\n" through, and int() takes it
 DIGITS = re.compile(r"^-?[0-9]{1,30}\Z")

@@ -22,7 +22,7 @@ from rest_framework import parsers
 from rest_framework.utils import json as drf_json
 
 from ledger_app.api.errors import ApiError
-from ledger_app.services.text import has_unstorable_characters
+from ledger_app.text import has_unstorable_characters
 
 BRACKETED = re.compile(r"^([A-Za-z_]+)\[([^\[\]]*)\]$")
 LIST_PARAMS = {"expand"}

@@ -23,6 +23,7 @@ from ledger_app.models import (
     WebhookEndpoint,
 )
 from ledger_app.selectors.drift import Drift, find_ledger_drift
+from ledger_app.text import has_unstorable_characters
 
 __all__ = ["Drift", "find_ledger_drift"]
 
@@ -279,6 +280,9 @@ def events_listed(
             "deliveries", filter=Q(deliveries__status=WebhookDelivery.Status.PENDING)
         )
     )
+    asked = [*(types or []), *([type_name] if type_name is not None else [])]
+    if any(has_unstorable_characters(name) for name in asked):
+        return events.none()  # no event has such a type (and PostgreSQL cannot compare it)
     if types is not None:
         events = events.filter(type__in=types)
     if type_name is not None and type_name != "*":

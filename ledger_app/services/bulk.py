@@ -33,7 +33,7 @@ from ledger_app.services.bulk_jobs import JobPool
 from ledger_app.services.csv_files import UnusableFile, minor_units_or_unusable, open_csv
 from ledger_app.services.idempotency import BULK_ROW_KEYS
 from ledger_app.services.refunds import actor_label, create_refund, preview_refund
-from ledger_app.services.text import has_control_characters
+from ledger_app.text import has_control_characters
 
 COLUMNS = {"charge", "amount", "reason", "note", "idempotency_key"}
 REQUIRED_COLUMNS = {"charge"}

@@ -18,7 +18,7 @@ from urllib3.exceptions import TimeoutError as Urllib3Timeout
 from urllib3.util import parse_url
 from urllib3.util.ssl_match_hostname import CertificateError
 
-from ledger_app.services.text import has_control_characters
+from ledger_app.text import has_control_characters
 
 MAX_URL_LENGTH = 2048
 SCHEMES = ("http", "https")

@@ -20,7 +20,7 @@ from ledger_app.errors import (
 )
 from ledger_app.models import Charge, IdempotencyRecord, Refund
 from ledger_app.selectors import idempotency_record
-from ledger_app.services.text import has_control_characters
+from ledger_app.text import has_control_characters
 
 T = TypeVar("T", Refund, Charge)
 

@@ -37,8 +37,8 @@ from ledger_app.money import (
 from ledger_app.services import events
 from ledger_app.services.csv_files import DIGITS, UnusableFile, minor_units_or_unusable, open_csv
 from ledger_app.services.ledger import append_entry
-from ledger_app.services.text import has_control_characters, has_unstorable_characters
 from ledger_app.services.validation import validate_metadata, validate_text
+from ledger_app.text import has_control_characters, has_unstorable_characters
 
 ACTOR = "import_charges"
 REFUNDED_BEFORE_NOTE = (

@@ -34,7 +34,7 @@ from ledger_app.services.dispatch import (
     settle_locked_charge,
     settle_locked_refund,
 )
-from ledger_app.services.text import has_control_characters, has_unstorable_characters
+from ledger_app.text import has_control_characters, has_unstorable_characters
 
 log = logging.getLogger("ledger_app.provider_events")
 

@@ -35,9 +35,9 @@ from ledger_app.services.dispatch import send_refund
 from ledger_app.services.dispatch.pool import send_within_budget
 from ledger_app.services.idempotency import Created
 from ledger_app.services.ledger import new_entry
-from ledger_app.services.text import has_unstorable_characters
 from ledger_app.services.validation import merge_metadata, validate_metadata, validate_text
 from ledger_app.stripe_objects import EMBEDDED_REFUNDS
+from ledger_app.text import has_unstorable_characters
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser

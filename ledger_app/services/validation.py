@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ledger_app import errors
-from ledger_app.services.text import has_unstorable_characters
+from ledger_app.text import has_unstorable_characters
 
 MAX_NOTE_LENGTH = 1000
 MAX_METADATA_KEYS = 50

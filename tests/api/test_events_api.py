@@ -91,6 +91,14 @@ class TestListAndRetrieve:
         assert set(types_of(type="*")) == set(types_of())
         assert types_of(type="charge.dispute.created") == []
 
+    @pytest.mark.parametrize("asked", ["charge.\x00", "\U000fbf9fW'\x00", "ref\x00und.*"])
+    def test_a_type_no_event_can_have_lists_nothing_and_never_fails(self, api, charge, asked):
+        """Found by the schema fuzzer: a NUL in the type reached PostgreSQL, which cannot
+        compare it (a 500). Such a type names no event."""
+        for params in ({"type": asked}, {"types[]": ["charge.succeeded", asked]}):
+            answer = api.get("/v1/events", params)
+            assert (answer.status_code, answer.json()["data"]) == (200, [])
+
     def test_created_filters_in_unix_seconds(self, stripe_client):
         made = succeeded_charge_events(3)  # at T, T+10, T+20
 
