@@ -5,7 +5,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.cache import caches
 from django.db import connection
-from django.test import Client
+from django.test import Client, override_settings
 
 from tests import tally
 from tests.factories import ChargeFactory
@@ -19,6 +19,14 @@ POSTGRES_REASON = (
     f"{connection.vendor}. Set DATABASE_URL=postgres://... (make test does when one answers)."
 )
 _skipped_for_postgres: list[str] = []
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _few_hashing_rounds():
+    """Passwords hashed in the test process take Django's PBKDF2 with fewer rounds
+    (tests/hashers.py); a test of hashing itself overrides PASSWORD_HASHERS again."""
+    with override_settings(PASSWORD_HASHERS=["tests.hashers.FewRoundsPBKDF2PasswordHasher"]):
+        yield
 
 
 @pytest.fixture(autouse=True)
