@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import string
-from typing import cast
+from typing import Any, NoReturn, cast
 
 from django.conf import settings
 from django.db import models
@@ -85,11 +85,11 @@ class ProviderMovement(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.pk
+        return str(self.pk)
 
     @property
     def provider_id(self) -> str:
-        return getattr(self, self.provider_id_field)
+        return cast(str, getattr(self, self.provider_id_field))
 
 
 class Charge(ProviderMovement):
@@ -413,11 +413,11 @@ class IdempotencyRecord(models.Model):
         return cast("Refund | Charge", self.refund if self.refund_id else self.charge)
 
 
-class LedgerEntryQuerySet(models.QuerySet):
-    def update(self, **kwargs):
+class LedgerEntryQuerySet(models.QuerySet["LedgerEntry"]):
+    def update(self, **kwargs: Any) -> NoReturn:
         raise TypeError("Ledger entries are append-only; they are never updated.")
 
-    def delete(self):
+    def delete(self) -> NoReturn:
         raise TypeError("Ledger entries are append-only; they are never deleted.")
 
 
@@ -470,13 +470,13 @@ class LedgerEntry(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} {self.amount} {self.currency} on {self.charge_id}"
 
-    def save(self, *args, **kwargs):
+    def save(self, *args: Any, **kwargs: Any) -> None:
         # An integrity guard, not business logic: an existing entry is never rewritten.
         if not self._state.adding:
             raise TypeError("Ledger entries are append-only; they are never updated.")
         super().save(*args, **kwargs)
 
-    def delete(self, *args, **kwargs):
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError("Ledger entries are append-only; they are never deleted.")
 
 

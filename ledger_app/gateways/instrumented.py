@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ledger_app import metrics
 from ledger_app.gateways.base import (
@@ -25,6 +25,9 @@ ERROR_NAMES: tuple[tuple[type[Exception], str], ...] = (
     (OutcomeUnknown, "outcome_unknown"),
     (Exception, "unexpected"),  # a bug or a library's own error: the send reads it as unknown
 )
+
+
+Answer = TypeVar("Answer", ProviderAnswer, ProviderAnswer | None)
 
 
 class InstrumentedGateway(Gateway):
@@ -51,7 +54,7 @@ def error_name(exc: Exception) -> str:
     return next(name for kind, name in ERROR_NAMES if isinstance(exc, kind))
 
 
-def _observed(operation: str, call: Callable[..., Any], request: dict[str, Any]) -> Any:
+def _observed(operation: str, call: Callable[..., Answer], request: dict[str, Any]) -> Answer:
     started = time.perf_counter()
     error = None
     try:

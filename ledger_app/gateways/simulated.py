@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -51,8 +52,21 @@ BEHAVIOURS = {
 }
 
 
+# The provider's two kinds of record, each kept once per idempotency key.
+Provided = type[ProviderRefund] | type[ProviderCharge]
+
+
 class SimulatedGateway(Gateway):
-    def refund(self, *, provider_key, charge_reference, amount, currency, metadata, timeout):
+    def refund(
+        self,
+        *,
+        provider_key: str,
+        charge_reference: str,
+        amount: int,
+        currency: str,
+        metadata: dict[str, str],
+        timeout: float,
+    ) -> ProviderAnswer:
         behaviour = _charge_metadata(charge_reference).get("simulate_refund", "succeed")
         record = self._apply(
             ProviderRefund,
@@ -70,10 +84,21 @@ class SimulatedGateway(Gateway):
         )
         return _answer(record)
 
-    def lookup_refund(self, *, provider_key, charge_reference, ledger_refund_id):
+    def lookup_refund(
+        self, *, provider_key: str, charge_reference: str, ledger_refund_id: str
+    ) -> ProviderAnswer | None:
         return _lookup(ProviderRefund, "refund_lookup", provider_key, charge_reference)
 
-    def charge(self, *, provider_key, amount, currency, description, metadata, timeout):
+    def charge(
+        self,
+        *,
+        provider_key: str,
+        amount: int,
+        currency: str,
+        description: str,
+        metadata: dict[str, str],
+        timeout: float,
+    ) -> ProviderAnswer:
         behaviour = metadata.get("simulate_charge", "succeed")
         record = self._apply(
             ProviderCharge,
@@ -91,10 +116,20 @@ class SimulatedGateway(Gateway):
         )
         return _answer(record)
 
-    def lookup_charge(self, *, provider_key, ledger_charge_id):
+    def lookup_charge(self, *, provider_key: str, ledger_charge_id: str) -> ProviderAnswer | None:
         return _lookup(ProviderCharge, "charge_lookup", provider_key, ledger_charge_id)
 
-    def _apply(self, model, operation, key, behaviour, timeout, *, params, **fields):
+    def _apply(
+        self,
+        model: Provided,
+        operation: str,
+        key: str,
+        behaviour: str,
+        timeout: float,
+        *,
+        params: dict[str, Any],
+        **fields: str,
+    ) -> ProviderRefund | ProviderCharge:
         if behaviour not in BEHAVIOURS:
             _log(operation, key, behaviour, "unavailable")
             raise GatewayUnavailable(f"simulated provider: unknown behaviour {behaviour!r}")
@@ -122,7 +157,14 @@ class SimulatedGateway(Gateway):
         return record
 
 
-def _record(model, key: str, fingerprint: str, behaviour: str, params: dict, fields: dict):
+def _record(
+    model: Provided,
+    key: str,
+    fingerprint: str,
+    behaviour: str,
+    params: dict[str, Any],
+    fields: dict[str, str],
+) -> ProviderRefund | ProviderCharge:
     """What the provider applies under this key: made once; the same key again finds it."""
     status = {"decline": Status.DECLINED, "pending_then_succeed": Status.PENDING}
     try:
@@ -150,7 +192,9 @@ def _answer(record: ProviderRefund | ProviderCharge) -> ProviderAnswer:
     return ProviderAnswer(verdict, record.provider_id, record.decline_reason)
 
 
-def _lookup(model, operation: str, key: str, charge_reference: str) -> ProviderAnswer | None:
+def _lookup(
+    model: Provided, operation: str, key: str, charge_reference: str
+) -> ProviderAnswer | None:
     """The provider's record under that key, None when it has none; the charge's
     `simulate_lookup` can make the lookup slow or unavailable."""
     _lookup_allowed(_charge_metadata(charge_reference), key, operation)
@@ -159,7 +203,7 @@ def _lookup(model, operation: str, key: str, charge_reference: str) -> ProviderA
     return None if record is None else _answer(record)
 
 
-def _charge_metadata(reference: str) -> dict:
+def _charge_metadata(reference: str) -> dict[str, Any]:
     metadata = (
         Charge.objects.filter(Q(pk=reference) | Q(provider_charge_id=reference))
         .values_list("metadata", flat=True)
@@ -168,7 +212,7 @@ def _charge_metadata(reference: str) -> dict:
     return metadata or {}
 
 
-def _lookup_allowed(metadata: dict, key: str, operation: str) -> None:
+def _lookup_allowed(metadata: dict[str, Any], key: str, operation: str) -> None:
     if metadata.get("simulate_lookup") == "slow":  # a lookup that takes the latency too
         time.sleep(settings.SIMULATED_GATEWAY_LATENCY_MS / 1000)
     if metadata.get("simulate_lookup") == "unavailable":

@@ -34,8 +34,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 import requests
 import stripe
@@ -61,7 +61,7 @@ CHARGE_DECLINED = {"failed"}
 class StripeGateway(Gateway):
     page_size = 100  # refunds per page when listing a charge's refunds
 
-    def __init__(self, *, api_key: str, api_base: str | None = None):
+    def __init__(self, *, api_key: str, api_base: str | None = None) -> None:
         self._api_key = api_key
         self._api_base = api_base or stripe.DEFAULT_API_BASE
         self._clients: dict[float, stripe.StripeClient] = {}
@@ -69,14 +69,29 @@ class StripeGateway(Gateway):
 
     # --- refunds -----------------------------------------------------------------------
 
-    def refund(self, *, provider_key, charge_reference, amount, currency, metadata, timeout):
-        params = {"charge": charge_reference, "amount": amount, "metadata": _metadata(metadata)}
+    def refund(
+        self,
+        *,
+        provider_key: str,
+        charge_reference: str,
+        amount: int,
+        currency: str,
+        metadata: dict[str, str],
+        timeout: float,
+    ) -> ProviderAnswer:
+        params: dict[str, Any] = {
+            "charge": charge_reference,
+            "amount": amount,
+            "metadata": _metadata(metadata),
+        }
         return self._create(
             self._client(timeout).v1.refunds, params, provider_key, _refund_answer, "refund"
         )
 
-    def lookup_refund(self, *, provider_key, charge_reference, ledger_refund_id):
-        def matches():
+    def lookup_refund(
+        self, *, provider_key: str, charge_reference: str, ledger_refund_id: str
+    ) -> ProviderAnswer | None:
+        def matches() -> list[Any]:
             refunds = self._client(LOOKUP_TIMEOUT_SECONDS).v1.refunds.list(
                 params={"charge": charge_reference, "limit": self.page_size}
             )
@@ -91,7 +106,16 @@ class StripeGateway(Gateway):
 
     # --- charges -----------------------------------------------------------------------
 
-    def charge(self, *, provider_key, amount, currency, description, metadata, timeout):
+    def charge(
+        self,
+        *,
+        provider_key: str,
+        amount: int,
+        currency: str,
+        description: str,
+        metadata: dict[str, str],
+        timeout: float,
+    ) -> ProviderAnswer:
         metadata = dict(metadata)
         source = metadata.pop("source", None) or TEST_SOURCE
         params = {
@@ -105,8 +129,8 @@ class StripeGateway(Gateway):
             self._client(timeout).v1.charges, params, provider_key, _charge_answer, "charge"
         )
 
-    def lookup_charge(self, *, provider_key, ledger_charge_id):
-        def matches():
+    def lookup_charge(self, *, provider_key: str, ledger_charge_id: str) -> ProviderAnswer | None:
+        def matches() -> list[Any]:
             value = ledger_charge_id.replace("\\", "\\\\").replace("'", "\\'")
             result = self._client(LOOKUP_TIMEOUT_SECONDS).v1.charges.search(
                 params={"query": f"metadata['ledger_charge_id']:'{value}'", "limit": 100}
@@ -136,7 +160,13 @@ class StripeGateway(Gateway):
             return client
 
     @staticmethod
-    def _create(service, params: dict, provider_key: str, answer, what: str) -> ProviderAnswer:
+    def _create(
+        service: Any,
+        params: dict[str, Any],
+        provider_key: str,
+        answer: Callable[[Any], ProviderAnswer],
+        what: str,
+    ) -> ProviderAnswer:
         """Create under the provider key. Stripe's own refusal (a card or request error) is
         a decline; any other error leaves the outcome unknown."""
         try:
@@ -149,7 +179,7 @@ class StripeGateway(Gateway):
             raise _unknown(exc, f"{what} {provider_key}") from exc
         return answer(created)
 
-    def _lookup(self, matches, what: str) -> Any | None:
+    def _lookup(self, matches: Callable[[], list[Any]], what: str) -> Any | None:
         try:
             found = matches()
         except stripe.StripeError as exc:
@@ -161,7 +191,7 @@ class StripeGateway(Gateway):
         return found[0] if found else None
 
 
-def _metadata(metadata: dict) -> dict[str, str]:
+def _metadata(metadata: dict[str, Any]) -> dict[str, str]:
     """Stripe metadata values are strings."""
     return {
         str(key): value if isinstance(value, str) else json.dumps(value)
@@ -169,20 +199,20 @@ def _metadata(metadata: dict) -> dict[str, str]:
     }
 
 
-def _field(obj, name: str) -> Any:
+def _field(obj: Any, name: str) -> Any:
     """A field of a StripeObject (not a dict: it has no .get), None when absent."""
     return obj[name] if obj is not None and name in obj else None
 
 
-def _ledger_id(obj, key: str) -> str | None:
-    return _field(_field(obj, "metadata"), key)
+def _ledger_id(obj: Any, key: str) -> str | None:
+    return cast("str | None", _field(_field(obj, "metadata"), key))
 
 
-def _final(obj) -> bool:
+def _final(obj: Any) -> bool:
     return _field(obj, "status") in SUCCEEDED | REFUND_DECLINED
 
 
-def _ids(objects: Iterable) -> str:
+def _ids(objects: Iterable[Any]) -> str:
     return ", ".join(_field(obj, "id") or "?" for obj in objects)
 
 
@@ -190,7 +220,7 @@ def _reason(exc: stripe.StripeError) -> str:
     return exc.code or getattr(exc.error, "type", None) or type(exc).__name__
 
 
-def _answer(obj, what: str, declined: set[str], reason_field: str) -> ProviderAnswer:
+def _answer(obj: Any, what: str, declined: set[str], reason_field: str) -> ProviderAnswer:
     """A Stripe refund or charge as the provider's word; still in flight: unknown."""
     status = _field(obj, "status")
     if status in SUCCEEDED:
@@ -200,11 +230,11 @@ def _answer(obj, what: str, declined: set[str], reason_field: str) -> ProviderAn
     raise OutcomeUnknown(f"Stripe {what} {obj.id} is {status}; ask again later")
 
 
-def _refund_answer(refund) -> ProviderAnswer:
+def _refund_answer(refund: Any) -> ProviderAnswer:
     return _answer(refund, "refund", REFUND_DECLINED, "failure_reason")
 
 
-def _charge_answer(charge) -> ProviderAnswer:
+def _charge_answer(charge: Any) -> ProviderAnswer:
     return _answer(charge, "charge", CHARGE_DECLINED, "failure_code")
 
 

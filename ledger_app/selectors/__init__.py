@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Max, Prefetch, Q, QuerySet, prefetch_related_objects
@@ -185,12 +186,16 @@ def charge_states(charge_ids: list[str]) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Page:
-    items: list
+    items: list[Any]
     has_more: bool
 
 
 def page_newest_first(
-    queryset, *, limit: int, starting_after: str | None = None, ending_before: str | None = None
+    queryset: QuerySet[Any],
+    *,
+    limit: int,
+    starting_after: str | None = None,
+    ending_before: str | None = None,
 ) -> Page:
     """One page of a list, newest first, by cursor: the id of an object on the previous page.
 

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from django.db.models import BigIntegerField, Count, Exists, F, OuterRef, Q, Subquery, Sum, Value
+from django.db.models import (
+    BigIntegerField,
+    Count,
+    Exists,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Concat
 
@@ -26,7 +38,7 @@ class Drift:
         return f"{self.object_id}: {self.problem}: {self.detail}"
 
 
-def _sum_per_charge(queryset, field: str) -> Coalesce:
+def _sum_per_charge(queryset: QuerySet[Any], field: str) -> Coalesce:
     total = (
         queryset.filter(charge=OuterRef("pk"))
         .order_by()

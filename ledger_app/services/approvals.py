@@ -16,11 +16,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractUser
 from django.db import transaction
 from django.utils import timezone
 
 from ledger_app import errors
-from ledger_app.models import EventType, LedgerEntry, Refund
+from ledger_app.models import EventType, LedgerEntry, Refund, WebhookEndpoint
 from ledger_app.selectors import charges_for_update, live_endpoints
 from ledger_app.services import events, sql_writes
 from ledger_app.services.ledger import new_entry
@@ -32,7 +33,7 @@ EXPIRY_ACTOR = "system:expiry"
 DECIDED_FIELDS = ["status", "decided_by", "decided_at", "decision_note", "updated_at"]
 
 
-def approve_refund(*, refund_id: str, approver, note: str = "") -> Refund:
+def approve_refund(*, refund_id: str, approver: AbstractUser, note: str = "") -> Refund:
     """Approve a refund awaiting approval; it is then sent (inline mode, within the wait
     budget) like any new refund, and the settlement's ledger entry names the approver."""
     note = validate_text(note, errors.InvalidNote)
@@ -42,7 +43,7 @@ def approve_refund(*, refund_id: str, approver, note: str = "") -> Refund:
     return send_inline(refund, actor=actor_label(approver))
 
 
-def reject_refund(*, refund_id: str, approver, note: str) -> Refund:
+def reject_refund(*, refund_id: str, approver: AbstractUser, note: str) -> Refund:
     """Reject a refund awaiting approval: canceled, its amount released. A note is required."""
     note = validate_text(note, errors.InvalidNote)
     if not note.strip():
@@ -69,7 +70,7 @@ def expire_approvals(now: datetime | None = None) -> list[str]:
     return expired
 
 
-def _decide(refund_id: str, approver, note: str, *, approve: bool) -> Refund:
+def _decide(refund_id: str, approver: AbstractUser, note: str, *, approve: bool) -> Refund:
     if not approver.has_perm(APPROVE_PERMISSION):
         raise errors.ApprovalNotPermitted()
     decider = actor_label(approver)
@@ -122,7 +123,9 @@ def _record(refund: Refund, decider: str, note: str, now: datetime) -> None:
     refund.decided_by, refund.decided_at, refund.decision_note = decider, now, note
 
 
-def _approve(refund: Refund, decider: str, note: str, now: datetime, endpoints) -> None:
+def _approve(
+    refund: Refund, decider: str, note: str, now: datetime, endpoints: list[WebhookEndpoint]
+) -> None:
     _record(refund, decider, note, now)
     refund.status = Refund.Status.PENDING
     statements: list[sql_writes.Statement | None] = [sql_writes.update(refund, DECIDED_FIELDS)]
@@ -132,7 +135,9 @@ def _approve(refund: Refund, decider: str, note: str, now: datetime, endpoints) 
     sql_writes.execute_together(statements)
 
 
-def _cancel(refund: Refund, decider: str, note: str, now: datetime, endpoints) -> None:
+def _cancel(
+    refund: Refund, decider: str, note: str, now: datetime, endpoints: list[WebhookEndpoint]
+) -> None:
     """Canceled, and the amount back on the charge with a `refund_released` entry."""
     _record(refund, decider, note, now)
     refund.status = Refund.Status.CANCELED

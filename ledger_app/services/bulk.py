@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from django.contrib.auth.models import AbstractUser
 from django.utils import timezone
 
 from ledger_app.errors import IdempotencyKeyReused, LedgerError, RepeatOfEarlier
@@ -41,6 +42,8 @@ MAX_JOBS = 32
 # A row refunding a charge the same amount as a live refund made this recently by another
 # batch or person is refused (repeat_of_earlier), unless the run allows repeats.
 DEFAULT_REPEAT_WINDOW = timedelta(days=7)
+# create_refund's keyword arguments for one row (row_request makes them).
+Request = dict[str, Any]
 
 
 class RowOutcome(StrEnum):
@@ -124,13 +127,13 @@ class BulkRowResult:
 @dataclass
 class BulkSummary:
     rows: int = 0
-    outcomes: Counter = field(default_factory=Counter)
-    refused_by_code: Counter = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    refused_by_code: Counter[str] = field(default_factory=Counter)
     # outcome -> currency -> minor units, for the TOTALLED outcomes
     totals: dict[str, dict[str, int]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(int))
     )
-    repeats_by: Counter = field(default_factory=Counter)  # earlier batch (or person) -> rows
+    repeats_by: Counter[str] = field(default_factory=Counter)  # earlier batch (or person) -> rows
     stopped: bool = False  # should_stop said stop before every row was done (jobs > 1)
 
     def add(self, result: BulkRowResult) -> None:
@@ -248,7 +251,7 @@ def run_bulk_refund(
 
 def row_request(
     row: BulkRow, *, batch_id: str, actor: str, repeat_window: timedelta | None = None
-) -> tuple[BulkRow, str, dict]:
+) -> tuple[BulkRow, str, Request]:
     """The row, its idempotency key and create_refund's arguments for it."""
     key = row.idempotency_key or f"{BULK_ROW_KEYS}:{batch_id}:{row.number}"
     request = {
@@ -266,7 +269,10 @@ def row_request(
 
 
 def refund_or_refuse(
-    do_row: Callable[[BulkRow, str, dict], BulkRowResult], row: BulkRow, key: str, request: dict
+    do_row: Callable[[BulkRow, str, Request], BulkRowResult],
+    row: BulkRow,
+    key: str,
+    request: Request,
 ) -> BulkRowResult:
     """The row's result from `do_row`, or its refusal."""
     try:
@@ -313,7 +319,9 @@ class DryRun:
 
     def __init__(self) -> None:
         self.reserved: dict[str, int] = defaultdict(int)  # what earlier rows would take
-        self.keys_seen: dict[str, tuple] = {}  # what each key was first used for
+        self.keys_seen: dict[
+            str, tuple[str, int | None, str, str]
+        ] = {}  # what each key was first used for
         self.spent: dict[str, int] = defaultdict(int)  # what earlier rows add to today's total
 
     def check_row(self, row: BulkRow, key: str, request: dict[str, Any]) -> BulkRowResult:
@@ -338,7 +346,7 @@ class DryRun:
             currency=preview.charge.currency,
         )
 
-    def within_limits(self, actor, amount: int, currency: str) -> RowOutcome:
+    def within_limits(self, actor: AbstractUser | str, amount: int, currency: str) -> RowOutcome:
         """would_refund, or would_await_approval over the requester's limits (counting what
         the run's earlier rows would add to today's total)."""
         user = None if isinstance(actor, str) else actor

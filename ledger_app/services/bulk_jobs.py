@@ -28,7 +28,7 @@ from django.db import connections
 from ledger_app.services.dispatch.pool import in_flight
 
 if TYPE_CHECKING:
-    from ledger_app.services.bulk import BulkRow, BulkRowResult
+    from ledger_app.services.bulk import BulkRow, BulkRowResult, Request
 
 JOB_QUEUE = 8  # rows sent to a job and not yet answered, the one in hand included
 READ_AHEAD = 2_000  # rows read and not yet reported, at most: what memory holds
@@ -50,8 +50,9 @@ class _Job:
     number: int  # 1 to jobs, in messages
     process: Any
     conn: Connection
-    waiting: deque = field(default_factory=deque)  # rows routed here, not yet sent
-    sent: deque = field(default_factory=deque)  # seq numbers sent, answers come in order
+    # rows routed here, not yet sent: (seq, row, key, request)
+    waiting: deque[tuple[int, BulkRow, str, Request]] = field(default_factory=deque)
+    sent: deque[int] = field(default_factory=deque)  # seq numbers sent, answers come in order
     ended: bool = False  # its pipe is closed: the process has ended
 
 
@@ -60,7 +61,7 @@ class JobPool:
     database connection. The parent reads the file, routes each row to the job of its
     charge, and reports the results in file order."""
 
-    def __init__(self, jobs: int, work: Callable[[BulkRow, str, dict], BulkRowResult]) -> None:
+    def __init__(self, jobs: int, work: Callable[[BulkRow, str, Request], BulkRowResult]) -> None:
         self.size = jobs
         self.work = work  # what a job does with a row: its result, or its refusal
         self.jobs: list[_Job] = []
@@ -74,7 +75,7 @@ class JobPool:
 
     def run(
         self,
-        rows: Iterator[tuple[BulkRow, str, dict]],
+        rows: Iterator[tuple[BulkRow, str, Request]],
         *,
         should_stop: Callable[[], bool],
         on_row: Callable[[BulkRowResult], None],
@@ -136,7 +137,7 @@ class JobPool:
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
-    def route(self, row: BulkRow, key: str, request: dict) -> bool:
+    def route(self, row: BulkRow, key: str, request: Request) -> bool:
         """Queue the row for its charge's job; False (not queued) while a row with the
         same key is in another job's hands, so that the earlier row of a key goes first."""
         job = self.jobs[job_for(row.charge, self.size)]
@@ -230,7 +231,7 @@ def _job_main(
     conn: Connection,
     parent_pid: int,
     close: list[Connection],
-    work: Callable[[BulkRow, str, dict], BulkRowResult],
+    work: Callable[[BulkRow, str, Request], BulkRowResult],
 ) -> None:
     """A job: refund the rows the parent sends, one at a time, answering each in turn,
     until told there are no more, stopped by SIGTERM or SIGINT (after the row in hand),

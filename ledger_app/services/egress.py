@@ -300,7 +300,9 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Answ
             pool.close()
 
 
-def _pinned_pool(place: Destination, address: str, limits: urllib3.Timeout):
+def _pinned_pool(
+    place: Destination, address: str, limits: urllib3.Timeout
+) -> urllib3.HTTPConnectionPool:
     """A pool that connects to `address` only. TLS still names and verifies the host."""
     common: dict[str, Any] = {"timeout": limits, "retries": False, "maxsize": 1, "block": False}
     if place.scheme == "http":
@@ -316,7 +318,7 @@ def _pinned_pool(place: Destination, address: str, limits: urllib3.Timeout):
     )
 
 
-def _excerpt(response) -> bytes:
+def _excerpt(response: urllib3.BaseHTTPResponse) -> bytes:
     try:
         return response.read(EXCERPT_BYTES) or b""
     except (HTTPError, OSError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection
 
@@ -116,4 +116,4 @@ def _request_key(event_type: EventType, obj: Charge | Refund, given: str) -> str
 
 def snapshot(obj: Charge | Refund) -> dict[str, Any]:
     """The object as the API shows it now, as plain JSON."""
-    return json.loads(json.dumps(plain(obj)))
+    return cast(dict[str, Any], json.loads(json.dumps(plain(obj))))

@@ -132,14 +132,14 @@ def create_once(
         return Created(write(), replayed=False)
 
 
-def find_replay(keyed: IdempotentRequest) -> Created | None:
+def find_replay(keyed: IdempotentRequest) -> Created[Any] | None:
     """The earlier result this keyed request replays, None for a new key; a different
     request under a used key is refused (`idempotency_key_reused`)."""
     record = idempotency_record(keyed.key)
     return None if record is None else _replay(record, keyed)
 
 
-def _replay(record: IdempotencyRecord, keyed: IdempotentRequest) -> Created:
+def _replay(record: IdempotencyRecord, keyed: IdempotentRequest) -> Created[Any]:
     ensure_same_request(record, keyed)
     return Created(record.result, replayed=True)
 

@@ -138,9 +138,9 @@ class ImportRowResult:
 @dataclass
 class ImportSummary:
     rows: int = 0
-    outcomes: Counter = field(default_factory=Counter)
-    refused_by_code: Counter = field(default_factory=Counter)
-    skipped_statuses: Counter = field(default_factory=Counter)  # Stripe's words, as written
+    outcomes: Counter[str] = field(default_factory=Counter)
+    refused_by_code: Counter[str] = field(default_factory=Counter)
+    skipped_statuses: Counter[str] = field(default_factory=Counter)  # Stripe's words, as written
     with_refund: int = 0  # charges imported (or that would be) with their provider refund
     ignored_columns: list[str] = field(default_factory=list)  # as the header wrote them
 

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, time
 from zlib import crc32
 
 from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import OperationalError, connection
 from django.db.models import Q, Sum
 
@@ -50,7 +51,9 @@ NO_LIMITS = Limits()
 EVERY_REFUND_WAITS = Limits(per_refund=0)
 
 
-def limits_by_currency(*, user=None, actor_label: str = "") -> dict[str, Limits]:
+def limits_by_currency(
+    *, user: AbstractBaseUser | None = None, actor_label: str = ""
+) -> dict[str, Limits]:
     """The requester's limits per currency, in one query: a user's own row for a currency,
     else their groups' highest; an API key's (`api_key:<prefix>` label); otherwise none."""
     if user is not None:
@@ -82,7 +85,9 @@ def limits_in(requester_limits: dict[str, Limits], currency: str) -> Limits:
     return NO_LIMITS
 
 
-def limits_in_currency(*, user=None, actor_label: str = "", currency: str) -> Limits:
+def limits_in_currency(
+    *, user: AbstractBaseUser | None = None, actor_label: str = "", currency: str
+) -> Limits:
     """The requester's limits in one currency (`limits_in`)."""
     return limits_in(limits_by_currency(user=user, actor_label=actor_label), currency)
 

@@ -171,7 +171,7 @@ def _candidate(kind: Kind, provider_id: str, named: str | None) -> tuple[str, st
     if len(rows) > 1:
         return f"more than one {kind.name} holds provider id {provider_id}"
     if rows:
-        return rows[0]
+        return cast("tuple[str, str]", rows[0])
     if named is None:
         return None
     return kind.model.objects.filter(pk=named).values_list(*columns).first()
@@ -242,7 +242,7 @@ def _shown(value: Any) -> str:
     """An outside value as an outcome or log line may quote it: ids as they are, anything
     else escaped (no newline, NUL or surrogate gets through) and cut short."""
     if _is_id(value) and len(value) <= SHOWN:
-        return value
+        return cast(str, value)
     return repr(value)[:SHOWN]
 
 

@@ -7,6 +7,7 @@ import io
 from base64 import b32encode
 
 import qrcode
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
@@ -14,7 +15,7 @@ DEVICE_NAME = "authenticator"
 
 
 @transaction.atomic
-def enrol_totp(user) -> TOTPDevice:
+def enrol_totp(user: AbstractBaseUser) -> TOTPDevice:
     """A new confirmed TOTP device for `user`, replacing any earlier one (a lost phone)."""
     TOTPDevice.objects.filter(user=user).delete()
     return TOTPDevice.objects.create(user=user, name=DEVICE_NAME, confirmed=True)

@@ -21,7 +21,9 @@ Statement = tuple[str, list[Any]]
 
 
 @functools.cache
-def _insert_sql(model: type[models.Model], rows: int) -> tuple[str, tuple[models.Field, ...]]:
+def _insert_sql(
+    model: type[models.Model], rows: int
+) -> tuple[str, tuple[models.Field[Any, Any], ...]]:
     opts = model._meta
     fields = tuple(
         f for f in opts.concrete_fields if not (f.primary_key and isinstance(f, models.AutoField))
@@ -52,7 +54,9 @@ def update(obj: models.Model, fields: Sequence[str]) -> Statement:
     """The UPDATE of these fields of a saved instance (auto_now fields are refreshed)."""
     opts = type(obj)._meta
     quote = connection.ops.quote_name
-    chosen = [cast(models.Field, opts.get_field(name)) for name in fields]  # concrete fields
+    chosen = [
+        cast("models.Field[Any, Any]", opts.get_field(name)) for name in fields
+    ]  # concrete fields
     assignments = ", ".join(f"{quote(f.column)} = %s" for f in chosen)
     params = [f.get_db_prep_save(f.pre_save(obj, False), connection) for f in chosen]
     table, key = quote(opts.db_table), quote(opts.pk.column)

@@ -151,7 +151,12 @@ def claim(
 
 
 def _send_batch(
-    batch, lease, tally: RunOutcomes, should_stop, on_attempt, hand: ItemInHand
+    batch: list[WebhookDelivery],
+    lease: datetime,
+    tally: RunOutcomes,
+    should_stop: Callable[[], bool],
+    on_attempt: Callable[[Attempt], None],
+    hand: ItemInHand,
 ) -> None:
     """Send each while the lease leaves time for a whole request; hand the rest back."""
     unsent = list(batch)

@@ -29,7 +29,7 @@ class Sent(Protocol):
 class RunOutcomes:
     """How many ended in each status, and the items that could not be finished."""
 
-    statuses: Counter = field(default_factory=Counter)
+    statuses: Counter[str] = field(default_factory=Counter)
     errors: int = 0
     handed_back: int = 0  # claimed, not started, and freed again at once (a stop request)
     left_leased: int = 0  # claimed, not started, and left to their lease (a database error)
@@ -55,7 +55,7 @@ class RunOutcomes:
         self,
         pks: Iterable[str],
         send: Callable[[str], Sent],
-        on_item: Callable,
+        on_item: Callable[[Any], None],
         what: str,
         hand: ItemInHand | None = None,
     ) -> None:

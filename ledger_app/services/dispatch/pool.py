@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as WaitedLongEnough
+from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -64,7 +65,7 @@ def send_within_budget(
         return fallback
 
 
-def _submit(send: Callable[[str], Sent], pk: str) -> Future | None:
+def _submit(send: Callable[[str], Sent[Movement]], pk: str) -> Future[Movement] | None:
     global _executor, _threads, _queued
     threads = settings.REFUND_SEND_THREADS
     with _lock:
@@ -82,7 +83,7 @@ def _submit(send: Callable[[str], Sent], pk: str) -> Future | None:
     return future
 
 
-def _run(send: Callable[[str], Sent], pk: str):
+def _run(send: Callable[[str], Sent[Movement]], pk: str) -> Movement:
     try:
         return send(pk).item
     except Exception:
@@ -94,7 +95,7 @@ def _run(send: Callable[[str], Sent], pk: str):
         close_old_connections()  # pooled: back to the pool; persistent: kept while usable
 
 
-def _finished(_future: Future) -> None:
+def _finished(_future: Future[Any]) -> None:
     global _queued
     with _lock:
         _queued -= 1

@@ -13,6 +13,7 @@ from ledger_app.models import Charge, Refund
 from ledger_app.selectors import in_doubt_ids, recently_succeeded
 from ledger_app.services.dispatch.send import (
     Gateway,
+    Movement,
     Sent,
     recheck_refund,
     send_charge,
@@ -27,7 +28,7 @@ def reconcile_refund(
     gateway: Gateway | None = None,
     lease_seconds: int | None = None,
     actor: str = "",
-) -> Sent:
+) -> Sent[Refund]:
     """Ask about one refund in doubt. One another sender holds, or a settled one, is
     left alone."""
     return send_refund(
@@ -37,7 +38,7 @@ def reconcile_refund(
 
 def reconcile_charge(
     charge_id: str, *, gateway: Gateway | None = None, lease_seconds: int | None = None
-) -> Sent:
+) -> Sent[Charge]:
     """Like reconcile_refund, for a charge created here."""
     return send_charge(charge_id, gateway=gateway, ask_first=True, lease_seconds=lease_seconds)
 
@@ -62,13 +63,19 @@ def reconcile_charges(
     return _reconcile_all(Charge, reconcile_charge, gateway, lease_seconds, on_charge)
 
 
-def _reconcile_all(model, reconcile_one, gateway, lease_seconds, on_item) -> RunOutcomes:
+def _reconcile_all(
+    model: type[Movement],
+    reconcile_one: Callable[..., Sent[Movement]],
+    gateway: Gateway | None,
+    lease_seconds: int | None,
+    on_item: Callable[[Movement], None],
+) -> RunOutcomes:
     tally = RunOutcomes()
     tally.send_each(
         in_doubt_ids(model, lease_seconds),
         lambda pk: reconcile_one(pk, gateway=gateway, lease_seconds=lease_seconds),
         on_item,
-        model._meta.model_name,
+        model._meta.model_name or model.__name__,
     )
     return tally
 

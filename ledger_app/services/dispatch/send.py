@@ -24,7 +24,8 @@ from backoffice.logs import bind, naming
 from ledger_app import faults
 from ledger_app.db import release_connection
 from ledger_app.gateways import get_gateway
-from ledger_app.gateways.base import Gateway, OutcomeUnknown, ProviderAnswer
+from ledger_app.gateways.base import Gateway as Gateway  # the port, named for the callers
+from ledger_app.gateways.base import OutcomeUnknown, ProviderAnswer
 from ledger_app.models import Charge, ProviderMovement, Refund
 from ledger_app.selectors import lease_free
 from ledger_app.services.dispatch.settle import (

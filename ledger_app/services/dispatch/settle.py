@@ -16,6 +16,7 @@ from ledger_app.models import (
     MovementStatus,
     ProviderMovement,
     Refund,
+    WebhookEndpoint,
 )
 from ledger_app.selectors import charges_for_update, live_endpoints
 from ledger_app.services import events, sql_writes
@@ -30,10 +31,10 @@ PENDING, SUCCEEDED, FAILED, UNKNOWN = (
     MovementStatus.UNKNOWN,
 )
 # The only moves a refund or charge may make. Nothing moves backwards or out of a final state.
-FORWARD = {PENDING: {SUCCEEDED, FAILED, UNKNOWN}, UNKNOWN: {SUCCEEDED, FAILED}}
+FORWARD: dict[str, set[str]] = {PENDING: {SUCCEEDED, FAILED, UNKNOWN}, UNKNOWN: {SUCCEEDED, FAILED}}
 # A refund the provider accepted may still fail later (a closed or expired card), but
 # only on the provider's own later word, never on a guess.
-REVERSIBLE = {**FORWARD, SUCCEEDED: {FAILED}}
+REVERSIBLE: dict[str, set[str]] = {**FORWARD, SUCCEEDED: {FAILED}}
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def settle_locked_refund(
     outcome: Outcome,
     actor: str,
     reversal: bool,
-    endpoints: list,
+    endpoints: list[WebhookEndpoint],
 ) -> Refund:
     """settle_refund's move, inside the caller's transaction, on rows it locked with
     `refund_for_update` (the provider's webhooks decide under those locks whether the
@@ -152,7 +153,9 @@ def settle_locked_charge(*, charge: Charge, outcome: Outcome, actor: str) -> Cha
     return charge
 
 
-def _move(item: ProviderMovement, outcome: Outcome, moves: dict) -> dict | None:
+def _move(
+    item: ProviderMovement, outcome: Outcome, moves: dict[str, set[str]]
+) -> dict[str, str] | None:
     """Put the provider's word on the locked row if `moves` allows it (the caller writes
     MOVED_FIELDS); the fields it moved, as they were (Stripe's previous_attributes), or
     None and nothing changed."""
@@ -167,7 +170,7 @@ def _move(item: ProviderMovement, outcome: Outcome, moves: dict) -> dict | None:
             outcome.status,
         )
         return None
-    previous = {"status": item.status}
+    previous: dict[str, str] = {"status": item.status}
     item.status = outcome.status
     setattr(item, item.provider_id_field, outcome.provider_id or item.provider_id)
     item.status_detail = outcome.detail
