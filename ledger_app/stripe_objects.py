@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import re
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ledger_app.models import Charge, Refund
+from ledger_app.models import Charge, Event, Refund
 
 # How many of a charge's refunds it shows, newest first: has_more and url page on.
 EMBEDDED_REFUNDS = 10
@@ -218,12 +219,26 @@ class ChargeSerializer(serializers.Serializer):
         refunds = None if expanded else getattr(charge, "first_refunds", None)
         if refunds is None:
             refunds = list(charge.refunds.order_by("-created_at", "-id")[: size + 1])
-        return {
-            "object": "list",
-            "data": [plain(refund) for refund in refunds[:size]],
-            "has_more": len(refunds) > size,
-            "url": f"/v1/charges/{charge.id}/refunds",
-        }
+        return refund_list(charge, refunds, size)
+
+
+class _ChargeWithRefundsGiven(ChargeSerializer):
+    """A charge whose newest refunds the caller passes in (plain(newest_refunds=...)): its
+    refunds are not read here, and `plain` puts the given ones in their place."""
+
+    def get_refunds(self, charge) -> dict:
+        return {}
+
+
+def refund_list(charge: Charge, refunds: list[Refund], size: int) -> dict[str, Any]:
+    """A charge's embedded refunds: the first `size` of `refunds` (newest first, one more
+    than `size` when there are more), and whether there are others."""
+    return {
+        "object": "list",
+        "data": [plain(refund) for refund in refunds[:size]],
+        "has_more": len(refunds) > size,
+        "url": f"/v1/charges/{charge.id}/refunds",
+    }
 
 
 class ChargeListSerializer(StripeList):
@@ -317,8 +332,20 @@ def _shared(serializer_class: type[serializers.Serializer]) -> serializers.Seria
     return serializer_class(context={"expand": ()})
 
 
-def plain(obj: Charge | Refund) -> dict[str, Any]:
+def plain(obj: Charge | Refund, *, newest_refunds: list[Refund] | None = None) -> dict[str, Any]:
     """The object as GET /v1/charges/{id} or /v1/refunds/{id} shows it with no expand[]:
-    what an event's `data.object` holds and what a charge embeds of its refunds."""
-    serializer_class = ChargeSerializer if isinstance(obj, Charge) else RefundSerializer
-    return _shared(serializer_class).to_representation(obj)
+    what an event's `data.object` holds and what a charge embeds of its refunds. For a
+    charge, `newest_refunds` (newest first, EMBEDDED_REFUNDS + 1 at most) are the refunds
+    it embeds, when the caller has them; without them they are read."""
+    if not isinstance(obj, Charge):
+        return _shared(RefundSerializer).to_representation(obj)
+    if newest_refunds is None:
+        return _shared(ChargeSerializer).to_representation(obj)
+    data = _shared(_ChargeWithRefundsGiven).to_representation(obj)
+    data["refunds"] = refund_list(obj, newest_refunds, EMBEDDED_REFUNDS)
+    return data
+
+
+def event_body(event: Event) -> str:
+    """An event as a webhook delivery sends it (pending_webhooks as it is now)."""
+    return json.dumps(EventSerializer(event).data)

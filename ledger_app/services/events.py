@@ -8,9 +8,8 @@ they are there. Nothing is sent here; `deliver_webhooks` sends the deliveries.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from django.db import connection
 
@@ -25,7 +24,7 @@ from ledger_app.models import (
 )
 from ledger_app.selectors import live_endpoints
 from ledger_app.services import sql_writes
-from ledger_app.stripe_objects import plain
+from ledger_app.snapshots import object_snapshot
 
 # What changed, the object as it is now, and its fields as they were (None: it is new).
 Change = tuple[EventType, Charge | Refund, dict[str, Any] | None]
@@ -62,11 +61,17 @@ def event_writes(
     *,
     idempotency_key: str = "",
     endpoints: list[WebhookEndpoint] | None = None,
+    newest_refunds: dict[str, list[Refund]] | None = None,
 ) -> list[sql_writes.Statement | None]:
     """The INSERTs of these changes' events and deliveries, for the caller to run with
     the change's other statements (`writes.execute_together`), in its transaction. Call
     it after the change is made on the objects: their snapshots are taken here."""
-    events, deliveries = build_many(changes, idempotency_key=idempotency_key, endpoints=endpoints)
+    events, deliveries = build_many(
+        changes,
+        idempotency_key=idempotency_key,
+        endpoints=endpoints,
+        newest_refunds=newest_refunds,
+    )
     return [sql_writes.insert(events), sql_writes.insert(deliveries)]
 
 
@@ -75,15 +80,23 @@ def build_many(
     *,
     idempotency_key: str = "",
     endpoints: list[WebhookEndpoint] | None = None,
+    newest_refunds: dict[str, list[Refund]] | None = None,
 ) -> tuple[list[Event], list[WebhookDelivery]]:
     """The events of these changes (in order, each object rendered once) and a pending
     delivery for each endpoint that wants one, not yet written. `endpoints` lets a caller
-    read the live endpoints before it takes a lock."""
+    read the live endpoints before it takes a lock; `newest_refunds` (by charge id) the
+    refunds a charge's snapshot embeds, when the caller has them."""
+    given = newest_refunds or {}
     rendered: dict[tuple[type, str], dict[str, Any]] = {}
     events = [
         Event(
             type=event_type,
-            data_object=rendered.setdefault((type(obj), obj.pk), snapshot(obj)),
+            data_object=rendered.setdefault(
+                (type(obj), obj.pk),
+                object_snapshot(
+                    obj, newest_refunds=given.get(obj.pk) if isinstance(obj, Charge) else None
+                ),
+            ),
             previous_attributes=previous,
             request_id=serving_request_id.get(),
             request_idempotency_key=_request_key(event_type, obj, idempotency_key),
@@ -112,8 +125,3 @@ def _request_key(event_type: EventType, obj: Charge | Refund, given: str) -> str
     if given and event_type == EventType.REFUND_CREATED:
         keys[obj.pk] = given
     return given or keys.get(obj.pk, "")
-
-
-def snapshot(obj: Charge | Refund) -> dict[str, Any]:
-    """The object as the API shows it now, as plain JSON."""
-    return cast(dict[str, Any], json.loads(json.dumps(plain(obj))))

@@ -36,7 +36,7 @@ from ledger_app.services.dispatch.pool import send_within_budget
 from ledger_app.services.idempotency import Created
 from ledger_app.services.ledger import new_entry
 from ledger_app.services.validation import merge_metadata, validate_metadata, validate_text
-from ledger_app.stripe_objects import EMBEDDED_REFUNDS
+from ledger_app.snapshots import EMBEDDED_REFUNDS
 from ledger_app.text import has_unstorable_characters
 
 if TYPE_CHECKING:
@@ -241,13 +241,12 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         sql_writes.update(charge, ["amount_refunded", "updated_at"]),
         sql_writes.insert([entry]),
     ]
-    charge.first_refunds = _newest_refunds(charge, refund)  # type: ignore[attr-defined]  # what its snapshot embeds
     statements += events.event_writes(
         [(EventType.REFUND_CREATED, refund, None), (EventType.CHARGE_REFUNDED, charge, moved)],
         idempotency_key=request.keyed.key if request.keyed is not None else "",
         endpoints=endpoints,
+        newest_refunds={charge.pk: _newest_refunds(charge, refund)},
     )
-    del charge.first_refunds  # type: ignore[attr-defined]
     sql_writes.execute_together(statements)
     faults.checkpoint("refund.reserve_locked")  # written, not yet committed
     return refund

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import random
 import time
@@ -33,7 +32,7 @@ from ledger_app.models import Event, WebhookDelivery
 from ledger_app.selectors import due_deliveries
 from ledger_app.services import egress
 from ledger_app.services.worker_parts import ItemInHand, RunOutcomes
-from ledger_app.stripe_objects import EventSerializer
+from ledger_app.snapshots import delivery_body
 
 log = logging.getLogger("ledger_app.webhooks")
 
@@ -75,7 +74,7 @@ def signature_header(payload: str, secret: str, timestamp: int) -> str:
 
 def render(event: Event) -> str:
     """The delivery body: the event as the API shows it (pending_webhooks as it is now)."""
-    return json.dumps(EventSerializer(event).data)
+    return delivery_body(event)
 
 
 # --- delivery --------------------------------------------------------------------------

@@ -1,0 +1,30 @@
+"""What the services record of an object as Stripe shows it: the one place they render an
+event's `data.object` and a delivery's body. What to render is passed in, a charge's
+newest refunds included when the caller has just read them, so no service reaches into
+the API's serializers (stripe_objects.py) or hands them data on the side."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+from ledger_app import stripe_objects
+from ledger_app.models import Charge, Event, Refund
+
+# How many of its newest refunds a charge embeds (the API's answer and the snapshot alike).
+EMBEDDED_REFUNDS = stripe_objects.EMBEDDED_REFUNDS
+
+
+def object_snapshot(
+    obj: Charge | Refund, *, newest_refunds: list[Refund] | None = None
+) -> dict[str, Any]:
+    """The object as the API shows it now, as plain JSON. A charge embeds
+    `newest_refunds` (newest first, at most EMBEDDED_REFUNDS + 1) when given, else the
+    ones read now."""
+    shown = stripe_objects.plain(obj, newest_refunds=newest_refunds)
+    return cast(dict[str, Any], json.loads(json.dumps(shown)))
+
+
+def delivery_body(event: Event) -> str:
+    """The body of a webhook delivery: the event as the API shows it now."""
+    return stripe_objects.event_body(event)
