@@ -161,32 +161,6 @@ class RefundFormViews(ReadOnlyAdminMixin):
             return redirect("admin:ledger_app_charge_change", quote(charge.pk))
         return self._refund_form_page(request, charge, form, notice)
 
-    def _create_refund(
-        self,
-        request,
-        charge: Charge,
-        form: ReasonAndNote,
-        *,
-        amount: int,
-        key: str,
-        state: int,
-        refuse_repeats: bool,
-    ) -> Created[Refund]:
-        """A refund through the service, by this person, with the form's reason and note;
-        unless the person insisted, refused as repeat_of_earlier when it repeats a live
-        refund of the same amount made within REFUND_REPEAT_WINDOW_DAYS."""
-        return create_refund(
-            charge_id=charge.pk,
-            amount=amount,
-            idempotency_key=key,
-            reason=form.service_reason(),
-            note=form.cleaned_data["note"],
-            actor=request.user,
-            source=Refund.Source.ADMIN,
-            unchanged_since=state,
-            refuse_repeats_within=repeat_window() if refuse_repeats else None,
-        )
-
     def _fresh_form(self, charge: Charge, key: str, kept: dict | None = None) -> RefundForm:
         kept = kept or {}
         return RefundForm(

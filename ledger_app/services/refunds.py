@@ -23,11 +23,9 @@ from ledger_app.models import (
     Refund,
     new_refund_id,
 )
-from ledger_app.money import format_money, validate_amount
+from ledger_app.money import validate_amount
 from ledger_app.selectors import (
-    charge_state,
     charges_for_update,
-    earlier_refund_like,
     live_endpoints,
 )
 from ledger_app.services import events, idempotency, limits, sql_writes
@@ -42,29 +40,16 @@ from ledger_app.text import has_unstorable_characters
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
 
+from ledger_app.services.refund_checks import (
+    RefundRequest,
+    amount_to_refund,
+    ensure_unchanged,
+    refuse_repeat,
+    validate_charge_id,
+    validate_reason,
+)
+
 log = logging.getLogger("ledger_app.refunds")
-
-MAX_CHARGE_ID_LENGTH = 64
-
-
-@dataclass(frozen=True)
-class RefundRequest:
-    """A refund request after every check that needs no database: built before any lock."""
-
-    charge_id: str
-    amount: int | None  # None: refund whatever is left
-    reason: str
-    metadata: dict[str, str]
-    note: str
-    source: str
-    actor_label: str
-    created_by: Any
-    keyed: idempotency.IdempotentRequest | None
-    unchanged_since: int | None = None
-    batch_id: str = ""  # the bulk run that asks (bulk_refund --batch-id)
-    # Refuse a refund of the charge for the same amount made within this long by another
-    # batch or person (RepeatOfEarlier); None: no such check (the API, retries by key).
-    refuse_repeats_within: timedelta | None = None
 
 
 @naming("charge_id")  # the refund's id too, once it exists (_reserve)
@@ -158,8 +143,8 @@ def _build_request(
         raise ValueError("refuse_repeats_within must be a positive time")
     if amount is not None:
         validate_amount(amount)
-    _validate_charge_id(charge_id)
-    reason = _validate_reason(reason)
+    validate_charge_id(charge_id)
+    reason = validate_reason(reason)
     metadata = validate_metadata(metadata)
     note = validate_text(note, errors.InvalidNote)
     created_by, actor_label = _describe_actor(actor)
@@ -283,60 +268,6 @@ def _lock_charge(charge_id: str) -> Charge:
         raise
 
 
-def ensure_unchanged(charge: Charge, seen_state: int) -> None:
-    """Refuse when the charge's books moved since the caller's `charge_state()` reading."""
-    if charge_state(charge.pk) != seen_state:
-        raise errors.ChargeChanged(
-            f"Charge {charge.pk} changed since this form was shown: "
-            f"{format_money(charge.amount_refunded, charge.currency)} is refunded now and "
-            f"{format_money(charge.amount_refundable, charge.currency)} is left. Nothing was "
-            "refunded; check the charge and submit again."
-        )
-
-
-def refuse_repeat(request: RefundRequest, charge: Charge, amount: int, now: datetime) -> None:
-    """RepeatOfEarlier when the request asks for a repeat check and the charge had a live
-    refund of this amount within the window from another batch or person."""
-    if request.refuse_repeats_within is None:
-        return
-    earlier = earlier_refund_like(
-        charge.pk,
-        amount,
-        since=now - request.refuse_repeats_within,
-        other_than_batch=request.batch_id,
-    )
-    if earlier is None:
-        return
-    by = f"batch {earlier.batch_id}" if earlier.batch_id else (earlier.actor or earlier.source)
-    raise errors.RepeatOfEarlier(
-        f"Charge {charge.pk} was refunded {format_money(amount, charge.currency)} "
-        f"{timezone.localtime(earlier.created_at):%Y-%m-%d %H:%M %Z} by {by} "
-        f"({earlier.pk}, {earlier.get_status_display().lower()}). Nothing was refunded now.",
-        earlier=earlier,
-    )
-
-
-def amount_to_refund(charge: Charge, requested: int | None) -> int:
-    """What this request refunds from this charge, or the refusal: checked against what is
-    left (never the charge amount); exactly what is left is allowed; nothing left refuses
-    whatever was asked; omitted means all that is left."""
-    blocker = charge.refund_blocker
-    if blocker == errors.ChargeNotRefundable.code:
-        raise errors.ChargeNotRefundable(
-            f"Charge {charge.id} is {charge.status}; only a succeeded charge can be refunded."
-        )
-    if blocker == errors.ChargeAlreadyRefunded.code:
-        raise errors.ChargeAlreadyRefunded(f"Charge {charge.id} has already been refunded.")
-    remaining = charge.amount_refundable
-    amount = remaining if requested is None else requested
-    if amount > remaining:
-        raise errors.AmountTooLarge(
-            f"Refund amount ({format_money(amount, charge.currency)}) is more than what is "
-            f"left to refund on charge {charge.id} ({format_money(remaining, charge.currency)})."
-        )
-    return amount
-
-
 @dataclass(frozen=True)
 class RefundPreview:
     """What create_refund would do with the same arguments, decided by the same checks."""
@@ -388,24 +319,6 @@ def send_inline(refund: Refund, *, actor: str = "") -> Refund:
         log.exception("refund %s committed; dispatch interrupted, it will be retried", refund.id)
         drop_broken_connection()
         return refund
-
-
-def _validate_charge_id(charge_id: object) -> None:
-    """An id no charge can have is a missing charge, refused before any lock."""
-    if (
-        not isinstance(charge_id, str)
-        or not 0 < len(charge_id) <= MAX_CHARGE_ID_LENGTH
-        or has_unstorable_characters(charge_id)
-    ):
-        raise errors.ResourceMissing("No such charge.")
-
-
-def _validate_reason(reason: object) -> str:
-    if reason is None or reason == "":
-        return ""
-    if not isinstance(reason, str) or reason not in Refund.Reason.values:
-        raise errors.InvalidReason()
-    return reason
 
 
 def actor_label(actor: AbstractBaseUser | str | None) -> str:

@@ -1,12 +1,12 @@
-"""services/imports.py without the command: a Stripe export's row checked into a charge,
-in the currency's own minor units, or refused with its code."""
+"""services/import_files.py: a Stripe export's row checked into a charge, in the currency's
+own minor units, or refused with its code; a file's header read."""
 
 import pytest
 
 from ledger_app import errors
 from ledger_app.models import Charge
 from ledger_app.services.csv_files import UnusableFile
-from ledger_app.services.imports import Format, Skipped, read_import_rows, stripe_row
+from ledger_app.services.import_files import Format, Skipped, read_import_rows, stripe_row
 
 
 def stripe_values(**changed) -> dict[str, str]:
