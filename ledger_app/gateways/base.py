@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 Verdict = Literal["succeeded", "declined"]
 
@@ -39,40 +39,53 @@ class ProviderAnswer:
     decline_reason: str = ""
 
 
+class RefundParams(TypedDict):
+    """What a refund asks of the provider: the port's parameters, declared once."""
+
+    provider_key: str
+    charge_reference: str
+    amount: int
+    currency: str
+    metadata: dict[str, str]
+    timeout: float
+
+
+class RefundLookupParams(TypedDict):
+    provider_key: str
+    charge_reference: str
+    ledger_refund_id: str
+
+
+class ChargeParams(TypedDict):
+    provider_key: str
+    amount: int
+    currency: str
+    description: str
+    metadata: dict[str, str]
+    timeout: float
+
+
+class ChargeLookupParams(TypedDict):
+    provider_key: str
+    ledger_charge_id: str
+
+
 class Gateway(abc.ABC):
+    """Every method takes its parameters by keyword, as its TypedDict above names them."""
+
     @abc.abstractmethod
-    def refund(
-        self,
-        *,
-        provider_key: str,
-        charge_reference: str,
-        amount: int,
-        currency: str,
-        metadata: dict[str, str],
-        timeout: float,
-    ) -> ProviderAnswer:
+    def refund(self, **request: Unpack[RefundParams]) -> ProviderAnswer:
         """Refund once per `provider_key`: the same key again returns the first answer."""
 
     @abc.abstractmethod
-    def lookup_refund(
-        self, *, provider_key: str, charge_reference: str, ledger_refund_id: str
-    ) -> ProviderAnswer | None:
+    def lookup_refund(self, **request: Unpack[RefundLookupParams]) -> ProviderAnswer | None:
         """The provider's record of that refund; None when it has none (never applied).
         Raises OutcomeUnknown when it cannot say right now."""
 
     @abc.abstractmethod
-    def charge(
-        self,
-        *,
-        provider_key: str,
-        amount: int,
-        currency: str,
-        description: str,
-        metadata: dict[str, str],
-        timeout: float,
-    ) -> ProviderAnswer:
+    def charge(self, **request: Unpack[ChargeParams]) -> ProviderAnswer:
         """Capture once per `provider_key`: the same key again returns the first answer."""
 
     @abc.abstractmethod
-    def lookup_charge(self, *, provider_key: str, ledger_charge_id: str) -> ProviderAnswer | None:
+    def lookup_charge(self, **request: Unpack[ChargeLookupParams]) -> ProviderAnswer | None:
         """Like lookup_refund, for charges."""

@@ -4,17 +4,21 @@ whichever adapter LEDGER_GATEWAY chose (get_gateway), so no adapter carries metr
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, Unpack
 
 from ledger_app import metrics
 from ledger_app.gateways.base import (
+    ChargeLookupParams,
+    ChargeParams,
     Gateway,
     GatewayTimeout,
     GatewayUnavailable,
     IdempotencyKeyConflict,
     OutcomeUnknown,
     ProviderAnswer,
+    RefundLookupParams,
+    RefundParams,
 )
 
 # Most specific first: the timeout, unavailable and key conflict are all OutcomeUnknown.
@@ -37,16 +41,16 @@ class InstrumentedGateway(Gateway):
     def __init__(self, adapter: Gateway) -> None:
         self.adapter = adapter
 
-    def refund(self, **request: Any) -> ProviderAnswer:
+    def refund(self, **request: Unpack[RefundParams]) -> ProviderAnswer:
         return _observed("refund", self.adapter.refund, request)
 
-    def lookup_refund(self, **request: Any) -> ProviderAnswer | None:
+    def lookup_refund(self, **request: Unpack[RefundLookupParams]) -> ProviderAnswer | None:
         return _observed("lookup_refund", self.adapter.lookup_refund, request)
 
-    def charge(self, **request: Any) -> ProviderAnswer:
+    def charge(self, **request: Unpack[ChargeParams]) -> ProviderAnswer:
         return _observed("charge", self.adapter.charge, request)
 
-    def lookup_charge(self, **request: Any) -> ProviderAnswer | None:
+    def lookup_charge(self, **request: Unpack[ChargeLookupParams]) -> ProviderAnswer | None:
         return _observed("lookup_charge", self.adapter.lookup_charge, request)
 
 
@@ -54,7 +58,7 @@ def error_name(exc: Exception) -> str:
     return next(name for kind, name in ERROR_NAMES if isinstance(exc, kind))
 
 
-def _observed(operation: str, call: Callable[..., Answer], request: dict[str, Any]) -> Answer:
+def _observed(operation: str, call: Callable[..., Answer], request: Mapping[str, Any]) -> Answer:
     started = time.perf_counter()
     error = None
     try:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import Any
+from typing import Any, Unpack
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -28,12 +28,16 @@ from django.db.models import Q
 
 from ledger_app.db import release_connection
 from ledger_app.gateways.base import (
+    ChargeLookupParams,
+    ChargeParams,
     Gateway,
     GatewayTimeout,
     GatewayUnavailable,
     IdempotencyKeyConflict,
     OutcomeUnknown,
     ProviderAnswer,
+    RefundLookupParams,
+    RefundParams,
     Verdict,
 )
 from ledger_app.models import Charge, new_id
@@ -57,58 +61,41 @@ Provided = type[ProviderRefund] | type[ProviderCharge]
 
 
 class SimulatedGateway(Gateway):
-    def refund(
-        self,
-        *,
-        provider_key: str,
-        charge_reference: str,
-        amount: int,
-        currency: str,
-        metadata: dict[str, str],
-        timeout: float,
-    ) -> ProviderAnswer:
+    def refund(self, **request: Unpack[RefundParams]) -> ProviderAnswer:
+        charge_reference = request["charge_reference"]
         behaviour = _charge_metadata(charge_reference).get("simulate_refund", "succeed")
         record = self._apply(
             ProviderRefund,
             "refund",
-            provider_key,
+            request["provider_key"],
             behaviour,
-            timeout,
+            request["timeout"],
             params={
                 "charge": charge_reference,
-                "amount": amount,
-                "currency": currency,
-                "metadata": metadata,
+                "amount": request["amount"],
+                "currency": request["currency"],
+                "metadata": request["metadata"],
             },
             charge_reference=charge_reference,
         )
         return _answer(record)
 
-    def lookup_refund(
-        self, *, provider_key: str, charge_reference: str, ledger_refund_id: str
-    ) -> ProviderAnswer | None:
-        return _lookup(ProviderRefund, "refund_lookup", provider_key, charge_reference)
+    def lookup_refund(self, **request: Unpack[RefundLookupParams]) -> ProviderAnswer | None:
+        key, reference = request["provider_key"], request["charge_reference"]
+        return _lookup(ProviderRefund, "refund_lookup", key, reference)
 
-    def charge(
-        self,
-        *,
-        provider_key: str,
-        amount: int,
-        currency: str,
-        description: str,
-        metadata: dict[str, str],
-        timeout: float,
-    ) -> ProviderAnswer:
+    def charge(self, **request: Unpack[ChargeParams]) -> ProviderAnswer:
+        metadata, description = request["metadata"], request["description"]
         behaviour = metadata.get("simulate_charge", "succeed")
         record = self._apply(
             ProviderCharge,
             "charge",
-            provider_key,
+            request["provider_key"],
             behaviour,
-            timeout,
+            request["timeout"],
             params={
-                "amount": amount,
-                "currency": currency,
+                "amount": request["amount"],
+                "currency": request["currency"],
                 "description": description,
                 "metadata": metadata,
             },
@@ -116,8 +103,9 @@ class SimulatedGateway(Gateway):
         )
         return _answer(record)
 
-    def lookup_charge(self, *, provider_key: str, ledger_charge_id: str) -> ProviderAnswer | None:
-        return _lookup(ProviderCharge, "charge_lookup", provider_key, ledger_charge_id)
+    def lookup_charge(self, **request: Unpack[ChargeLookupParams]) -> ProviderAnswer | None:
+        key, ledger_charge_id = request["provider_key"], request["ledger_charge_id"]
+        return _lookup(ProviderCharge, "charge_lookup", key, ledger_charge_id)
 
     def _apply(
         self,

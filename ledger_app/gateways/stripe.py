@@ -35,18 +35,22 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 import requests
 import stripe
 
 from ledger_app.gateways.base import (
+    ChargeLookupParams,
+    ChargeParams,
     Gateway,
     GatewayTimeout,
     GatewayUnavailable,
     IdempotencyKeyConflict,
     OutcomeUnknown,
     ProviderAnswer,
+    RefundLookupParams,
+    RefundParams,
 )
 
 log = logging.getLogger("ledger_app.gateways.stripe")
@@ -69,28 +73,19 @@ class StripeGateway(Gateway):
 
     # --- refunds -----------------------------------------------------------------------
 
-    def refund(
-        self,
-        *,
-        provider_key: str,
-        charge_reference: str,
-        amount: int,
-        currency: str,
-        metadata: dict[str, str],
-        timeout: float,
-    ) -> ProviderAnswer:
+    def refund(self, **request: Unpack[RefundParams]) -> ProviderAnswer:
         params: dict[str, Any] = {
-            "charge": charge_reference,
-            "amount": amount,
-            "metadata": _metadata(metadata),
+            "charge": request["charge_reference"],
+            "amount": request["amount"],
+            "metadata": _metadata(request["metadata"]),
         }
-        return self._create(
-            self._client(timeout).v1.refunds, params, provider_key, _refund_answer, "refund"
-        )
+        service = self._client(request["timeout"]).v1.refunds
+        return self._create(service, params, request["provider_key"], _refund_answer, "refund")
 
-    def lookup_refund(
-        self, *, provider_key: str, charge_reference: str, ledger_refund_id: str
-    ) -> ProviderAnswer | None:
+    def lookup_refund(self, **request: Unpack[RefundLookupParams]) -> ProviderAnswer | None:
+        charge_reference = request["charge_reference"]
+        ledger_refund_id = request["ledger_refund_id"]
+
         def matches() -> list[Any]:
             refunds = self._client(LOOKUP_TIMEOUT_SECONDS).v1.refunds.list(
                 params={"charge": charge_reference, "limit": self.page_size}
@@ -106,30 +101,22 @@ class StripeGateway(Gateway):
 
     # --- charges -----------------------------------------------------------------------
 
-    def charge(
-        self,
-        *,
-        provider_key: str,
-        amount: int,
-        currency: str,
-        description: str,
-        metadata: dict[str, str],
-        timeout: float,
-    ) -> ProviderAnswer:
-        metadata = dict(metadata)
+    def charge(self, **request: Unpack[ChargeParams]) -> ProviderAnswer:
+        metadata = dict(request["metadata"])
         source = metadata.pop("source", None) or TEST_SOURCE
         params = {
-            "amount": amount,
-            "currency": currency.lower(),
-            "description": description or None,  # None is left out of the request
+            "amount": request["amount"],
+            "currency": request["currency"].lower(),
+            "description": request["description"] or None,  # None is left out of the request
             "metadata": _metadata(metadata),
             "source": source,
         }
-        return self._create(
-            self._client(timeout).v1.charges, params, provider_key, _charge_answer, "charge"
-        )
+        service = self._client(request["timeout"]).v1.charges
+        return self._create(service, params, request["provider_key"], _charge_answer, "charge")
 
-    def lookup_charge(self, *, provider_key: str, ledger_charge_id: str) -> ProviderAnswer | None:
+    def lookup_charge(self, **request: Unpack[ChargeLookupParams]) -> ProviderAnswer | None:
+        ledger_charge_id = request["ledger_charge_id"]
+
         def matches() -> list[Any]:
             value = ledger_charge_id.replace("\\", "\\\\").replace("'", "\\'")
             result = self._client(LOOKUP_TIMEOUT_SECONDS).v1.charges.search(
