@@ -40,7 +40,7 @@ class LedgerEntryAdmin(CsvExport, AmountColumn, ReadOnlyAdmin):
     list_select_related = ["charge", "refund"]
     search_fields = ["charge__id"]
     search_help_text = "A charge id or a refund id, exactly."
-    linked_lookups = ("charge__id__exact",)  # a charge's entries (charges.history_table)
+    linked_lookups = ("charge__id__exact",)  # a charge's entries (charge_history.history_table)
     ordering = ["-id"]
     raw_id_fields = ["charge", "refund"]
 

@@ -79,7 +79,7 @@ class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     ]
     search_fields = ["id"]
     search_help_text = "A refund id, a charge id or a provider key, exactly."
-    # A charge's refunds (charges.history_table) and the dashboard's figures link here.
+    # A charge's refunds (charge_history.history_table) and the dashboard's figures link here.
     linked_lookups = ("charge__id__exact", "status__in")
     ordering = ["-created_at", "-id"]
     list_select_related = ["charge"]
