@@ -46,7 +46,12 @@ def test_every_event_is_delivered_despite_the_receiver(endpoint, receiver, behav
     workers = [Worker(), Worker()]
     try:
         if down:
-            time.sleep(2)  # the workers try, fail and back off
+            # The workers try every delivery, fail and back off: the receiver comes up only
+            # once each has failed (a wait, not a fixed pause that a loaded machine outruns).
+            deadline = time.monotonic() + 60
+            while WebhookDelivery.objects.filter(attempts=0).exists():
+                assert time.monotonic() < deadline, "the workers never tried every delivery"
+                time.sleep(0.05)
             receiver.start()
         wait_until_all_delivered(timeout=40)
     finally:
