@@ -29,7 +29,13 @@ from ledger_app.admin.forms import (
 )
 from ledger_app.admin.second_factor import second_factor_gate, take_held_form
 from ledger_app.db import drop_broken_connection
-from ledger_app.errors import ChargeChanged, IdempotencyKeyReused, LedgerError, RepeatOfEarlier
+from ledger_app.errors import (
+    ChargeChanged,
+    ChargeNotRefundable,
+    IdempotencyKeyReused,
+    LedgerError,
+    RepeatOfEarlier,
+)
 from ledger_app.mixin_bases import ReadOnlyAdminMixin
 from ledger_app.models import Charge, Refund
 from ledger_app.money import format_money
@@ -345,8 +351,9 @@ def reason_words(refund: Refund) -> str:
 
 
 def why_not_refundable(charge: Charge) -> str:
-    """Why a charge offers no refund, in the words of the "Refundable" column."""
-    if charge.status != Charge.Status.SUCCEEDED:
+    """Why a charge offers no refund (Charge.refund_blocker), in the words of the
+    "Refundable" column."""
+    if charge.refund_blocker == ChargeNotRefundable.code:
         return f"charge is {charge.status}"
     return "fully refunded"
 
