@@ -462,6 +462,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "ledger_app.api.schema.optional_expansions",
+        "ledger_app.api.schema.fields_left_out",
     ],
 }
 # Bodies are small; anything larger is refused before it is parsed.

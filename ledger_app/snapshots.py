@@ -25,6 +25,14 @@ def object_snapshot(
     return cast(dict[str, Any], json.loads(json.dumps(shown)))
 
 
+def previous_snapshot(
+    obj: Charge | Refund, moved: dict[str, Any], snapshot: dict[str, Any]
+) -> dict[str, Any]:
+    """An event's `previous_attributes`: what the fields `moved` (model fields, as they
+    were) changed in the object's `snapshot`, as the API showed them before."""
+    return stripe_objects.shown_previous(obj, moved, snapshot)
+
+
 def delivery_body(event: Event) -> str:
     """The body of a webhook delivery: the event as the API shows it now."""
     return stripe_objects.event_body(event)

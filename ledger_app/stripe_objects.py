@@ -1,8 +1,10 @@
 """Objects as Stripe shapes them: in API answers, in events' `data.object`, and so in
-webhooks. Every field of Stripe's own object is there, so code written against Stripe
-reads them unchanged; a field that means nothing here (no payment intents, transfers,
-receipts or disputes) is always null, false or empty. Our `unknown` status is an
-extension. What the API accepts is in api/params.py."""
+webhooks. Every field and every value is one Stripe's own object can have
+(stripe/openapi's spec3.json; tests/api/test_stripe_conformance.py checks): a field that
+means nothing here and that Stripe shows as null is null, one Stripe leaves out when it
+has no value is left out. Statuses Stripe does not have (a refund waiting for approval,
+an outcome not known yet) show as Stripe's `pending`; our own status is beside it, in
+the one field of our own, `ledger_status`. What the API accepts is in api/params.py."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ledger_app.models import Charge, Event, Refund
+from ledger_app.models import Charge, Event, MovementStatus, Refund
 
 # How many of a charge's refunds it shows, newest first: has_more and url page on.
 EMBEDDED_REFUNDS = 10
@@ -52,6 +54,50 @@ class Fixed(serializers.Field):
         return copy.deepcopy(self.value)
 
 
+# Stripe's documented refund failure_reason values; a provider's other words are `unknown`.
+FAILURE_REASONS = frozenset(
+    {
+        "lost_or_stolen_card",
+        "expired_or_canceled_card",
+        "charge_for_pending_refund_disputed",
+        "insufficient_funds",
+        "declined",
+        "merchant_request",
+        "unknown",
+    }
+)
+# Our statuses that Stripe's clients see as `pending`: money reserved, not final.
+SHOWN_AS_PENDING = frozenset(
+    {MovementStatus.PENDING, MovementStatus.UNKNOWN, MovementStatus.AWAITING_APPROVAL}
+)
+
+
+def shown_status(status: str) -> str:
+    """A charge's or refund's status in Stripe's terms."""
+    return MovementStatus.PENDING if status in SHOWN_AS_PENDING else status
+
+
+class StripeObject(serializers.Serializer):
+    """An object whose `LEFT_OUT_WHEN_NULL` fields are absent when they have no value, as
+    Stripe leaves them out (the spec has them optional and not nullable)."""
+
+    LEFT_OUT_WHEN_NULL: tuple[str, ...] = ()
+
+    def to_representation(self, instance) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        for name in self.LEFT_OUT_WHEN_NULL:
+            if data.get(name, "") is None:
+                del data[name]
+        return data
+
+
+LEDGER_STATUS_HELP = (
+    "Our own status, beside Stripe's: awaiting_approval (over the requester's limit, "
+    "waiting for a person), pending (not sent yet, or sent and not answered), unknown (the "
+    "provider's answer is not known yet: the reconciler asks), succeeded, failed, canceled. "
+    "Stripe's `status` shows the first three as pending."
+)
+
 NULL_OBJECT = {"type": "object", "nullable": True}
 NULL_INTEGER = {"type": "integer", "nullable": True}
 FALSE = {"type": "boolean"}
@@ -78,7 +124,9 @@ class FailureDetail(serializers.Field):
         return movement.status_detail or None
 
 
-class RefundSerializer(serializers.Serializer):
+class RefundSerializer(StripeObject):
+    LEFT_OUT_WHEN_NULL = ("failure_reason", "pending_reason")
+
     id = serializers.CharField()
     object = serializers.SerializerMethodField()
     amount = serializers.IntegerField(help_text="Minor units.")
@@ -88,8 +136,11 @@ class RefundSerializer(serializers.Serializer):
     currency = serializers.CharField()
     customer = Fixed()
     customer_account = Fixed()
-    destination_details = Fixed(schema=NULL_OBJECT)
-    failure_reason = FailureDetail()
+    failure_reason = serializers.SerializerMethodField(
+        required=False,
+        help_text="When failed: lost_or_stolen_card, expired_or_canceled_card, "
+        "insufficient_funds, declined, merchant_request, or unknown. Absent otherwise.",
+    )
     metadata = serializers.DictField(child=serializers.CharField())
     payment_intent = Fixed()
     payment_method = Fixed()
@@ -97,31 +148,33 @@ class RefundSerializer(serializers.Serializer):
     receipt_number = Fixed()
     source_transfer_reversal = Fixed()
     status = serializers.SerializerMethodField(
-        help_text="pending, succeeded, failed, canceled, or unknown (the provider's answer is "
-        "not known yet; the amount stays reserved until the reconciler learns it). A refund "
-        "over the requester's limit is pending, with pending_reason awaiting_approval, until "
-        "another person approves it (then it is sent) or rejects it (canceled)."
+        help_text="pending, succeeded, failed or canceled. Pending is money reserved and "
+        "not final: not sent or not answered yet, its outcome unknown (the reconciler asks "
+        "the provider), or waiting for approval; ledger_status tells which."
     )
     pending_reason = serializers.SerializerMethodField(
-        help_text="awaiting_approval while over the requester's limit; processing while the "
-        "provider has not answered; null otherwise."
+        required=False,
+        help_text="processing while pending and sent or about to be; absent otherwise "
+        "(waiting for approval: see ledger_status).",
     )
     transfer_reversal = Fixed()
+    ledger_status = serializers.CharField(source="status", help_text=LEDGER_STATUS_HELP)
 
     def get_object(self, refund) -> str:
         return "refund"
 
     def get_status(self, refund) -> str:
-        # Stripe's clients know pending: money reserved, not final. Ours waits for a person.
-        if refund.status == Refund.Status.AWAITING_APPROVAL:
-            return Refund.Status.PENDING
-        return refund.status
+        return shown_status(refund.status)
 
     def get_pending_reason(self, refund) -> str | None:
-        return {
-            Refund.Status.AWAITING_APPROVAL: "awaiting_approval",
-            Refund.Status.PENDING: "processing",
-        }.get(refund.status)
+        if refund.status in (Refund.Status.PENDING, Refund.Status.UNKNOWN):
+            return "processing"
+        return None
+
+    def get_failure_reason(self, refund) -> str | None:
+        if refund.status != Refund.Status.FAILED:
+            return None
+        return refund.status_detail if refund.status_detail in FAILURE_REASONS else "unknown"
 
     def get_created(self, refund) -> int:
         return unix(refund.created_at)
@@ -139,7 +192,7 @@ class RefundListSerializer(StripeList):
     data = RefundSerializer(many=True)  # type: ignore[assignment]  # a declared field (the metaclass takes it off the class)
 
 
-class ChargeSerializer(serializers.Serializer):
+class ChargeSerializer(StripeObject):
     id = serializers.CharField()
     object = serializers.SerializerMethodField()
     amount = serializers.IntegerField(help_text="Minor units.")
@@ -179,16 +232,19 @@ class ChargeSerializer(serializers.Serializer):
     )
     review = Fixed()
     shipping = Fixed(schema=NULL_OBJECT)
-    source = Fixed(schema=NULL_OBJECT)  # type: ignore[assignment]  # a declared field (the metaclass takes it off the class)
     source_transfer = Fixed()
     statement_descriptor = Fixed()
     statement_descriptor_suffix = Fixed()
-    status = serializers.ChoiceField(
-        choices=Charge.Status.choices,
-        help_text="pending, succeeded, failed, or unknown (capture outcome not known yet).",
+    status = serializers.SerializerMethodField(
+        help_text="pending, succeeded or failed; pending also while the capture's outcome "
+        "is unknown (ledger_status unknown)."
     )
     transfer_data = Fixed(schema=NULL_OBJECT)
     transfer_group = Fixed()
+    ledger_status = serializers.CharField(source="status", help_text=LEDGER_STATUS_HELP)
+
+    def get_status(self, charge) -> str:
+        return shown_status(charge.status)
 
     def get_object(self, charge) -> str:
         return "charge"
@@ -290,9 +346,9 @@ class EventSerializer(serializers.Serializer):
         }
     )
     def get_data(self, event) -> dict:
-        data = {"object": event.data_object}
+        data = {"object": current_shape(event.data_object)}
         if event.previous_attributes is not None:
-            data["previous_attributes"] = event.previous_attributes
+            data["previous_attributes"] = current_previous(event.previous_attributes)
         return data
 
     def get_livemode(self, event) -> bool:
@@ -324,6 +380,47 @@ class EventListSerializer(StripeList):
     data = EventSerializer(many=True)  # type: ignore[assignment]  # a declared field (the metaclass takes it off the class)
 
 
+def current_shape(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot as the API shows objects now. Events recorded before `ledger_status`
+    existed showed our own statuses in `status` (unknown; pending with pending_reason
+    awaiting_approval), null failure and pending reasons, `destination_details: null`
+    and a charge's `source: null`: they are shown in Stripe's values."""
+    if snapshot.get("object") not in ("refund", "charge") or "ledger_status" in snapshot:
+        return snapshot
+    shown = dict(snapshot)
+    ledger = shown.get("status")
+    if shown.pop("pending_reason", None) == "awaiting_approval":
+        ledger = MovementStatus.AWAITING_APPROVAL
+    shown["ledger_status"], shown["status"] = ledger, shown_status(str(ledger))
+    if shown["object"] == "refund":
+        if ledger in (MovementStatus.PENDING, MovementStatus.UNKNOWN):
+            shown["pending_reason"] = "processing"
+        reason = shown.pop("failure_reason", None)
+        if ledger == MovementStatus.FAILED:
+            shown["failure_reason"] = reason if reason in FAILURE_REASONS else "unknown"
+        if shown.get("destination_details", "") is None:
+            del shown["destination_details"]
+    else:
+        shown.pop("source", None)
+        refunds = shown.get("refunds")
+        if isinstance(refunds, dict) and isinstance(refunds.get("data"), list):
+            shown["refunds"] = {**refunds, "data": [current_shape(r) for r in refunds["data"]]}
+    return shown
+
+
+def current_previous(previous: dict[str, Any]) -> dict[str, Any]:
+    """`previous_attributes` recorded before `ledger_status` existed, in Stripe's values."""
+    if "ledger_status" in previous or not ({"status", "pending_reason"} & set(previous)):
+        return previous
+    shown = dict(previous)
+    ledger = shown.get("status")
+    if shown.pop("pending_reason", None) == "awaiting_approval":
+        ledger = MovementStatus.AWAITING_APPROVAL
+    if ledger is not None:
+        shown["ledger_status"], shown["status"] = ledger, shown_status(str(ledger))
+    return shown
+
+
 @functools.cache
 def _shared(serializer_class: type[serializers.Serializer]) -> serializers.Serializer:
     """One bound serializer per class, kept: DRF deep-copies every declared field each
@@ -344,6 +441,33 @@ def plain(obj: Charge | Refund, *, newest_refunds: list[Refund] | None = None) -
     data = _shared(_ChargeWithRefundsGiven).to_representation(obj)
     data["refunds"] = refund_list(obj, newest_refunds, EMBEDDED_REFUNDS)
     return data
+
+
+def shown_previous(
+    obj: Charge | Refund, moved: dict[str, Any], shown_now: dict[str, Any]
+) -> dict[str, Any]:
+    """Stripe's `previous_attributes` for a change that moved `moved` (model fields, as
+    they were) on `obj`, now shown as `shown_now`: the fields the API shows differently,
+    as it showed them before (null for a field it left out). A status move can change
+    several fields (status, ledger_status, pending_reason) or, from one pending to another,
+    only ledger_status. Other moves (amount_refunded, metadata) are already in the API's
+    terms and are passed on as they are."""
+    if "status" not in moved:
+        return moved
+    before = copy.copy(obj)
+    for name, value in moved.items():
+        if name in MOVABLE_FIELDS:
+            setattr(before, name, value)
+    shown_before = plain(before, newest_refunds=[])
+    names = (set(shown_before) | set(shown_now)) - {"refunds"}
+    return {
+        name: shown_before.get(name)
+        for name in sorted(names)
+        if shown_before.get(name) != shown_now.get(name)
+    }
+
+
+MOVABLE_FIELDS = frozenset({"status", "status_detail", "amount_refunded", "metadata"})
 
 
 def event_body(event: Event) -> str:

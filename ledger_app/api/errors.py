@@ -105,7 +105,7 @@ DRF_ERRORS: list[tuple[type[drf.APIException], int, str, str, str]] = [
     (
         drf.Throttled,
         429,
-        "rate_limit_error",
+        INVALID_REQUEST,  # Stripe's type for a 429; its error types have no rate-limit type
         "rate_limit",
         "Too many requests hit the API too quickly. Retry after a short pause.",
     ),

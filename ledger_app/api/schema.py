@@ -28,6 +28,20 @@ class FixedFieldSchema(OpenApiSerializerFieldExtension):
         return dict(self.target.schema)
 
 
+def fields_left_out(result, generator, request, public):
+    """Fields Stripe leaves out when they have no value (StripeObject.LEFT_OUT_WHEN_NULL)
+    are not required: drf-spectacular marks every read-only field required."""
+    from ledger_app.stripe_objects import StripeObject
+
+    schemas = result.get("components", {}).get("schemas", {})
+    for serializer in StripeObject.__subclasses__():
+        component = schemas.get(serializer.__name__.removesuffix("Serializer"), {})
+        left_out = set(serializer.LEFT_OUT_WHEN_NULL)
+        if "required" in component and left_out:
+            component["required"] = [n for n in component["required"] if n not in left_out]
+    return result
+
+
 def optional_expansions(result, generator, request, public):
     """Bracketed query parameters as clients send them: a list with brackets
     (expand[]=refunds, types[]=charge.succeeded, as parsing.fold and params.fold read

@@ -112,11 +112,8 @@ def _lock(refund_id: str) -> Refund:
     return refund
 
 
-# What `refund.updated` says a decision changed, in the API's terms: a waiting refund
-# shows as pending with pending_reason awaiting_approval, so approving changes only its
-# pending_reason (to processing), and canceling its status too.
-APPROVED_FROM = {"pending_reason": "awaiting_approval"}
-CANCELED_FROM = {"status": Refund.Status.PENDING, **APPROVED_FROM}
+# What a decision moved: the status it was in (the event shows it in the API's terms).
+DECIDED_FROM = {"status": Refund.Status.AWAITING_APPROVAL}
 
 
 def _record(refund: Refund, decider: str, note: str, now: datetime) -> None:
@@ -130,7 +127,7 @@ def _approve(
     refund.status = Refund.Status.PENDING
     statements: list[sql_writes.Statement | None] = [sql_writes.update(refund, DECIDED_FIELDS)]
     statements += events.event_writes(
-        [(EventType.REFUND_UPDATED, refund, dict(APPROVED_FROM))], endpoints=endpoints
+        [(EventType.REFUND_UPDATED, refund, dict(DECIDED_FROM))], endpoints=endpoints
     )
     sql_writes.execute_together(statements)
 
@@ -157,6 +154,6 @@ def _cancel(
         sql_writes.insert([entry]),
     ]
     statements += events.event_writes(
-        [(EventType.REFUND_UPDATED, refund, dict(CANCELED_FROM))], endpoints=endpoints
+        [(EventType.REFUND_UPDATED, refund, dict(DECIDED_FROM))], endpoints=endpoints
     )
     sql_writes.execute_together(statements)

@@ -24,7 +24,7 @@ from ledger_app.models import (
 )
 from ledger_app.selectors import live_endpoints
 from ledger_app.services import sql_writes
-from ledger_app.snapshots import object_snapshot
+from ledger_app.snapshots import object_snapshot, previous_snapshot
 
 # What changed, the object as it is now, and its fields as they were (None: it is new).
 Change = tuple[EventType, Charge | Refund, dict[str, Any] | None]
@@ -37,8 +37,9 @@ def record(
     previous: dict[str, Any] | None = None,
     idempotency_key: str = "",
 ) -> Event:
-    """Append the event for a change just written to `obj`. `previous` holds the fields
-    the change moved, as they were before it (Stripe's `previous_attributes`)."""
+    """Append the event for a change just written to `obj`. `previous` holds the model
+    fields the change moved, as they were before it; the event's `previous_attributes`
+    are what that changed in the API's terms (snapshots.previous_snapshot)."""
     return record_many([(event_type, obj, previous)], idempotency_key=idempotency_key)[0]
 
 
@@ -88,16 +89,22 @@ def build_many(
     refunds a charge's snapshot embeds, when the caller has them."""
     given = newest_refunds or {}
     rendered: dict[tuple[type, str], dict[str, Any]] = {}
+
+    def snapshot(obj: Charge | Refund) -> dict[str, Any]:
+        return rendered.setdefault(
+            (type(obj), obj.pk),
+            object_snapshot(
+                obj, newest_refunds=given.get(obj.pk) if isinstance(obj, Charge) else None
+            ),
+        )
+
     events = [
         Event(
             type=event_type,
-            data_object=rendered.setdefault(
-                (type(obj), obj.pk),
-                object_snapshot(
-                    obj, newest_refunds=given.get(obj.pk) if isinstance(obj, Charge) else None
-                ),
+            data_object=snapshot(obj),
+            previous_attributes=(
+                None if previous is None else previous_snapshot(obj, previous, snapshot(obj))
             ),
-            previous_attributes=previous,
             request_id=serving_request_id.get(),
             request_idempotency_key=_request_key(event_type, obj, idempotency_key),
             charge=obj if isinstance(obj, Charge) else obj.charge,

@@ -161,7 +161,7 @@ def test_throttled_clients_get_429_with_retry_after(api, settings, succeeded_cha
 
     cache.clear()
     assert codes == [200, 200, 200, 429, 429]
-    assert last.json()["error"]["type"] == "rate_limit_error"
+    assert last.json()["error"]["type"] == "invalid_request_error"
     assert int(last["Retry-After"]) >= 1
 
 

@@ -1,5 +1,5 @@
 """Refund limits of API keys through /v1/refunds: over the key's limit the refund is shown
-as Stripe shows money reserved and not final, `pending`, with `pending_reason`
+as Stripe shows money reserved and not final, `pending`, with our own `ledger_status`
 awaiting_approval, and it reaches the provider only once a person approves it."""
 
 import pytest
@@ -50,13 +50,13 @@ class TestApiKeyLimits:
 
         assert response.status_code == 200, response.content
         body = response.json()
-        assert (body["status"], body["pending_reason"]) == ("pending", "awaiting_approval")
+        assert (body["status"], body["ledger_status"]) == ("pending", "awaiting_approval")
         stored = Refund.objects.get(pk=body["id"])
         assert stored.status == Refund.Status.AWAITING_APPROVAL
         assert stored.actor == f"api_key:{limited_key.api_key.prefix}"
         assert ProviderRequest.objects.count() == 0
         fetched = api.get(f"/v1/refunds/{body['id']}").json()
-        assert (fetched["status"], fetched["pending_reason"]) == ("pending", "awaiting_approval")
+        assert (fetched["status"], fetched["ledger_status"]) == ("pending", "awaiting_approval")
         assert api.get(f"/v1/charges/{charge.id}").json()["amount_refunded"] == 1_001
 
     def test_exactly_the_keys_limit_goes_through(self, api, limited_key):
@@ -64,7 +64,7 @@ class TestApiKeyLimits:
 
         body = post_refund(api, charge, 1_000).json()
 
-        assert (body["status"], body["pending_reason"]) == ("succeeded", None)
+        assert (body["status"], body["ledger_status"]) == ("succeeded", "succeeded")
 
     def test_the_keys_daily_limit_counts_its_earlier_refunds(self, api, limited_key):
         charge = ChargeFactory(amount=5_000)
@@ -73,7 +73,7 @@ class TestApiKeyLimits:
         second = post_refund(api, charge, 501).json()
 
         assert first["status"] == "succeeded"
-        assert (second["status"], second["pending_reason"]) == ("pending", "awaiting_approval")
+        assert (second["status"], second["ledger_status"]) == ("pending", "awaiting_approval")
 
     def test_another_keys_limit_does_not_apply(self, client, limited_key):
         _, other = create_api_key(name="other client")
@@ -93,7 +93,7 @@ class TestApiKeyLimits:
         assert again.status_code == 200
         assert again.headers.get("Idempotent-Replayed") == "true"
         assert again.json()["id"] == first.json()["id"]
-        assert again.json()["pending_reason"] == "awaiting_approval"
+        assert again.json()["ledger_status"] == "awaiting_approval"
         assert Refund.objects.count() == 1
 
     def test_once_approved_it_shows_what_the_provider_said(self, api, limited_key, lead):
@@ -103,7 +103,7 @@ class TestApiKeyLimits:
         approve_refund(refund_id=refund_id, approver=lead)
 
         fetched = api.get(f"/v1/refunds/{refund_id}").json()
-        assert (fetched["status"], fetched["pending_reason"]) == ("succeeded", None)
+        assert (fetched["status"], fetched["ledger_status"]) == ("succeeded", "succeeded")
         assert ProviderRequest.objects.filter(operation="refund").count() == 1
 
     def test_once_rejected_it_is_canceled_and_the_charge_released(self, api, limited_key, lead):
@@ -113,7 +113,7 @@ class TestApiKeyLimits:
         reject_refund(refund_id=refund_id, approver=lead, note="not this order")
 
         fetched = api.get(f"/v1/refunds/{refund_id}").json()
-        assert (fetched["status"], fetched["pending_reason"]) == ("canceled", None)
+        assert (fetched["status"], fetched["ledger_status"]) == ("canceled", "canceled")
         assert api.get(f"/v1/charges/{charge.id}").json()["amount_refunded"] == 0
         assert ProviderRequest.objects.count() == 0
 
@@ -128,6 +128,6 @@ def test_the_stripe_client_sees_pending_awaiting_approval_then_succeeded(
     approve_refund(refund_id=refund.id, approver=lead)
     fetched = stripe_client.v1.refunds.retrieve(refund.id)
 
-    assert (refund.status, refund.pending_reason) == ("pending", "awaiting_approval")
-    assert (fetched.status, fetched.pending_reason) == ("succeeded", None)
+    assert (refund.status, refund.ledger_status) == ("pending", "awaiting_approval")
+    assert (fetched.status, fetched.ledger_status) == ("succeeded", "succeeded")
     assert ProviderRequest.objects.filter(operation="refund").count() == 1

@@ -47,7 +47,7 @@ def test_past_the_limit_wrong_keys_get_429_and_are_not_looked_up(
 
     assert refused.status_code == 429
     error = refused.json()["error"]
-    assert error["type"] == "rate_limit_error" and error["code"] == "rate_limit"
+    assert error["type"] == "invalid_request_error" and error["code"] == "rate_limit"
     assert 1 <= int(refused["Retry-After"]) <= 60
 
 

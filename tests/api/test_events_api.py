@@ -189,7 +189,11 @@ class TestEventsOfApiRequests:
         assert len(updated) == 1
         assert updated[0].data.object.id == refund.id
         assert updated[0].data.object.status == "succeeded"
-        assert updated[0].data.previous_attributes.to_dict() == {"status": "pending"}
+        assert updated[0].data.previous_attributes.to_dict() == {
+            "status": "pending",
+            "ledger_status": "pending",
+            "pending_reason": "processing",
+        }
         assert updated[0].request.id is None  # the worker, not a request
         assert updated[0].request.idempotency_key is None
 

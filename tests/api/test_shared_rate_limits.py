@@ -314,7 +314,7 @@ def test_one_key_gets_exactly_its_limit_from_a_server_of_several_processes(serve
 
     assert int(time.time() // HOUR) == window, "the window ended during the test"
     assert sorted(statuses) == [200] * LIMIT + [429] * (FLOOD - LIMIT)
-    assert refused.status_code == 429 and refused.json()["error"]["type"] == "rate_limit_error"
+    assert refused.status_code == 429 and refused.json()["error"]["type"] == "invalid_request_error"
     assert 1 <= int(refused.headers["Retry-After"]) <= math.ceil(HOUR - time.time() % HOUR) + 1
     assert other.status_code == 200  # another key has its own budget
     assert_one_count_across_processes(answers_by_process(server, FLOODED), through=200)

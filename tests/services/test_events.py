@@ -12,6 +12,9 @@ from ledger_app.services.charges import create_charge
 from ledger_app.services.refunds import create_refund, update_refund_metadata
 from tests.factories import ChargeFactory
 
+# What a refund that was pending showed, in the API's terms.
+PENDING_BEFORE = {"status": "pending", "ledger_status": "pending", "pending_reason": "processing"}
+
 
 def types(**filters) -> list[str]:
     return list(
@@ -42,7 +45,8 @@ class TestRefundEvents:
         assert refunded.previous_attributes == {"amount_refunded": 0, "refunded": False}
         assert refunded.data_object["amount_refunded"] == 1_000
         updated = Event.objects.get(type="refund.updated")
-        assert updated.previous_attributes == {"status": "pending"}
+        # in the API's terms: the status, ledger_status and pending_reason it had
+        assert updated.previous_attributes == PENDING_BEFORE
         assert updated.data_object["status"] == "succeeded"
 
     def test_a_decline_is_updated_and_failed(self, db):
@@ -87,7 +91,7 @@ class TestRefundEvents:
 
         updates = Event.objects.filter(refund=refund, type="refund.updated").order_by("created_at")
         assert [e.previous_attributes for e in updates] == [
-            {"status": "pending"},
+            PENDING_BEFORE,
             {"metadata": {"a": "1"}},
         ]
         assert updates.last().data_object["metadata"] == {"b": "2"}

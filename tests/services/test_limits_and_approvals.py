@@ -552,8 +552,12 @@ class TestApprove:
             Event.objects.filter(refund=awaiting, type="refund.updated").order_by("created_at")
         )
         decision, settlement = updates
-        # In the API's terms: pending before and after; its pending_reason changed.
-        assert decision.previous_attributes == {"pending_reason": "awaiting_approval"}
+        # In the API's terms: pending before and after, processing once approved; only
+        # ledger_status and pending_reason (left out while waiting) moved.
+        assert decision.previous_attributes == {
+            "ledger_status": "awaiting_approval",
+            "pending_reason": None,
+        }
         assert decision.data_object["status"] == "pending"
         assert decision.data_object["pending_reason"] == "processing"
         assert settlement.data_object["status"] == "succeeded"
@@ -616,7 +620,11 @@ class TestReject:
         assert provider_contact(stored) == []
         event = Event.objects.get(refund=stored, type="refund.updated")
         assert event.data_object["status"] == "canceled"
-        assert event.data_object["pending_reason"] is None
+        assert "pending_reason" not in event.data_object
+        assert event.previous_attributes == {
+            "ledger_status": "awaiting_approval",
+            "status": "pending",
+        }
 
     def test_what_a_rejection_releases_can_be_refunded_again(self, lead, awaiting):
         reject_refund(refund_id=awaiting.id, approver=lead, note="wrong charge")

@@ -183,7 +183,7 @@ class TestEveryKindOfRequester:
         )
 
         assert response.status_code == 200, response.content
-        assert response.json()["pending_reason"] == "awaiting_approval"
+        assert response.json()["ledger_status"] == "awaiting_approval"
         assert_waits_unsent(Refund.objects.get(pk=response.json()["id"]), eur_charge)
 
     def test_bulk_refund_requested_by_them_waits_and_its_dry_run_says_so(

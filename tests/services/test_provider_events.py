@@ -116,7 +116,11 @@ class TestInboundWebhook:
         assert list(find_ledger_drift()) == []
         assert Refund.objects.filter(needing_attention(), pk=succeeded_refund.pk).exists()
         failed = Event.objects.get(refund=succeeded_refund, type="refund.failed")
-        assert failed.previous_attributes == {"status": "succeeded"}
+        assert failed.previous_attributes == {
+            "status": "succeeded",
+            "ledger_status": "succeeded",
+            "failure_reason": None,  # left out while it had not failed
+        }
         assert failed.data_object["status"] == "failed"
 
     def test_a_repeated_event_changes_nothing(self, client, succeeded_refund):
