@@ -113,6 +113,20 @@ class InvalidChargeStatus(LedgerError):
     default_message = "Charge status must be pending, succeeded, failed or unknown."
 
 
+class InvalidPaymentIntent(LedgerError):
+    code = "invalid_payment_intent"
+    param = "payment_intent"
+    default_message = "A PaymentIntent id is pi_ and letters, digits or underscores."
+
+
+class PaymentIntentMismatch(LedgerError):
+    """A refund naming a charge and a PaymentIntent the charge does not belong to."""
+
+    code = "parameter_invalid"
+    param = "payment_intent"
+    default_message = "The charge does not belong to that PaymentIntent."
+
+
 class InvalidCustomer(LedgerError):
     code = "invalid_customer"
     param = "customer"

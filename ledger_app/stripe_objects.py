@@ -142,7 +142,7 @@ class RefundSerializer(StripeObject):
         "insufficient_funds, declined, merchant_request, or unknown. Absent otherwise.",
     )
     metadata = serializers.DictField(child=serializers.CharField())
-    payment_intent = Fixed()
+    payment_intent = BlankAsNull(help_text="Its charge's PaymentIntent (pi_...), if it has one.")
     payment_method = Fixed()
     reason = BlankAsNull()
     receipt_number = Fixed()
@@ -219,7 +219,7 @@ class ChargeSerializer(StripeObject):
     on_behalf_of = Fixed()
     outcome = Fixed(schema=NULL_OBJECT)
     paid = serializers.SerializerMethodField()
-    payment_intent = Fixed()
+    payment_intent = BlankAsNull(help_text="The PaymentIntent (pi_...) it belongs to, if any.")
     payment_method = Fixed()
     payment_method_details = Fixed(schema=NULL_OBJECT)
     receipt_email = Fixed()
@@ -295,6 +295,47 @@ def refund_list(charge: Charge, refunds: list[Refund], size: int) -> dict[str, A
         "has_more": len(refunds) > size,
         "url": f"/v1/charges/{charge.id}/refunds",
     }
+
+
+# A PaymentIntent's status from its latest charge's.
+INTENT_STATUS = {
+    MovementStatus.SUCCEEDED: "succeeded",
+    MovementStatus.FAILED: "requires_payment_method",  # declined: the customer tries again
+    MovementStatus.PENDING: "processing",
+    MovementStatus.UNKNOWN: "processing",
+}
+
+
+class PaymentIntentSerializer(serializers.Serializer):
+    """A PaymentIntent as the ledger knows it, read from its latest charge (the succeeded
+    one, else the newest): Stripe's id, amount, currency, status, latest_charge and
+    metadata (the charge's)."""
+
+    id = serializers.CharField(source="payment_intent")
+    object = serializers.SerializerMethodField()
+    amount = serializers.IntegerField(help_text="Minor units.")
+    amount_received = serializers.SerializerMethodField()
+    created = serializers.SerializerMethodField()
+    currency = serializers.CharField()
+    latest_charge = serializers.CharField(source="id")
+    livemode = Fixed(False, FALSE)
+    metadata = serializers.DictField(child=serializers.CharField())
+    status = serializers.SerializerMethodField(
+        help_text="succeeded, processing (its charge's outcome not known yet), or "
+        "requires_payment_method (its charge was declined)."
+    )
+
+    def get_object(self, charge) -> str:
+        return "payment_intent"
+
+    def get_amount_received(self, charge) -> int:
+        return charge.amount if charge.status == Charge.Status.SUCCEEDED else 0
+
+    def get_created(self, charge) -> int:
+        return unix(charge.created_at)
+
+    def get_status(self, charge) -> str:
+        return INTENT_STATUS[charge.status]
 
 
 class ChargeListSerializer(StripeList):

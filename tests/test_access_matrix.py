@@ -40,6 +40,7 @@ pytestmark = pytest.mark.django_db
 def fill(route: str, charge: Charge, refund: Refund) -> str:
     route = route.replace("<str:charge_id>", charge.id).replace("<str:refund_id>", refund.id)
     route = route.replace("<str:event_id>", Event.objects.filter(refund=refund).first().id)
+    route = route.replace("<str:intent_id>", charge.payment_intent)
     endpoint = WebhookEndpoint.objects.get_or_create(
         url="https://hooks.example.com/ledger", defaults={"secret": "whsec_matrix"}
     )[0]
@@ -79,6 +80,7 @@ def test_the_api_has_the_endpoints_this_file_checks():
         "/v1/refunds/<str:refund_id>",
         "/v1/events",
         "/v1/events/<str:event_id>",
+        "/v1/payment_intents/<str:intent_id>",
         "/v1/webhook_endpoints",
         "/v1/webhook_endpoints/<str:endpoint_id>",
     }

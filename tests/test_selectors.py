@@ -72,6 +72,30 @@ def test_a_refund_bound_by_two_keys_is_drift(succeeded_charge):
     assert problems() == [(refund.id, "refund_bound_by_several_keys")]
 
 
+def test_a_key_bound_to_a_refund_of_another_charge_or_intent_is_drift(db):
+    mine, other = ChargeFactory(), ChargeFactory()
+    by_charge = create_refund(charge_id=mine.id, amount=100, idempotency_key="c1").item
+    by_intent = create_refund(
+        payment_intent=mine.payment_intent, amount=100, idempotency_key="p1"
+    ).item
+    assert problems() == []
+
+    IdempotencyRecord.objects.filter(key="c1").update(
+        request_params={
+            **IdempotencyRecord.objects.get(key="c1").request_params,
+            "charge": other.id,
+        }
+    )
+    params = IdempotencyRecord.objects.get(key="p1").request_params
+    IdempotencyRecord.objects.filter(key="p1").update(
+        request_params={**params, "payment_intent": other.payment_intent}
+    )
+
+    assert problems() == sorted(
+        [(by_charge.id, "key_does_not_match_refund"), (by_intent.id, "key_does_not_match_refund")]
+    )
+
+
 def test_drift_is_found_among_many_charges(db):
     charges = [ChargeFactory(amount=500) for _ in range(5)]
     for charge in charges:

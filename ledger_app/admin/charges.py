@@ -118,8 +118,8 @@ class ChargeAdmin(
     ]
     search_fields = ["id"]  # see get_search_results
     search_help_text = (
-        "Matches exactly: a whole charge id (ch_…), a whole customer reference, or an amount "
-        "(12.34). Matches partly: description text."
+        "Matches exactly: a whole charge id (ch_…), a whole PaymentIntent id (pi_…), a whole "
+        "customer reference, or an amount (12.34). Matches partly: description text."
     )
     ordering = ["-created_at", "-id"]
     actions = ["refund_in_full"]
@@ -135,6 +135,7 @@ class ChargeAdmin(
         "customer",
         "description",
         "metadata",
+        "payment_intent",
         "provider_charge_id",
         "status_detail",
         "created_at",
@@ -209,6 +210,8 @@ class ChargeAdmin(
             return queryset.none(), False
         if term.startswith("ch_"):  # an id: the primary key, nothing else
             return queryset.filter(pk=term), False
+        if term.startswith("pi_"):  # a PaymentIntent: its charges
+            return queryset.filter(payment_intent=term), False
         query = Q(customer=term) | Q(description__icontains=term)
         amounts = amount_search(term)
         if amounts is not None:

@@ -87,6 +87,10 @@ class ChargeFilter(Params):
     charge = ObjectId(required=False, help_text="Only this charge's.")
 
 
+class PaymentIntentFilter(Params):
+    payment_intent = ObjectId(required=False, help_text="Only this PaymentIntent's.")
+
+
 class CreatedFilter(Params):
     created = Created(
         required=False,
@@ -112,12 +116,13 @@ class TypeFilter(Params):
         super().check_together(data)
 
 
-class ChargeListParams(CreatedFilter, ListParams):
-    """The created filter, then the page (DRF takes the first base's fields first)."""
+class ChargeListParams(PaymentIntentFilter, CreatedFilter, ListParams):
+    """The PaymentIntent and created filters, then the page (DRF takes the first base's
+    fields first)."""
 
 
-class RefundListParams(ChargeFilter, CreatedFilter, ListParams):
-    """The charge and created filters, then the page."""
+class RefundListParams(ChargeFilter, PaymentIntentFilter, CreatedFilter, ListParams):
+    """The charge, PaymentIntent and created filters, then the page."""
 
 
 class EventListParams(TypeFilter, CreatedFilter, ListParams):
@@ -128,15 +133,33 @@ class ChargeRetrieveParams(Params):
     expand = Expand(allowed=frozenset({"refunds"}))
 
 
-@create_body("RefundCreate", "Refund a succeeded charge: `amount`, or all that is left.")
+@create_body(
+    "RefundCreate",
+    "Refund a succeeded charge, named by `charge` or by its `payment_intent`: `amount`, or "
+    "all that is left.",
+)
 class RefundCreateParams(Params):
     expand = Expand()
     # Only an absent amount means "all that is left"; an explicit JSON null is refused,
     # so a client that writes a missing value as null never refunds everything.
     amount = Amount(required=False, help_text="Minor units. Omitted: all that is left.")
-    charge = Text()
+    charge = Text(required=False, help_text="The charge to refund (or payment_intent).")
+    payment_intent = Text(
+        required=False,
+        help_text="The PaymentIntent whose succeeded charge to refund (or charge; both: the "
+        "charge must be the PaymentIntent's).",
+    )
     reason = Choice(choices=Refund.Reason.choices, required=False, null_as_absent=True)
     metadata = Metadata(required=False, null_as_absent=True)
+
+    def check_together(self, data: Mapping[str, Any]) -> None:
+        if data.get("charge") is None and data.get("payment_intent") is None:
+            raise ApiError(
+                "One of the following params should be provided for this request: "
+                "payment_intent or charge.",
+                code="parameter_missing",
+                param="charge",
+            )
 
 
 @create_body(

@@ -12,6 +12,11 @@ urlpatterns = [
     ),
     path("refunds", views.RefundsView.as_view(), name="refunds"),
     path("refunds/<str:refund_id>", views.RefundView.as_view(), name="refund"),
+    path(
+        "payment_intents/<str:intent_id>",
+        views.PaymentIntentView.as_view(),
+        name="payment-intent",
+    ),
     path("events", views.EventsView.as_view(), name="events"),
     path("events/<str:event_id>", views.EventView.as_view(), name="event"),
     *webhook_endpoints.urlpatterns,

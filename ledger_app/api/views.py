@@ -31,9 +31,10 @@ from ledger_app.api.params import (
     fold,
 )
 from ledger_app.errors import InvalidIdempotencyKey, ResourceMissing
-from ledger_app.models import Charge, Event, Refund
+from ledger_app.models import PAYMENT_INTENT_ID, Charge, Event, Refund
 from ledger_app.replica import stale_ok
 from ledger_app.selectors import (
+    charge_of_payment_intent,
     created_in,
     events_listed,
     page_newest_first,
@@ -54,6 +55,7 @@ from ledger_app.stripe_objects import (
     ErrorSerializer,
     EventListSerializer,
     EventSerializer,
+    PaymentIntentSerializer,
     RefundListSerializer,
     RefundSerializer,
 )
@@ -221,6 +223,8 @@ class ChargesView(APIView):
     def get(self, request):
         params = checked_params(ChargeListParams, request.query_params)
         charges = Charge.objects.filter(created_in(params.get("created")))
+        if "payment_intent" in params:
+            charges = charges.filter(payment_intent=params["payment_intent"])
         return stale_listing(
             charges, params, ChargeSerializer, "/v1/charges", prepare=first_refunds
         )
@@ -283,6 +287,8 @@ class RefundsView(APIView):
         refunds = Refund.objects.filter(created_in(params.get("created")))
         if "charge" in params:
             refunds = refunds.filter(charge_id=params["charge"])
+        if "payment_intent" in params:  # through the charge's index
+            refunds = refunds.filter(charge__payment_intent=params["payment_intent"])
         return stale_listing(refunds, params, RefundSerializer, "/v1/refunds")
 
     @create_schema("refunds_create", RefundCreateParams, RefundSerializer)
@@ -290,7 +296,8 @@ class RefundsView(APIView):
         key = idempotency_key(request)
         params = checked_params(RefundCreateParams, request.data)
         result = create_refund(
-            charge_id=params["charge"],
+            charge_id=params.get("charge"),
+            payment_intent=params.get("payment_intent"),
             amount=params.get("amount"),  # absent: all that is left
             reason=params.get("reason"),
             metadata=params.get("metadata"),
@@ -337,6 +344,29 @@ class EventView(APIView):
     @read_schema("events_retrieve", EventSerializer)
     def get(self, request, event_id: str):
         return retrieved(request, Event, event_id, EventSerializer)
+
+
+class PaymentIntentView(APIView):
+    """A PaymentIntent as far as the ledger knows it: through its charges."""
+
+    path_param = "payment_intent"
+
+    @read_schema("payment_intents_retrieve", PaymentIntentSerializer)
+    def get(self, request, intent_id: str):
+        checked_params(Params, request.query_params)
+
+        def intent(alias: str) -> dict:
+            charge_id = (
+                charge_of_payment_intent(intent_id, using=alias)
+                if PAYMENT_INTENT_ID.fullmatch(intent_id)
+                else None
+            )
+            if charge_id is None:
+                raise not_found(intent_id, "payment_intent")
+            charge = Charge.objects.using(alias).get(pk=charge_id)
+            return PaymentIntentSerializer(charge).data
+
+        return Response(stale_ok(intent, missing=(ApiError,)))
 
 
 def first_refunds(charges: list[Charge]) -> list[Charge]:

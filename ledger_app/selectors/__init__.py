@@ -8,7 +8,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Max, Prefetch, Q, QuerySet, prefetch_related_objects
+from django.db.models import (
+    Case,
+    Count,
+    Max,
+    Prefetch,
+    Q,
+    QuerySet,
+    When,
+    prefetch_related_objects,
+)
 from django.utils import timezone
 
 from ledger_app.errors import ResourceMissing
@@ -67,6 +76,19 @@ def charges_refunded_since(charge_ids: list[str], since: datetime) -> set[str]:
         )
         .values_list("charge_id", flat=True)
         .distinct()
+    )
+
+
+def charge_of_payment_intent(payment_intent: str, using: str = "default") -> str | None:
+    """A PaymentIntent's latest charge, the one a refund of it refunds: its succeeded
+    charge, else its newest (which the refund's checks then refuse); None when it has no
+    charge here."""
+    return (
+        Charge.objects.using(using)
+        .filter(payment_intent=payment_intent)
+        .order_by(Case(When(status=Charge.Status.SUCCEEDED, then=0), default=1), "-created_at")
+        .values_list("pk", flat=True)
+        .first()
     )
 
 

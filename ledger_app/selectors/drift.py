@@ -136,16 +136,25 @@ def _unsettled_success() -> Iterator[Drift]:
 
 
 def _key_does_not_match_refund() -> Iterator[Drift]:
-    """Refund keys bound to a refund of another charge or another amount than their
-    request asked for."""
+    """Refund keys bound to a refund of another charge (or PaymentIntent) or another
+    amount than their request asked for."""
     refund_keys = IdempotencyRecord.objects.filter(
         operation=IdempotencyRecord.Operation.REFUND_CREATE
     )
     keyed = refund_keys.annotate(
-        sent_charge=KT("request_params__charge"), sent_amount=KT("request_params__amount")
+        sent_charge=KT("request_params__charge"),
+        sent_amount=KT("request_params__amount"),
+        sent_intent=KT("request_params__payment_intent"),
     )
     mismatched_keys = (
-        keyed.exclude(sent_charge=F("refund__charge_id"))
+        # None: JSON null, a request that named the charge by its PaymentIntent alone
+        keyed.exclude(request_params__charge=None).exclude(sent_charge=F("refund__charge_id"))
+        | keyed.filter(request_params__has_key="payment_intent").exclude(
+            sent_intent=F("refund__charge__payment_intent")
+        )
+        | keyed.filter(request_params__charge=None).exclude(  # named no charge at all
+            request_params__has_key="payment_intent"
+        )
         | keyed.exclude(request_params__amount=None).exclude(  # None: JSON null, omitted
             refund__amount=Cast("sent_amount", BigIntegerField())
         )

@@ -12,7 +12,14 @@ from django.utils import timezone
 
 from ledger_app import errors, faults
 from ledger_app.db import drop_broken_connection
-from ledger_app.models import Charge, EventType, IdempotencyRecord, LedgerEntry, new_charge_id
+from ledger_app.models import (
+    Charge,
+    EventType,
+    IdempotencyRecord,
+    LedgerEntry,
+    new_charge_id,
+    new_payment_intent_id,
+)
 from ledger_app.money import normalize_currency, validate_amount, validate_within_ceiling
 from ledger_app.services import events, idempotency
 from ledger_app.services.dispatch import send_charge
@@ -62,6 +69,7 @@ def create_charge(
             status=Charge.Status.PENDING,
             description=description,
             metadata=metadata,
+            payment_intent=new_payment_intent_id(),
             provider_idempotency_key=f"charge:{charge_id}",
         )
         faults.checkpoint("charge.create_locked")  # written, not yet committed
@@ -98,13 +106,15 @@ def record_charge(
     charge_id: str | None = None,
     created_at: datetime | None = None,
     actor: str = "",
+    payment_intent: str | None = None,
 ) -> Charge:
     """Write a charge that already exists at the provider (demo data, imports), and its
     `charge_succeeded` ledger entry when it succeeded. Nothing is sent to the provider.
 
     Amount and currency are validated like every amount in the ledger: an int of minor
     units and a known ISO 4217 code, stored lower-case; the amount at most the currency's
-    ceiling (`amount_too_large`), like a charge made through the API.
+    ceiling (`amount_too_large`), like a charge made through the API. It belongs to a
+    new PaymentIntent unless `payment_intent` names one ("" for none).
     """
     validate_amount(amount)
     currency = normalize_currency(currency)
@@ -119,6 +129,7 @@ def record_charge(
             status=status,
             description=description,
             customer=customer,
+            payment_intent=new_payment_intent_id() if payment_intent is None else payment_intent,
             metadata=metadata or {},
             created_at=created_at or timezone.now(),
         )

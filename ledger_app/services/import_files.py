@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from ledger_app import errors
-from ledger_app.models import Charge
+from ledger_app.models import PAYMENT_INTENT_ID, Charge
 from ledger_app.money import (
     MAJOR_AMOUNT,
     normalize_currency,
@@ -58,6 +58,7 @@ STRIPE_COLUMNS = (
     "captured",
     "description",
     "customer id",
+    "paymentintent id",
     *STRIPE_CREATED,
 )
 # Without Amount Refunded a partly refunded payment (Status still "Paid") would come in
@@ -93,6 +94,7 @@ class ChargeRow:
     refunded_before: int | None = None
     description: str = ""
     customer: str = ""
+    payment_intent: str = ""  # Stripe's PaymentIntent ID column; blank: none
     metadata: dict[str, str] = field(default_factory=dict)
     created_at: datetime | None = None
 
@@ -283,6 +285,7 @@ def stripe_row(values: dict[str, str]) -> ChargeRow:
             refunded_before=refunded,
             description=validate_text(values.get("description", ""), errors.InvalidDescription),
             customer=_customer(values.get("customer id", "")),
+            payment_intent=_payment_intent(values.get("paymentintent id", "")),
             metadata=validate_metadata(
                 {
                     name.removeprefix("metadata:"): value
@@ -315,6 +318,17 @@ def _checked(row: ChargeRow) -> ChargeRow:
 def _charge_id(text: str) -> str:
     if not 0 < len(text) <= 64 or has_unstorable_characters(text):
         raise errors.ResourceMissing("The id must be 1 to 64 characters.", param="id")
+    return text
+
+
+def _payment_intent(text: str) -> str:
+    """Stripe's PaymentIntent ID cell: blank, or pi_ and letters, digits or underscores."""
+    if text and not PAYMENT_INTENT_ID.fullmatch(text):
+        raise errors.InvalidPaymentIntent(
+            f"PaymentIntent ID {text[:70]!r} is not one: pi_ and up to 252 letters, digits or "
+            "underscores.",
+            param="payment_intent",
+        )
     return text
 
 

@@ -203,6 +203,7 @@ def _create_imported_charge(row: ChargeRow) -> Charge:
             status=row.status,
             description=row.description,
             customer=row.customer,
+            payment_intent=row.payment_intent,
             metadata=row.metadata,
             created_at=row.created_at or timezone.now(),
         )
@@ -234,6 +235,7 @@ def _record_refunded_before(charge: Charge, amount: int) -> Refund:
         note=REFUNDED_BEFORE_NOTE,
         source=Refund.Source.IMPORT,
         actor=ACTOR,
+        payment_intent=charge.payment_intent,
         provider_idempotency_key=f"refund:{refund_id}",
         # When it was made is unknown; dated with its charge, not today, so the admin's
         # figures of today's refunds never count a year of imported history.

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from ledger_app import errors
 from ledger_app.models import (
+    PAYMENT_INTENT_ID,
     Charge,
     Refund,
 )
@@ -34,7 +35,7 @@ MAX_CHARGE_ID_LENGTH = 64
 class RefundRequest:
     """A refund request after every check that needs no database: built before any lock."""
 
-    charge_id: str
+    charge_id: str  # "" when only payment_intent names it
     amount: int | None  # None: refund whatever is left
     reason: str
     metadata: dict[str, str]
@@ -45,6 +46,7 @@ class RefundRequest:
     keyed: idempotency.IdempotentRequest | None
     unchanged_since: int | None = None
     batch_id: str = ""  # the bulk run that asks (bulk_refund --batch-id)
+    payment_intent: str = ""  # the PaymentIntent whose charge to refund (the API's)
     # Refuse a refund of the charge for the same amount made within this long by another
     # batch or person (RepeatOfEarlier); None: no such check (the API, retries by key).
     refuse_repeats_within: timedelta | None = None
@@ -112,6 +114,15 @@ def validate_charge_id(charge_id: object) -> None:
         or has_unstorable_characters(charge_id)
     ):
         raise errors.ResourceMissing("No such charge.")
+
+
+def validate_payment_intent(payment_intent: object) -> str:
+    """A PaymentIntent id no charge can have names nothing: refused before any lock."""
+    if payment_intent is None:
+        return ""
+    if not isinstance(payment_intent, str) or not PAYMENT_INTENT_ID.fullmatch(payment_intent):
+        raise errors.ResourceMissing("No such payment_intent.", param="payment_intent")
+    return payment_intent
 
 
 def validate_reason(reason: object) -> str:

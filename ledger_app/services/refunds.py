@@ -25,6 +25,7 @@ from ledger_app.models import (
 )
 from ledger_app.money import validate_amount
 from ledger_app.selectors import (
+    charge_of_payment_intent,
     charges_for_update,
     live_endpoints,
 )
@@ -46,6 +47,7 @@ from ledger_app.services.refund_checks import (
     ensure_unchanged,
     refuse_repeat,
     validate_charge_id,
+    validate_payment_intent,
     validate_reason,
 )
 
@@ -55,7 +57,8 @@ log = logging.getLogger("ledger_app.refunds")
 @naming("charge_id")  # the refund's id too, once it exists (_reserve)
 def create_refund(
     *,
-    charge_id: str,
+    charge_id: str | None = None,
+    payment_intent: str | None = None,
     amount: int | None = None,
     idempotency_key: str | None = None,
     reason: str | None = None,
@@ -67,7 +70,9 @@ def create_refund(
     batch_id: str = "",
     refuse_repeats_within: timedelta | None = None,
 ) -> Created[Refund]:
-    """Refund `amount` minor units of a succeeded charge (None: all that is left).
+    """Refund `amount` minor units of a succeeded charge (None: all that is left). The
+    charge is `charge_id`, or `payment_intent`'s succeeded charge; given both, the charge
+    must belong to that PaymentIntent (else `parameter_invalid`).
 
     Rules, in the order they apply:
     - The request is validated before anything is read or written: amount (a positive
@@ -101,6 +106,7 @@ def create_refund(
     """
     request = _build_request(
         charge_id=charge_id,
+        payment_intent=payment_intent,
         amount=amount,
         idempotency_key=idempotency_key,
         reason=reason,
@@ -126,6 +132,7 @@ def create_refund(
 def _build_request(
     *,
     charge_id: object,
+    payment_intent: object = None,
     amount: object = None,
     idempotency_key: object = None,
     reason: object = None,
@@ -143,18 +150,23 @@ def _build_request(
         raise ValueError("refuse_repeats_within must be a positive time")
     if amount is not None:
         validate_amount(amount)
-    validate_charge_id(charge_id)
+    payment_intent = validate_payment_intent(payment_intent)
+    if charge_id is not None or not payment_intent:
+        validate_charge_id(charge_id)
     reason = validate_reason(reason)
     metadata = validate_metadata(metadata)
     note = validate_text(note, errors.InvalidNote)
     created_by, actor_label = _describe_actor(actor)
     # As sent: an omitted amount is null, which no number equals.
     sent = dict(charge=charge_id, amount=amount, reason=reason, metadata=metadata, note=note)
+    if payment_intent:  # only then, so keys bound before PaymentIntents replay unchanged
+        sent["payment_intent"] = payment_intent
     keyed = idempotency.keyed_request(
         idempotency_key, IdempotencyRecord.Operation.REFUND_CREATE, sent
     )
     return RefundRequest(
-        charge_id=cast(str, charge_id),  # validated above
+        charge_id=cast(str, charge_id or ""),  # validated above
+        payment_intent=payment_intent,
         amount=amount,  # type: ignore[arg-type]  # validated above
         reason=reason,
         metadata=metadata,
@@ -180,7 +192,11 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         user=request.created_by, actor_label=request.actor_label
     )
     spent = limits.spent_today_if_limited(request.actor_label, requester_limits, now)
-    charge = _lock_charge(request.charge_id)
+    charge = _lock_charge(request.charge_id or _charge_of(request.payment_intent))
+    if request.payment_intent and charge.payment_intent != request.payment_intent:
+        raise errors.PaymentIntentMismatch(
+            f"Charge {charge.pk} does not belong to PaymentIntent {request.payment_intent}."
+        )
     if request.unchanged_since is not None:
         ensure_unchanged(charge, request.unchanged_since)
     amount = amount_to_refund(charge, request.amount)
@@ -205,6 +221,7 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         note=request.note,
         source=request.source,
         batch_id=request.batch_id,
+        payment_intent=charge.payment_intent,
         created_by=request.created_by,
         actor=request.actor_label,
         # No lease and no attempt yet: send_refund takes both before it calls out.
@@ -255,6 +272,15 @@ def _newest_refunds(charge: Charge, refund: Refund) -> list[Refund]:
     )
     newest_first = sorted([refund, *earlier], key=lambda r: (r.created_at, r.pk), reverse=True)
     return newest_first[: EMBEDDED_REFUNDS + 1]
+
+
+def _charge_of(payment_intent: str) -> str:
+    charge_id = charge_of_payment_intent(payment_intent)
+    if charge_id is None:
+        raise errors.ResourceMissing(
+            f"No such payment_intent: '{payment_intent}'.", param="payment_intent"
+        )
+    return charge_id
 
 
 def _lock_charge(charge_id: str) -> Charge:

@@ -93,6 +93,8 @@ class TestFindingCharges:
         assert found("12.34") == {coffee.pk}  # $12.34; ¥1,234 is 1234 yen, not 12.34
         assert found("1234") == {yen.pk}
         assert found("bento") == {yen.pk}
+        assert found(yen.payment_intent) == {yen.pk}  # a whole PaymentIntent id
+        assert found(yen.payment_intent[:-1]) == set()  # exactly, not partly
         assert admin_client.get(url, {"q": "ch_\x00"}).status_code < 500
 
     def test_refund_state_filter(self, admin_client, fully_refunded_charge):

@@ -53,7 +53,6 @@ UNUSED = [
     "Statement Descriptor",
     "Customer Email",
     "Card Last4",
-    "PaymentIntent ID",
 ]
 SAMPLE = Path(__file__).resolve().parents[2] / "docs" / "samples" / "stripe-payments.csv"
 
@@ -116,6 +115,32 @@ PAYMENTS = [
 
 
 class TestImportingAnExport:
+    def test_each_charge_keeps_its_payment_intent_and_its_refund_shows_it(self, tmp_path):
+        rows = [*PAYMENTS[:2], payment("ch_noIntent000006", "9.00", "0.00", "usd", "Paid")]
+        rows[-1]["PaymentIntent ID"] = ""  # a charge made without one
+        code, _, err = import_stripe(export(tmp_path, rows))
+
+        assert code == 0, err
+        intents = dict(Charge.objects.values_list("id", "payment_intent"))
+        assert intents == {
+            "ch_usdPartly0001": "pi_ly0001",
+            "ch_usdRefunded02": "pi_nded02",
+            "ch_noIntent000006": "",
+        }
+        refunded_before = Refund.objects.get(charge_id="ch_usdRefunded02")
+        assert refunded_before.payment_intent == "pi_nded02"
+
+    @pytest.mark.parametrize("cell", ["pi_", "ch_123", "pi_bad id", "pi_\x00", "x" * 300])
+    def test_a_payment_intent_that_is_not_one_refuses_its_row(self, tmp_path, cell):
+        rows = [PAYMENTS[3], payment("ch_badIntent00007", "9.00", "0.00", "usd", "Paid")]
+        rows[-1]["PaymentIntent ID"] = cell.replace("\\x00", "\x00")
+
+        code, _, err = import_stripe(export(tmp_path, rows))
+
+        assert code == 1
+        assert "line 3: refused, invalid_payment_intent: PaymentIntent ID" in err
+        assert list(Charge.objects.values_list("id", flat=True)) == ["ch_jpyPaid000004"]
+
     def test_amounts_statuses_and_refunds_come_in_exactly(self, tmp_path):
         path = export(tmp_path, PAYMENTS)
 
