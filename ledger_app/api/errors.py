@@ -77,6 +77,23 @@ def ledger_error_response(exc: errors.LedgerError, *, path_param: str | None = N
     return response
 
 
+def card_error_response(charge) -> Response:
+    """Stripe's answer to a declined charge: 402 `card_error`, naming the charge (which
+    stays retrievable, `status: failed`), `card_declined` with the provider's decline code
+    when it gave one that reads as a code (`generic_decline` otherwise)."""
+    from ledger_app.stripe_objects import FAILURE_CODE
+
+    detail = charge.status_detail
+    error = body(
+        type="card_error",
+        code="card_declined",
+        message=f"Your card was declined. The charge {charge.pk} failed.",
+    )["error"]
+    error["decline_code"] = detail if FAILURE_CODE.match(detail) else "generic_decline"
+    error["charge"] = charge.pk
+    return Response({"error": error}, status=402)
+
+
 # DRF's own refusals, the first class that matches: (class, status, type, code, message).
 # `{detail}` in a message is DRF's own detail.
 DRF_ERRORS: list[tuple[type[drf.APIException], int, str, str, str]] = [

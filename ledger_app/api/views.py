@@ -16,7 +16,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ledger_app.api.errors import ApiError
+from ledger_app.api.errors import ApiError, card_error_response
 from ledger_app.api.fields import MAX_ID_LENGTH, could_be_an_id
 from ledger_app.api.params import (
     ChargeCreateParams,
@@ -146,7 +146,10 @@ def not_found(object_id: str, name: str) -> ApiError:
 
 
 def created_response(result: Created, serializer_class) -> Response:
-    response = Response(serializer_class(result.item, context={"expand": ()}).data)
+    if isinstance(result.item, Charge) and result.item.status == Charge.Status.FAILED:
+        response = card_error_response(result.item)
+    else:
+        response = Response(serializer_class(result.item, context={"expand": ()}).data)
     if result.replayed:
         response["Idempotent-Replayed"] = "true"
     return response

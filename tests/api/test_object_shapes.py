@@ -8,7 +8,7 @@ import json
 import pytest
 import stripe
 
-from ledger_app.models import Event
+from ledger_app.models import Charge, Event
 from tests.api.stripe_conformance import REFERENCE, always_shown
 from tests.factories import ChargeFactory
 
@@ -88,11 +88,21 @@ class TestValuesOfFieldsThatMeanNothingHere:
         assert fetched.failure_code is None and fetched.failure_message is None
         assert fetched.refunds.object == "list"
 
-    def test_a_declined_charge_has_its_failure_code(self, stripe_client):
-        declined = stripe_client.v1.charges.create(
-            params={"amount": 500, "currency": "usd", "metadata": {"simulate_charge": "decline"}}
-        )
+    def test_a_declined_charge_is_a_card_error_naming_the_charge(self, stripe_client):
+        params = {"amount": 500, "currency": "usd", "metadata": {"simulate_charge": "decline"}}
+        with pytest.raises(stripe.CardError) as raised:
+            stripe_client.v1.charges.create(params=params, options={"idempotency_key": "c-1"})
+        with pytest.raises(stripe.CardError) as replayed:
+            stripe_client.v1.charges.create(params=params, options={"idempotency_key": "c-1"})
 
+        error = raised.value
+        assert (error.http_status, error.code) == (402, "card_declined")
+        assert error.error.decline_code == "simulated_decline"
+        assert error.error.charge.startswith("ch_")
+        assert replayed.value.error.charge == error.error.charge  # the same charge, once
+        assert replayed.value.headers.get("idempotent-replayed") == "true"
+        assert Charge.objects.count() == 1
+        declined = stripe_client.v1.charges.retrieve(error.error.charge)
         assert declined.status == "failed" and declined.paid is False
         assert declined.failure_code == "simulated_decline"
         assert declined.failure_message == "simulated_decline"

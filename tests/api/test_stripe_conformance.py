@@ -75,9 +75,12 @@ class TestEveryObjectConforms:
         assert all(problems(r, "refund") == [] for r in listed["data"])
 
     def test_charges_in_every_status(self, api, every_refund_status):
+        declined = new_charge(api, simulate_charge="decline")  # a 402 card_error
+        assert problems(declined, "error") == []
+        assert declined["error"]["type"] == "card_error"
         made = [
             new_charge(api),
-            new_charge(api, simulate_charge="decline"),
+            api.get(f"/v1/charges/{declined['error']['charge']}").json(),
             new_charge(api, simulate_charge="timeout"),
         ]
         charges = api.get("/v1/charges", {"limit": 100}).json()["data"]
