@@ -217,7 +217,10 @@ KNOWN_EVENTS = ", ".join(EventType.values)
 class InvalidEnabledEvents(LedgerError):
     code = "invalid_enabled_events"
     param = "enabled_events"
-    default_message = f'enabled_events must list event types ({KNOWN_EVENTS}) or "*".'
+    default_message = (
+        "enabled_events must list event types Stripe documents (such as charge.updated or "
+        f'payment_intent.succeeded; this back office sends {KNOWN_EVENTS}) or "*".'
+    )
 
 
 class DeliveryNotResendable(LedgerError):

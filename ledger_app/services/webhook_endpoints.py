@@ -18,6 +18,7 @@ from ledger_app.models import EventType, WebhookDelivery, WebhookEndpoint
 from ledger_app.selectors import webhook_endpoints
 from ledger_app.services import egress
 from ledger_app.services.validation import merge_metadata, validate_metadata, validate_text
+from ledger_app.stripe_event_types import STRIPE_EVENT_TYPES
 
 log = logging.getLogger("ledger_app.webhooks")
 
@@ -34,10 +35,11 @@ def check_url(url: object) -> str:
 
 
 def check_enabled_events(enabled_events: object) -> list[str]:
-    """Known event types or "*", at least one, each once, in the order sent."""
+    """Event types Stripe documents or "*", at least one, each once, in the order sent.
+    An endpoint is sent the ones the back office emits (models.EventType)."""
     if not isinstance(enabled_events, list) or not enabled_events:
         raise InvalidEnabledEvents()
-    allowed = {ALL_EVENTS, *EventType.values}
+    allowed = {ALL_EVENTS, *STRIPE_EVENT_TYPES, *EventType.values}
     for name in enabled_events:
         if not isinstance(name, str) or name not in allowed:
             shown = str(name)[:64] if isinstance(name, str) else type(name).__name__

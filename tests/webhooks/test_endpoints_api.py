@@ -7,7 +7,10 @@ from urllib.parse import urlencode
 import pytest
 import stripe
 
-from ledger_app.models import WebhookDelivery, WebhookEndpoint
+from ledger_app.models import EventType, WebhookDelivery, WebhookEndpoint
+from ledger_app.services.refunds import create_refund
+from ledger_app.stripe_event_types import STRIPE_EVENT_TYPES
+from tests.factories import ChargeFactory
 from tests.webhooks.conftest import record_events
 
 pytestmark = pytest.mark.usefixtures("allow_private")
@@ -121,6 +124,19 @@ class TestWithTheStripeClient:
         assert error.value.http_status == 400
         assert (error.value.code, error.value.param) == ("invalid_enabled_events", "enabled_events")
         assert not WebhookEndpoint.objects.exists()
+
+    def test_every_event_type_stripe_documents_is_accepted(self, stripe_client, receiver):
+        names = ["charge.updated", "charge.dispute.created", "payment_intent.succeeded"]
+
+        made = stripe_client.v1.webhook_endpoints.create(
+            params={"url": receiver.url, "enabled_events": names}
+        )
+
+        assert made.enabled_events == names
+        assert len(STRIPE_EVENT_TYPES) > 180 and set(EventType.values) <= STRIPE_EVENT_TYPES
+        charge = ChargeFactory()  # charge.succeeded: not one it asked for
+        create_refund(charge_id=charge.id, amount=100)  # nor refund.* and charge.refunded
+        assert not WebhookDelivery.objects.filter(endpoint_id=made.id).exists()
 
     def test_a_refused_url_is_400_url_invalid(self, stripe_client, settings):
         settings.WEBHOOK_ALLOW_PRIVATE_URLS = False
