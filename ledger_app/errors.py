@@ -250,6 +250,12 @@ class RefundNotAwaitingApproval(LedgerError):
     default_message = "This refund is not awaiting approval."
 
 
+class RefundNotCancelable(LedgerError):
+    code = "refund_not_cancelable"
+    param = "refund"
+    default_message = "Only a refund awaiting approval can be canceled."
+
+
 class ApprovalExpired(LedgerError):
     code = "approval_expired"
     param = "refund"

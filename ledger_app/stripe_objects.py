@@ -139,7 +139,8 @@ class RefundSerializer(StripeObject):
     failure_reason = serializers.SerializerMethodField(
         required=False,
         help_text="When failed: lost_or_stolen_card, expired_or_canceled_card, "
-        "insufficient_funds, declined, merchant_request, or unknown. Absent otherwise.",
+        "insufficient_funds, declined, merchant_request, or unknown; when canceled, "
+        "merchant_request. Absent otherwise.",
     )
     metadata = serializers.DictField(child=serializers.CharField())
     payment_intent = BlankAsNull(help_text="Its charge's PaymentIntent (pi_...), if it has one.")
@@ -172,6 +173,8 @@ class RefundSerializer(StripeObject):
         return None
 
     def get_failure_reason(self, refund) -> str | None:
+        if refund.status == Refund.Status.CANCELED:  # as Stripe shows a canceled refund
+            return "merchant_request"
         if refund.status != Refund.Status.FAILED:
             return None
         return refund.status_detail if refund.status_detail in FAILURE_REASONS else "unknown"

@@ -78,6 +78,7 @@ def test_the_api_has_the_endpoints_this_file_checks():
         "/v1/charges/<str:charge_id>/refunds",
         "/v1/refunds",
         "/v1/refunds/<str:refund_id>",
+        "/v1/refunds/<str:refund_id>/cancel",
         "/v1/events",
         "/v1/events/<str:event_id>",
         "/v1/payment_intents/<str:intent_id>",

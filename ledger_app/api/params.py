@@ -162,6 +162,19 @@ class RefundCreateParams(Params):
             )
 
 
+@create_body("ChargeRefundCreate", "Refund the charge in the path (Stripe's older endpoint).")
+class ChargeRefundCreateParams(Params):
+    expand = Expand()
+    amount = Amount(required=False, help_text="Minor units. Omitted: all that is left.")
+    reason = Choice(choices=Refund.Reason.choices, required=False, null_as_absent=True)
+    metadata = Metadata(required=False, null_as_absent=True)
+
+
+@create_body("RefundCancel", "Cancel a refund awaiting approval.")
+class RefundCancelParams(Params):
+    expand = Expand()
+
+
 @create_body(
     "RefundUpdate",
     "Change a refund's metadata, the one field that changes: keys are merged into what is "

@@ -12,6 +12,7 @@ urlpatterns = [
     ),
     path("refunds", views.RefundsView.as_view(), name="refunds"),
     path("refunds/<str:refund_id>", views.RefundView.as_view(), name="refund"),
+    path("refunds/<str:refund_id>/cancel", views.RefundCancelView.as_view(), name="refund-cancel"),
     path(
         "payment_intents/<str:intent_id>",
         views.PaymentIntentView.as_view(),

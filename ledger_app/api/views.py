@@ -21,10 +21,12 @@ from ledger_app.api.fields import MAX_ID_LENGTH, could_be_an_id
 from ledger_app.api.params import (
     ChargeCreateParams,
     ChargeListParams,
+    ChargeRefundCreateParams,
     ChargeRetrieveParams,
     EventListParams,
     ListParams,
     Params,
+    RefundCancelParams,
     RefundCreateParams,
     RefundListParams,
     RefundUpdateParams,
@@ -40,6 +42,7 @@ from ledger_app.selectors import (
     page_newest_first,
     with_first_refunds,
 )
+from ledger_app.services.approvals import cancel_refund
 from ledger_app.services.charges import create_charge
 from ledger_app.services.idempotency import (
     RESERVED_KEY_PREFIXES,
@@ -269,6 +272,24 @@ class ChargeRefundsView(APIView):
 
     path_param = None  # an unknown cursor is a 400 naming it; an unknown charge a 404
 
+    @create_schema("charges_refunds_create", ChargeRefundCreateParams, RefundSerializer)
+    def post(self, request, charge_id: str):
+        """Stripe's older way to refund: the charge in the path, otherwise as
+        POST /v1/refunds (the same rules, key and events)."""
+        key = idempotency_key(request)
+        params = checked_params(ChargeRefundCreateParams, request.data)
+        charge = object_or_404(Charge, charge_id, "charge")
+        result = create_refund(
+            charge_id=charge.pk,
+            amount=params.get("amount"),
+            reason=params.get("reason"),
+            metadata=params.get("metadata"),
+            idempotency_key=key,
+            actor=request.user.label,
+            source=Refund.Source.API,
+        )
+        return created_response(result, RefundSerializer)
+
     @read_schema("charges_refunds_list", RefundListSerializer, ListParams)
     def get(self, request, charge_id: str):
         params = checked_params(ListParams, request.query_params)
@@ -326,6 +347,20 @@ class RefundView(APIView):
         if not could_be_an_id(refund_id):
             raise not_found(refund_id, "refund")
         refund = update_refund_metadata(refund_id=refund_id, metadata=params.get("metadata", {}))
+        return Response(RefundSerializer(refund).data)
+
+
+class RefundCancelView(APIView):
+    path_param = "refund"
+
+    @create_schema("refunds_cancel", RefundCancelParams, RefundSerializer, keyed=False)
+    def post(self, request, refund_id: str):
+        """Cancel a refund awaiting approval: its amount is released, as a rejection
+        does. Any other status is a 400 refund_not_cancelable."""
+        checked_params(RefundCancelParams, request.data)
+        if not could_be_an_id(refund_id):
+            raise not_found(refund_id, "refund")
+        refund = cancel_refund(refund_id=refund_id, actor=request.user.label)
         return Response(RefundSerializer(refund).data)
 
 

@@ -70,6 +70,24 @@ def expire_approvals(now: datetime | None = None) -> list[str]:
     return expired
 
 
+def cancel_refund(*, refund_id: str, actor: str) -> Refund:
+    """Cancel a refund awaiting approval at its requester's word (the API's
+    POST /v1/refunds/{id}/cancel, `actor` the key's label): canceled, its amount released,
+    as a rejection does; nobody's approval is needed to take a request back. Any other
+    status is `refund_not_cancelable`, and nothing changes."""
+    now = timezone.now()
+    endpoints = live_endpoints()  # read before the locks, as every move does
+    with transaction.atomic(durable=True):
+        refund = _lock(refund_id)
+        if refund.status != Refund.Status.AWAITING_APPROVAL:
+            raise errors.RefundNotCancelable(
+                f"Refund {refund.pk} cannot be canceled because it has a status of "
+                f"{refund.status}; only a refund awaiting approval can be."
+            )
+        _cancel(refund, actor, "canceled by its requester", now, endpoints, why="canceled")
+    return refund
+
+
 def _decide(refund_id: str, approver: AbstractUser, note: str, *, approve: bool) -> Refund:
     if not approver.has_perm(APPROVE_PERMISSION):
         raise errors.ApprovalNotPermitted()
@@ -133,9 +151,15 @@ def _approve(
 
 
 def _cancel(
-    refund: Refund, decider: str, note: str, now: datetime, endpoints: list[WebhookEndpoint]
+    refund: Refund,
+    decider: str,
+    note: str,
+    now: datetime,
+    endpoints: list[WebhookEndpoint],
+    why: str = "",
 ) -> None:
-    """Canceled, and the amount back on the charge with a `refund_released` entry."""
+    """Canceled, and the amount back on the charge with a `refund_released` entry whose
+    memo says `why` (expired or rejected, by default from the decider) and `note`."""
     _record(refund, decider, note, now)
     refund.status = Refund.Status.CANCELED
     charge = refund.charge
@@ -146,7 +170,7 @@ def _cancel(
         kind=LedgerEntry.Kind.REFUND_RELEASED,
         amount=refund.amount,
         actor=decider,
-        memo=f"{'expired' if decider == EXPIRY_ACTOR else 'rejected'}: {note}",
+        memo=f"{why or ('expired' if decider == EXPIRY_ACTOR else 'rejected')}: {note}",
     )
     statements = [
         sql_writes.update(refund, DECIDED_FIELDS),

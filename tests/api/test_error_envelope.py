@@ -23,7 +23,8 @@ UNKNOWN_PATHS = [
     "/v1",
     "/v1/",
     "/v1/nope",
-    "/v1/refunds/re_x/cancel",
+    "/v1/refunds/re_x/cancel/now",
+    "/v1/refunds/re_x/expire",
     "/v1/charges/ch_x/extra",
     "/v1/charges/",
     "/v1/refunds/re_x/",
@@ -39,9 +40,11 @@ UNKNOWN_PATHS = [
 KNOWN_PATHS = {
     "/v1/charges": {"GET", "HEAD", "POST", "OPTIONS"},
     "/v1/charges/ch_x": {"GET", "HEAD", "OPTIONS"},
-    "/v1/charges/ch_x/refunds": {"GET", "HEAD", "OPTIONS"},
+    "/v1/charges/ch_x/refunds": {"GET", "HEAD", "POST", "OPTIONS"},
     "/v1/refunds": {"GET", "HEAD", "POST", "OPTIONS"},
     "/v1/refunds/re_x": {"GET", "HEAD", "POST", "OPTIONS"},
+    "/v1/refunds/re_x/cancel": {"POST", "OPTIONS"},
+    "/v1/payment_intents/pi_x": {"GET", "HEAD", "OPTIONS"},
     "/v1/events": {"GET", "HEAD", "OPTIONS"},
     "/v1/events/evt_x": {"GET", "HEAD", "OPTIONS"},
     "/v1/openapi.json": {"GET", "HEAD"},
@@ -118,7 +121,7 @@ def test_known_paths_answer_unsupported_methods_with_a_json_405(csrf_client, api
                 continue
             error = assert_envelope(response, method, path)
             assert response.status_code == 405, (method, path, response.status_code)
-            assert error["code"] == "method_not_allowed"
+            assert error is None or error["code"] == "method_not_allowed"  # None: HEAD
             assert set(response["Allow"].replace(" ", "").split(",")) == served, path
             refused += 1
 

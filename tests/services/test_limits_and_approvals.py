@@ -621,7 +621,9 @@ class TestReject:
         event = Event.objects.get(refund=stored, type="refund.updated")
         assert event.data_object["status"] == "canceled"
         assert "pending_reason" not in event.data_object
+        assert event.data_object["failure_reason"] == "merchant_request"  # as Stripe's
         assert event.previous_attributes == {
+            "failure_reason": None,
             "ledger_status": "awaiting_approval",
             "status": "pending",
         }
