@@ -40,6 +40,15 @@ class BlankAsNull(serializers.CharField):
         return value or None
 
 
+class ExpandableId(BlankAsNull):
+    """An id that expand[] may replace by its object (api/expansion.py): in the schema,
+    the id or that object (`component`, the OpenAPI component's name)."""
+
+    def __init__(self, component: str, **kwargs) -> None:
+        self.component = component
+        super().__init__(**kwargs)
+
+
 class Fixed(serializers.Field):
     """A field with the same value on every object here, such as `livemode: false` or a
     `payment_intent` that is always null. `schema` is its OpenAPI schema (api/schema.py
@@ -131,7 +140,7 @@ class RefundSerializer(StripeObject):
     object = serializers.SerializerMethodField()
     amount = serializers.IntegerField(help_text="Minor units.")
     balance_transaction = Fixed()
-    charge = serializers.CharField(source="charge_id")
+    charge = ExpandableId("Charge", source="charge_id")
     created = serializers.SerializerMethodField()
     currency = serializers.CharField()
     customer = Fixed()
@@ -143,7 +152,9 @@ class RefundSerializer(StripeObject):
         "merchant_request. Absent otherwise.",
     )
     metadata = serializers.DictField(child=serializers.CharField())
-    payment_intent = BlankAsNull(help_text="Its charge's PaymentIntent (pi_...), if it has one.")
+    payment_intent = ExpandableId(
+        "PaymentIntent", help_text="Its charge's PaymentIntent (pi_...), if it has one."
+    )
     payment_method = Fixed()
     reason = BlankAsNull()
     receipt_number = Fixed()
@@ -222,7 +233,9 @@ class ChargeSerializer(StripeObject):
     on_behalf_of = Fixed()
     outcome = Fixed(schema=NULL_OBJECT)
     paid = serializers.SerializerMethodField()
-    payment_intent = BlankAsNull(help_text="The PaymentIntent (pi_...) it belongs to, if any.")
+    payment_intent = ExpandableId(
+        "PaymentIntent", help_text="The PaymentIntent (pi_...) it belongs to, if any."
+    )
     payment_method = Fixed()
     payment_method_details = Fixed(schema=NULL_OBJECT)
     receipt_email = Fixed()
@@ -274,8 +287,11 @@ class ChargeSerializer(StripeObject):
     def get_refunds(self, charge) -> dict:
         expanded = "refunds" in self.context.get("expand", ())
         size = EXPANDED_REFUNDS if expanded else EMBEDDED_REFUNDS
-        # A list's charges come with theirs (selectors.with_first_refunds)
-        refunds = None if expanded else getattr(charge, "first_refunds", None)
+        # A list's charges come with theirs (selectors.with_first_refunds), enough of them
+        # when they number one more than shown
+        refunds = getattr(charge, "first_refunds", None)
+        if getattr(charge, "first_refunds_count", 0) <= size:
+            refunds = None
         if refunds is None:
             refunds = list(charge.refunds.order_by("-created_at", "-id")[: size + 1])
         return refund_list(charge, refunds, size)

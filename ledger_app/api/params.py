@@ -25,6 +25,7 @@ from rest_framework.fields import empty
 
 from ledger_app.api import parsing
 from ledger_app.api.errors import ApiError
+from ledger_app.api.expansion import CHARGE_FIELDS, REFUND_FIELDS, in_list
 from ledger_app.api.fields import (
     Amount,
     Choice,
@@ -70,7 +71,10 @@ class Params(serializers.Serializer):
 
 
 class ListParams(Params):
-    """A page of a list, newest first."""
+    """A page of a list, newest first; expand[] takes nothing by default (ListOf gives
+    the `data.<field>` its objects expand)."""
+
+    expand = Expand()
 
     limit = Integer(required=False, min_value=1, max_value=100, help_text="1 to 100, default 10.")
     starting_after = Cursor(required=False, help_text="An id: the page after it.")
@@ -116,12 +120,18 @@ class TypeFilter(Params):
         super().check_together(data)
 
 
+class RefundPage(ListParams):
+    expand = Expand(allowed=in_list(REFUND_FIELDS))
+
+
 class ChargeListParams(PaymentIntentFilter, CreatedFilter, ListParams):
     """The PaymentIntent and created filters, then the page (DRF takes the first base's
     fields first)."""
 
+    expand = Expand(allowed=in_list(CHARGE_FIELDS))
 
-class RefundListParams(ChargeFilter, PaymentIntentFilter, CreatedFilter, ListParams):
+
+class RefundListParams(ChargeFilter, PaymentIntentFilter, CreatedFilter, RefundPage):
     """The charge, PaymentIntent and created filters, then the page."""
 
 
@@ -130,7 +140,17 @@ class EventListParams(TypeFilter, CreatedFilter, ListParams):
 
 
 class ChargeRetrieveParams(Params):
-    expand = Expand(allowed=frozenset({"refunds"}))
+    expand = Expand(allowed=CHARGE_FIELDS)
+
+
+class RefundRetrieveParams(Params):
+    expand = Expand(allowed=REFUND_FIELDS)
+
+
+class RetrieveParams(Params):
+    """A GET of an object with nothing to expand: expand[] is refused for any field."""
+
+    expand = Expand()
 
 
 @create_body(
@@ -139,7 +159,7 @@ class ChargeRetrieveParams(Params):
     "all that is left.",
 )
 class RefundCreateParams(Params):
-    expand = Expand()
+    expand = Expand(allowed=REFUND_FIELDS)
     # Only an absent amount means "all that is left"; an explicit JSON null is refused,
     # so a client that writes a missing value as null never refunds everything.
     amount = Amount(required=False, help_text="Minor units. Omitted: all that is left.")
@@ -164,7 +184,7 @@ class RefundCreateParams(Params):
 
 @create_body("ChargeRefundCreate", "Refund the charge in the path (Stripe's older endpoint).")
 class ChargeRefundCreateParams(Params):
-    expand = Expand()
+    expand = Expand(allowed=REFUND_FIELDS)
     amount = Amount(required=False, help_text="Minor units. Omitted: all that is left.")
     reason = Choice(choices=Refund.Reason.choices, required=False, null_as_absent=True)
     metadata = Metadata(required=False, null_as_absent=True)
@@ -172,7 +192,7 @@ class ChargeRefundCreateParams(Params):
 
 @create_body("RefundCancel", "Cancel a refund awaiting approval.")
 class RefundCancelParams(Params):
-    expand = Expand()
+    expand = Expand(allowed=REFUND_FIELDS)
 
 
 @create_body(
@@ -181,7 +201,7 @@ class RefundCancelParams(Params):
     "there, a key sent with an empty value is removed.",
 )
 class RefundUpdateParams(Params):
-    expand = Expand()
+    expand = Expand(allowed=REFUND_FIELDS)
     metadata = Metadata(required=False, null_as_absent=True)
 
 
@@ -199,7 +219,7 @@ class PaymentSource(Text):
 
 @create_body("ChargeCreate", "Charge `amount` minor units of `currency` through the provider.")
 class ChargeCreateParams(Params):
-    expand = Expand()
+    expand = Expand(allowed=CHARGE_FIELDS)
     metadata = Metadata(required=False, null_as_absent=True)
     source = PaymentSource(  # type: ignore[assignment]  # a declared field (the metaclass takes it off the class)
         required=False, help_text="A payment source for the provider (kept in metadata.source)."

@@ -28,6 +28,32 @@ class FixedFieldSchema(OpenApiSerializerFieldExtension):
         return dict(self.target.schema)
 
 
+class ExpandableIdSchema(OpenApiSerializerFieldExtension):
+    """An id that expand[] may replace by its object: the id, or the object."""
+
+    target_class = "ledger_app.stripe_objects.ExpandableId"
+
+    def map_serializer_field(self, auto_schema, direction):
+        return {
+            "oneOf": [
+                {"type": "string"},
+                {"$ref": f"#/components/schemas/{self.target.component}"},
+            ],
+            "nullable": True,
+        }
+
+
+class ExpandSchema(OpenApiSerializerFieldExtension):
+    """expand[]: the fields this endpoint expands, by name."""
+
+    target_class = "ledger_app.api.fields.Expand"
+
+    def map_serializer_field(self, auto_schema, direction):
+        if not self.target.allowed:
+            return {"type": "array", "items": {"type": "string"}, "maxItems": 0}
+        return {"type": "array", "items": {"type": "string", "enum": sorted(self.target.allowed)}}
+
+
 def fields_left_out(result, generator, request, public):
     """Fields Stripe leaves out when they have no value (StripeObject.LEFT_OUT_WHEN_NULL)
     are not required: drf-spectacular marks every read-only field required."""

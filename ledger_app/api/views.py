@@ -16,6 +16,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ledger_app.api import expansion
 from ledger_app.api.errors import ApiError, card_error_response
 from ledger_app.api.fields import MAX_ID_LENGTH, could_be_an_id
 from ledger_app.api.params import (
@@ -24,12 +25,14 @@ from ledger_app.api.params import (
     ChargeRefundCreateParams,
     ChargeRetrieveParams,
     EventListParams,
-    ListParams,
     Params,
     RefundCancelParams,
     RefundCreateParams,
     RefundListParams,
+    RefundPage,
+    RefundRetrieveParams,
     RefundUpdateParams,
+    RetrieveParams,
     fold,
 )
 from ledger_app.errors import InvalidIdempotencyKey, ResourceMissing
@@ -53,6 +56,7 @@ from ledger_app.services.idempotency import (
 from ledger_app.services.refunds import create_refund, update_refund_metadata
 from ledger_app.stripe_objects import (
     EMBEDDED_REFUNDS,
+    EXPANDED_REFUNDS,
     ChargeListSerializer,
     ChargeSerializer,
     ErrorSerializer,
@@ -125,17 +129,19 @@ def object_or_404(model, object_id: str, name: str, using: str = DEFAULT_DB_ALIA
     return obj
 
 
-def retrieved(request, model, object_id: str, serializer_class) -> Response:
-    """A GET of one object by the id in its URL, which takes no parameters; from the
+def retrieved(
+    request, model, object_id: str, serializer_class, params_class: type[Params] = RetrieveParams
+) -> Response:
+    """A GET of one object by the id in its URL (its only parameter expand[]); from the
     replica if there is one and it has the object, else from the primary."""
-    checked_params(Params, request.query_params)
+    asked = checked_params(params_class, request.query_params).get("expand", set())
     name = model._meta.model_name
-    return Response(
-        stale_ok(
-            lambda alias: serializer_class(object_or_404(model, object_id, name, alias)).data,
-            missing=(ApiError,),
-        )
-    )
+
+    def shown(alias: str) -> dict:
+        data = serializer_class(object_or_404(model, object_id, name, alias)).data
+        return expansion.expand([data], asked, alias)[0]
+
+    return Response(stale_ok(shown, missing=(ApiError,)))
 
 
 def not_found(object_id: str, name: str) -> ApiError:
@@ -148,14 +154,22 @@ def not_found(object_id: str, name: str) -> ApiError:
     return ApiError(message, code="resource_missing", status=404)
 
 
-def created_response(result: Created, serializer_class) -> Response:
+def created_response(result: Created, serializer_class, asked: set[str]) -> Response:
+    """A create's answer (or its replay), with the expansions `asked`."""
     if isinstance(result.item, Charge) and result.item.status == Charge.Status.FAILED:
         response = card_error_response(result.item)
     else:
-        response = Response(serializer_class(result.item, context={"expand": ()}).data)
+        response = Response(rendered(result.item, serializer_class, asked))
     if result.replayed:
         response["Idempotent-Replayed"] = "true"
     return response
+
+
+def rendered(obj, serializer_class, asked: set[str], using: str = DEFAULT_DB_ALIAS) -> dict:
+    """One object as the API shows it, with the expansions `asked` (expansion.py)."""
+    own = asked & expansion.SERIALIZER_EXPANDS
+    data = serializer_class(obj, context={"expand": own}).data
+    return expansion.expand([data], asked - own, using)[0]
 
 
 def listing(queryset, params: dict, serializer_class, url: str, *, prepare=None) -> Response:
@@ -185,10 +199,13 @@ def list_page(queryset, params: dict, serializer_class, url: str, *, prepare=Non
         starting_after=params.get("starting_after"),
         ending_before=params.get("ending_before"),
     )
-    items = prepare(page.items) if prepare is not None else page.items
+    asked = expansion.of_items(params.get("expand", set()))
+    own = asked & expansion.SERIALIZER_EXPANDS
+    items = prepare(page.items, own) if prepare is not None else page.items
+    data = serializer_class(items, many=True, context={"expand": own}).data
     return {
         "object": "list",
-        "data": serializer_class(items, many=True).data,
+        "data": expansion.expand(list(data), asked - own, queryset.db),
         "has_more": page.has_more,
         "url": url,
     }
@@ -247,7 +264,7 @@ class ChargesView(APIView):
             idempotency_key=key,
             actor=request.user.label,
         )
-        return created_response(result, ChargeSerializer)
+        return created_response(result, ChargeSerializer, params.get("expand", set()))
 
 
 class ChargeView(APIView):
@@ -256,12 +273,11 @@ class ChargeView(APIView):
     @read_schema("charges_retrieve", ChargeSerializer, ChargeRetrieveParams)
     def get(self, request, charge_id: str):
         params = checked_params(ChargeRetrieveParams, request.query_params)
-        context = {"expand": params.get("expand", set())}
+        asked = params.get("expand", set())
 
         def charge(alias: str) -> dict:
-            return ChargeSerializer(
-                object_or_404(Charge, charge_id, "charge", alias), context=context
-            ).data
+            found = object_or_404(Charge, charge_id, "charge", alias)
+            return rendered(found, ChargeSerializer, asked, alias)
 
         return Response(stale_ok(charge, missing=(ApiError,)))
 
@@ -288,11 +304,11 @@ class ChargeRefundsView(APIView):
             actor=request.user.label,
             source=Refund.Source.API,
         )
-        return created_response(result, RefundSerializer)
+        return created_response(result, RefundSerializer, params.get("expand", set()))
 
-    @read_schema("charges_refunds_list", RefundListSerializer, ListParams)
+    @read_schema("charges_refunds_list", RefundListSerializer, RefundPage)
     def get(self, request, charge_id: str):
-        params = checked_params(ListParams, request.query_params)
+        params = checked_params(RefundPage, request.query_params)
 
         def refunds_page(alias: str) -> dict:
             charge = object_or_404(Charge, charge_id, "charge", alias)
@@ -329,15 +345,15 @@ class RefundsView(APIView):
             actor=request.user.label,
             source=Refund.Source.API,
         )
-        return created_response(result, RefundSerializer)
+        return created_response(result, RefundSerializer, params.get("expand", set()))
 
 
 class RefundView(APIView):
     path_param = "refund"
 
-    @read_schema("refunds_retrieve", RefundSerializer)
+    @read_schema("refunds_retrieve", RefundSerializer, RefundRetrieveParams)
     def get(self, request, refund_id: str):
-        return retrieved(request, Refund, refund_id, RefundSerializer)
+        return retrieved(request, Refund, refund_id, RefundSerializer, RefundRetrieveParams)
 
     @create_schema("refunds_update", RefundUpdateParams, RefundSerializer, keyed=False)
     def post(self, request, refund_id: str):
@@ -347,7 +363,7 @@ class RefundView(APIView):
         if not could_be_an_id(refund_id):
             raise not_found(refund_id, "refund")
         refund = update_refund_metadata(refund_id=refund_id, metadata=params.get("metadata", {}))
-        return Response(RefundSerializer(refund).data)
+        return Response(rendered(refund, RefundSerializer, params.get("expand", set())))
 
 
 class RefundCancelView(APIView):
@@ -357,11 +373,11 @@ class RefundCancelView(APIView):
     def post(self, request, refund_id: str):
         """Cancel a refund awaiting approval: its amount is released, as a rejection
         does. Any other status is a 400 refund_not_cancelable."""
-        checked_params(RefundCancelParams, request.data)
+        params = checked_params(RefundCancelParams, request.data)
         if not could_be_an_id(refund_id):
             raise not_found(refund_id, "refund")
         refund = cancel_refund(refund_id=refund_id, actor=request.user.label)
-        return Response(RefundSerializer(refund).data)
+        return Response(rendered(refund, RefundSerializer, params.get("expand", set())))
 
 
 class EventsView(APIView):
@@ -379,7 +395,7 @@ class EventsView(APIView):
 class EventView(APIView):
     path_param = "event"
 
-    @read_schema("events_retrieve", EventSerializer)
+    @read_schema("events_retrieve", EventSerializer, RetrieveParams)
     def get(self, request, event_id: str):
         return retrieved(request, Event, event_id, EventSerializer)
 
@@ -389,9 +405,9 @@ class PaymentIntentView(APIView):
 
     path_param = "payment_intent"
 
-    @read_schema("payment_intents_retrieve", PaymentIntentSerializer)
+    @read_schema("payment_intents_retrieve", PaymentIntentSerializer, RetrieveParams)
     def get(self, request, intent_id: str):
-        checked_params(Params, request.query_params)
+        checked_params(RetrieveParams, request.query_params)
 
         def intent(alias: str) -> dict:
             charge_id = (
@@ -407,7 +423,8 @@ class PaymentIntentView(APIView):
         return Response(stale_ok(intent, missing=(ApiError,)))
 
 
-def first_refunds(charges: list[Charge]) -> list[Charge]:
+def first_refunds(charges: list[Charge], expanded: set[str]) -> list[Charge]:
     """A page of charges with the refunds each shows (and one more, for has_more),
-    fetched in one query for the page."""
-    return with_first_refunds(charges, EMBEDDED_REFUNDS + 1)
+    fetched in one query for the page: 10, or 100 with expand[]=data.refunds."""
+    shown = EXPANDED_REFUNDS if "refunds" in expanded else EMBEDDED_REFUNDS
+    return with_first_refunds(charges, shown + 1)

@@ -92,6 +92,20 @@ def charge_of_payment_intent(payment_intent: str, using: str = "default") -> str
     )
 
 
+def latest_charges_of(payment_intents: set[str], using: str = "default") -> dict[str, Charge]:
+    """Each PaymentIntent's latest charge (as charge_of_payment_intent picks it), in one
+    query for them all; a PaymentIntent with no charge here is left out."""
+    latest: dict[str, Charge] = {}
+    charges = Charge.objects.using(using).filter(payment_intent__in=payment_intents)
+    for charge in charges.order_by("-created_at"):
+        kept = latest.get(charge.payment_intent)
+        if kept is None or (
+            kept.status != Charge.Status.SUCCEEDED and charge.status == Charge.Status.SUCCEEDED
+        ):
+            latest[charge.payment_intent] = charge
+    return latest
+
+
 def charges_for_update() -> QuerySet[Charge]:
     """Charges to lock. Lock order everywhere: the idempotency key, then charges in
     primary-key order, then a charge's refunds."""
@@ -321,8 +335,10 @@ def events_listed(
 
 
 def with_first_refunds(charges: list[Charge], count: int) -> list[Charge]:
-    """The charges, each with its `count` newest refunds as `first_refunds`, fetched in
-    one query for them all."""
+    """The charges, each with its `count` newest refunds as `first_refunds` (and `count`
+    as `first_refunds_count`), fetched in one query for them all."""
     newest = Refund.objects.order_by("-created_at", "-id")[:count]
     prefetch_related_objects(charges, Prefetch("refunds", queryset=newest, to_attr="first_refunds"))
+    for charge in charges:
+        charge.first_refunds_count = count  # type: ignore[attr-defined]  # read by the API's rendering
     return charges

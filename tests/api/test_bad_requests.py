@@ -109,8 +109,10 @@ ROWS = [
         code="parameter_unknown", param="capture"),
     Bad("charges-list-unknown-param", **get("/v1/charges?customer=cus_1"),
         code="parameter_unknown", param="customer"),
-    Bad("refund-retrieve-expand-unknown", **get("/v1/refunds/re_x?expand[]=charge"),
-        code="parameter_unknown", param="expand"),
+    Bad("refund-retrieve-expand-unknown", **get("/v1/refunds/re_x?expand[]=balance_transaction"),
+        code="parameter_invalid", param="expand"),
+    Bad("refund-list-expand-not-in-data", **get("/v1/refunds?expand[]=charge"),
+        code="parameter_invalid", param="expand"),
     # --- bracket notation abuse ---
     Bad("expand-without-brackets", **get("/v1/charges/{charge}?expand=refunds"),
         code="parameter_invalid", param="expand"),

@@ -1,0 +1,67 @@
+"""Stripe's `expand[]`: an id in an answer replaced by the object it names, for the fields
+the ledger holds.
+
+- a refund: `charge` (the charge, as GET /v1/charges/{id} shows it) and `payment_intent`;
+- a charge: `refunds` (its 100 newest, rather than 10; stripe_objects.ChargeSerializer)
+  and `payment_intent`;
+- a list: `data.<field>`, the same for every object of the page, fetched in one query per
+  field for the page.
+
+Anything else is refused by the endpoint's Expand field, as Stripe refuses it
+(`This property cannot be expanded`). Expanding is done on the rendered answer, so the
+serializers stay those of the unexpanded objects (and of events' snapshots)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS
+
+from ledger_app.models import Charge
+from ledger_app.selectors import latest_charges_of, with_first_refunds
+from ledger_app.stripe_objects import EMBEDDED_REFUNDS, PaymentIntentSerializer, plain
+
+REFUND_FIELDS = frozenset({"charge", "payment_intent"})
+CHARGE_FIELDS = frozenset({"refunds", "payment_intent"})
+# `refunds` is the serializer's own: it reads 100 refunds rather than 10.
+SERIALIZER_EXPANDS = frozenset({"refunds"})
+
+
+def in_list(fields: frozenset[str]) -> frozenset[str]:
+    """What a list of such objects may expand: `data.<field>`."""
+    return frozenset(f"data.{name}" for name in fields)
+
+
+def of_items(asked: set[str]) -> set[str]:
+    """The expansions a list asked for, as each of its objects takes them."""
+    return {name.removeprefix("data.") for name in asked if name.startswith("data.")}
+
+
+def expand(
+    items: list[dict[str, Any]], asked: set[str], using: str = DEFAULT_DB_ALIAS
+) -> list[dict[str, Any]]:
+    """Replace, in these rendered refunds or charges, the ids `asked` names by their
+    objects (in place; also returned)."""
+    if "charge" in asked:
+        _expand_charges(items, using)
+    if "payment_intent" in asked:
+        _expand_intents(items, using)
+    return items
+
+
+def _expand_charges(items: list[dict[str, Any]], using: str) -> None:
+    ids = {item["charge"] for item in items if isinstance(item.get("charge"), str)}
+    charges = list(Charge.objects.using(using).filter(pk__in=ids))
+    shown = {c.pk: plain(c) for c in with_first_refunds(charges, EMBEDDED_REFUNDS + 1)}
+    for item in items:
+        if isinstance(item.get("charge"), str):
+            item["charge"] = shown[item["charge"]]
+
+
+def _expand_intents(items: list[dict[str, Any]], using: str) -> None:
+    ids = {item["payment_intent"] for item in items if isinstance(item.get("payment_intent"), str)}
+    latest = latest_charges_of(ids, using)
+    for item in items:
+        intent = item.get("payment_intent")
+        if isinstance(intent, str) and intent in latest:
+            item["payment_intent"] = PaymentIntentSerializer(latest[intent]).data
