@@ -214,6 +214,12 @@ class InvalidWebhookUrl(LedgerError):
 KNOWN_EVENTS = ", ".join(EventType.values)
 
 
+class InvalidApiVersion(LedgerError):
+    code = "api_version_invalid"
+    param = "api_version"
+    default_message = "That is not a Stripe API version this server speaks."
+
+
 class InvalidEnabledEvents(LedgerError):
     code = "invalid_enabled_events"
     param = "enabled_events"

@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from ledger_app import api_versions
 from ledger_app.encryption import EncryptedSecretField
 
 ID_ALPHABET = string.ascii_letters + string.digits
@@ -517,6 +518,11 @@ class ApiKey(models.Model):
     prefix = models.CharField(max_length=16, unique=True)
     secret_hash = models.CharField(max_length=64)
     read_only = models.BooleanField(default=False)
+    api_version = models.CharField(
+        max_length=32,
+        default=api_versions.LATEST,
+        help_text="The Stripe API version its requests get without a Stripe-Version header.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
@@ -605,6 +611,11 @@ class WebhookEndpoint(models.Model):
     id = models.CharField(primary_key=True, max_length=64, default=new_endpoint_id, editable=False)
     url = models.CharField(max_length=2048)
     enabled_events = models.JSONField(default=list, help_text='Event types, or ["*"] for all.')
+    api_version = models.CharField(
+        max_length=32,
+        default=api_versions.LATEST,
+        help_text="The Stripe API version its events are rendered in.",
+    )
     description = models.TextField(blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=16, choices=Status, default=Status.ENABLED)

@@ -16,12 +16,16 @@ EMBEDDED_REFUNDS = stripe_objects.EMBEDDED_REFUNDS
 
 
 def object_snapshot(
-    obj: Charge | Refund, *, newest_refunds: list[Refund] | None = None
+    obj: Charge | Refund,
+    *,
+    newest_refunds: list[Refund] | None = None,
+    embed_refunds: bool = True,
 ) -> dict[str, Any]:
-    """The object as the API shows it now, as plain JSON. A charge embeds
-    `newest_refunds` (newest first, at most EMBEDDED_REFUNDS + 1) when given, else the
-    ones read now."""
-    shown = stripe_objects.plain(obj, newest_refunds=newest_refunds)
+    """The object as the API shows it now, as plain JSON. A charge embeds its refunds
+    only with `embed_refunds` (an endpoint on an API version before 2022-11-15 will be
+    sent it): `newest_refunds` (newest first, at most EMBEDDED_REFUNDS + 1) when given,
+    else the ones read now."""
+    shown = stripe_objects.plain(obj, newest_refunds=newest_refunds, embed_refunds=embed_refunds)
     return cast(dict[str, Any], json.loads(json.dumps(shown)))
 
 
@@ -33,6 +37,7 @@ def previous_snapshot(
     return stripe_objects.shown_previous(obj, moved, snapshot)
 
 
-def delivery_body(event: Event) -> str:
-    """The body of a webhook delivery: the event as the API shows it now."""
-    return stripe_objects.event_body(event)
+def delivery_body(event: Event, version: str) -> str:
+    """The body of a webhook delivery: the event as the API shows it now, in the
+    endpoint's API version."""
+    return stripe_objects.event_body(event, version)

@@ -17,6 +17,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from ledger_app import api_versions
 from ledger_app.models import Charge, Event, MovementStatus, Refund
 
 # How many of a charge's refunds it shows, newest first: has_more and url page on.
@@ -207,6 +208,18 @@ class RefundListSerializer(StripeList):
 
 
 class ChargeSerializer(StripeObject):
+    """A charge. Its `refunds` are shown only when the context's `embed_refunds` says so
+    (API versions before 2022-11-15, or expand[]=refunds; see api_versions.py)."""
+
+    OPTIONAL_FIELDS = ("refunds",)  # left out in current versions unless expanded
+
+    @property
+    def _readable_fields(self):
+        embed = self.context.get("embed_refunds", True)
+        for field in super()._readable_fields:
+            if embed or field.field_name != "refunds":
+                yield field
+
     id = serializers.CharField()
     object = serializers.SerializerMethodField()
     amount = serializers.IntegerField(help_text="Minor units.")
@@ -390,8 +403,8 @@ class EventSerializer(serializers.Serializer):
     def get_object(self, event) -> str:
         return "event"
 
-    def get_api_version(self, event) -> str | None:
-        return None
+    def get_api_version(self, event) -> str:
+        return self.context.get("version", api_versions.LATEST)
 
     def get_created(self, event) -> int:
         return unix(event.created_at)
@@ -406,7 +419,8 @@ class EventSerializer(serializers.Serializer):
         }
     )
     def get_data(self, event) -> dict:
-        data = {"object": current_shape(event.data_object)}
+        version = self.context.get("version", api_versions.LATEST)
+        data = {"object": in_version(current_shape(event.data_object), version)}
         if event.previous_attributes is not None:
             data["previous_attributes"] = current_previous(event.previous_attributes)
         return data
@@ -482,20 +496,30 @@ def current_previous(previous: dict[str, Any]) -> dict[str, Any]:
 
 
 @functools.cache
-def _shared(serializer_class: type[serializers.Serializer]) -> serializers.Serializer:
-    """One bound serializer per class, kept: DRF deep-copies every declared field each
-    time a serializer is made, which was most of the CPU of rendering one object.
-    Rendering reads the fields and never changes them, so threads can share it."""
-    return serializer_class(context={"expand": ()})
+def _shared(
+    serializer_class: type[serializers.Serializer], embed_refunds: bool = True
+) -> serializers.Serializer:
+    """One bound serializer per class (and shape), kept: DRF deep-copies every declared
+    field each time a serializer is made, which was most of the CPU of rendering one
+    object. Rendering reads the fields and never changes them, so threads can share it."""
+    return serializer_class(context={"expand": (), "embed_refunds": embed_refunds})
 
 
-def plain(obj: Charge | Refund, *, newest_refunds: list[Refund] | None = None) -> dict[str, Any]:
+def plain(
+    obj: Charge | Refund,
+    *,
+    newest_refunds: list[Refund] | None = None,
+    embed_refunds: bool = True,
+) -> dict[str, Any]:
     """The object as GET /v1/charges/{id} or /v1/refunds/{id} shows it with no expand[]:
-    what an event's `data.object` holds and what a charge embeds of its refunds. For a
-    charge, `newest_refunds` (newest first, EMBEDDED_REFUNDS + 1 at most) are the refunds
-    it embeds, when the caller has them; without them they are read."""
+    what an event's `data.object` holds and what a charge embeds of its refunds. A charge
+    embeds its refunds only with `embed_refunds` (older API versions): then
+    `newest_refunds` (newest first, EMBEDDED_REFUNDS + 1 at most) are the ones it embeds,
+    when the caller has them; without them they are read."""
     if not isinstance(obj, Charge):
         return _shared(RefundSerializer).to_representation(obj)
+    if not embed_refunds:
+        return _shared(ChargeSerializer, False).to_representation(obj)
     if newest_refunds is None:
         return _shared(ChargeSerializer).to_representation(obj)
     data = _shared(_ChargeWithRefundsGiven).to_representation(obj)
@@ -518,7 +542,7 @@ def shown_previous(
     for name, value in moved.items():
         if name in MOVABLE_FIELDS:
             setattr(before, name, value)
-    shown_before = plain(before, newest_refunds=[])
+    shown_before = plain(before, embed_refunds=False)
     names = (set(shown_before) | set(shown_now)) - {"refunds"}
     return {
         name: shown_before.get(name)
@@ -530,6 +554,23 @@ def shown_previous(
 MOVABLE_FIELDS = frozenset({"status", "status_detail", "amount_refunded", "metadata"})
 
 
-def event_body(event: Event) -> str:
-    """An event as a webhook delivery sends it (pending_webhooks as it is now)."""
-    return json.dumps(EventSerializer(event).data)
+def event_body(event: Event, version: str) -> str:
+    """An event as a webhook delivery sends it, in its endpoint's API version
+    (pending_webhooks as it is now)."""
+    return json.dumps(EventSerializer(event, context={"version": version}).data)
+
+
+def in_version(snapshot: dict[str, Any], version: str) -> dict[str, Any]:
+    """An event's object in an API version: a charge without `refunds` from 2022-11-15
+    on; with them before, read now when the snapshot was taken without them (no endpoint
+    then asked for that version)."""
+    if snapshot.get("object") != "charge":
+        return snapshot
+    if not api_versions.embeds_refunds(version):
+        return {name: value for name, value in snapshot.items() if name != "refunds"}
+    if "refunds" in snapshot:
+        return snapshot
+    charge = Charge.objects.filter(pk=snapshot.get("id")).first()
+    if charge is None:
+        return snapshot
+    return {**snapshot, "refunds": plain(charge)["refunds"]}

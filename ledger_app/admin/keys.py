@@ -38,9 +38,16 @@ class IdempotencyRecordAdmin(ReadOnlyAdmin):
 class ApiKeyAdmin(ReadOnlyAdmin):
     """Keys are created and revoked with manage.py; the secret is never stored."""
 
-    list_display = ["name_display", "prefix", "read_only", "created_at", "revoked_at"]
+    list_display = [
+        "name_display",
+        "prefix",
+        "read_only",
+        "api_version",
+        "created_at",
+        "revoked_at",
+    ]
     list_filter = ["read_only"]
-    fields = ["name", "prefix", "read_only", "created_at", "revoked_at"]
+    fields = ["name", "prefix", "read_only", "api_version", "created_at", "revoked_at"]
     readonly_fields = fields  # type: ignore[assignment]  # names only, as the base allows
 
     @admin.display(description="Name", ordering="name")

@@ -74,6 +74,7 @@ class WebhookEndpointAdmin(LogAdmin):
         "url",
         "status",
         "enabled_events",
+        "api_version",
         "description",
         "metadata",
         "created_at",

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS
 
+from ledger_app import api_versions
 from ledger_app.models import Charge
 from ledger_app.selectors import latest_charges_of, with_first_refunds
 from ledger_app.stripe_objects import EMBEDDED_REFUNDS, PaymentIntentSerializer, plain
@@ -38,21 +39,26 @@ def of_items(asked: set[str]) -> set[str]:
 
 
 def expand(
-    items: list[dict[str, Any]], asked: set[str], using: str = DEFAULT_DB_ALIAS
+    items: list[dict[str, Any]],
+    asked: set[str],
+    using: str = DEFAULT_DB_ALIAS,
+    version: str = api_versions.LATEST,
 ) -> list[dict[str, Any]]:
     """Replace, in these rendered refunds or charges, the ids `asked` names by their
-    objects (in place; also returned)."""
+    objects, shown in the API `version` (in place; also returned)."""
     if "charge" in asked:
-        _expand_charges(items, using)
+        _expand_charges(items, using, api_versions.embeds_refunds(version))
     if "payment_intent" in asked:
         _expand_intents(items, using)
     return items
 
 
-def _expand_charges(items: list[dict[str, Any]], using: str) -> None:
+def _expand_charges(items: list[dict[str, Any]], using: str, embed_refunds: bool) -> None:
     ids = {item["charge"] for item in items if isinstance(item.get("charge"), str)}
     charges = list(Charge.objects.using(using).filter(pk__in=ids))
-    shown = {c.pk: plain(c) for c in with_first_refunds(charges, EMBEDDED_REFUNDS + 1)}
+    if embed_refunds:
+        charges = with_first_refunds(charges, EMBEDDED_REFUNDS + 1)
+    shown = {c.pk: plain(c, embed_refunds=embed_refunds) for c in charges}
     for item in items:
         if isinstance(item.get("charge"), str):
             item["charge"] = shown[item["charge"]]

@@ -62,7 +62,7 @@ def fields_left_out(result, generator, request, public):
     schemas = result.get("components", {}).get("schemas", {})
     for serializer in StripeObject.__subclasses__():
         component = schemas.get(serializer.__name__.removesuffix("Serializer"), {})
-        left_out = set(serializer.LEFT_OUT_WHEN_NULL)
+        left_out = {*serializer.LEFT_OUT_WHEN_NULL, *getattr(serializer, "OPTIONAL_FIELDS", ())}
         if "required" in component and left_out:
             component["required"] = [n for n in component["required"] if n not in left_out]
     return result

@@ -14,8 +14,8 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
+from ledger_app import api_versions
 from ledger_app.api import expansion
 from ledger_app.api.errors import ApiError, card_error_response
 from ledger_app.api.fields import MAX_ID_LENGTH, could_be_an_id
@@ -35,6 +35,7 @@ from ledger_app.api.params import (
     RetrieveParams,
     fold,
 )
+from ledger_app.api.versions import StripeView, version_of
 from ledger_app.errors import InvalidIdempotencyKey, ResourceMissing
 from ledger_app.models import PAYMENT_INTENT_ID, Charge, Event, Refund
 from ledger_app.replica import stale_ok
@@ -138,8 +139,8 @@ def retrieved(
     name = model._meta.model_name
 
     def shown(alias: str) -> dict:
-        data = serializer_class(object_or_404(model, object_id, name, alias)).data
-        return expansion.expand([data], asked, alias)[0]
+        found = object_or_404(model, object_id, name, alias)
+        return rendered(found, serializer_class, asked, version_of(request), alias)
 
     return Response(stale_ok(shown, missing=(ApiError,)))
 
@@ -154,45 +155,61 @@ def not_found(object_id: str, name: str) -> ApiError:
     return ApiError(message, code="resource_missing", status=404)
 
 
-def created_response(result: Created, serializer_class, asked: set[str]) -> Response:
+def created_response(request, result: Created, serializer_class, asked: set[str]) -> Response:
     """A create's answer (or its replay), with the expansions `asked`."""
     if isinstance(result.item, Charge) and result.item.status == Charge.Status.FAILED:
         response = card_error_response(result.item)
     else:
-        response = Response(rendered(result.item, serializer_class, asked))
+        response = Response(rendered(result.item, serializer_class, asked, version_of(request)))
     if result.replayed:
         response["Idempotent-Replayed"] = "true"
     return response
 
 
-def rendered(obj, serializer_class, asked: set[str], using: str = DEFAULT_DB_ALIAS) -> dict:
-    """One object as the API shows it, with the expansions `asked` (expansion.py)."""
+def shown_context(own: set[str], version: str) -> dict[str, Any]:
+    """What the serializers render by: their own expansions (a charge's refunds) and the
+    API version (a charge embeds its refunds before 2022-11-15, or when expanded)."""
+    embed = "refunds" in own or api_versions.embeds_refunds(version)
+    return {"expand": own, "embed_refunds": embed, "version": version}
+
+
+def rendered(
+    obj, serializer_class, asked: set[str], version: str, using: str = DEFAULT_DB_ALIAS
+) -> dict:
+    """One object as the API shows it in `version`, with the expansions `asked`
+    (expansion.py)."""
     own = asked & expansion.SERIALIZER_EXPANDS
-    data = serializer_class(obj, context={"expand": own}).data
-    return expansion.expand([data], asked - own, using)[0]
+    data = serializer_class(obj, context=shown_context(own, version)).data
+    return expansion.expand([data], asked - own, using, version)[0]
 
 
-def listing(queryset, params: dict, serializer_class, url: str, *, prepare=None) -> Response:
+def listing(request, queryset, params: dict, serializer_class, url: str) -> Response:
     """A page of `queryset` as Stripe's list, from the primary."""
-    return Response(list_page(queryset, params, serializer_class, url, prepare=prepare))
+    return Response(list_page(queryset, params, serializer_class, url, version_of(request)))
 
 
-def stale_listing(queryset, params: dict, serializer_class, url: str, *, prepare=None) -> Response:
+def stale_listing(
+    request, queryset, params: dict, serializer_class, url: str, *, prepare=None
+) -> Response:
     """A page of `queryset` as Stripe's list, from the replica if there is one (it may be a
     moment behind); from the primary if it fails or lacks the page's cursor object."""
+    version = version_of(request)
     return Response(
         stale_ok(
             lambda alias: list_page(
-                queryset.using(alias), params, serializer_class, url, prepare=prepare
+                queryset.using(alias), params, serializer_class, url, version, prepare=prepare
             ),
             missing=(ResourceMissing,),
         )
     )
 
 
-def list_page(queryset, params: dict, serializer_class, url: str, *, prepare=None) -> dict:
-    """A page of `queryset`, read from its database, as Stripe's list; `prepare` may fetch
-    what the page's rows show along with them (each charge's first refunds)."""
+def list_page(
+    queryset, params: dict, serializer_class, url: str, version: str, *, prepare=None
+) -> dict:
+    """A page of `queryset`, read from its database, as Stripe's list in the API
+    `version`; `prepare` may fetch what the page's rows show along with them (each
+    charge's first refunds)."""
     page = page_newest_first(
         queryset,
         limit=params.get("limit", DEFAULT_LIMIT),
@@ -201,11 +218,12 @@ def list_page(queryset, params: dict, serializer_class, url: str, *, prepare=Non
     )
     asked = expansion.of_items(params.get("expand", set()))
     own = asked & expansion.SERIALIZER_EXPANDS
-    items = prepare(page.items, own) if prepare is not None else page.items
-    data = serializer_class(items, many=True, context={"expand": own}).data
+    context = shown_context(own, version)
+    items = prepare(page.items, context) if prepare is not None else page.items
+    data = serializer_class(items, many=True, context=context).data
     return {
         "object": "list",
-        "data": expansion.expand(list(data), asked - own, queryset.db),
+        "data": expansion.expand(list(data), asked - own, queryset.db, version),
         "has_more": page.has_more,
         "url": url,
     }
@@ -239,7 +257,7 @@ def idempotency_key(request) -> str | None:
     return refuse_reserved_key(validate_key(key))
 
 
-class ChargesView(APIView):
+class ChargesView(StripeView):
     path_param = None
 
     @read_schema("charges_list", ChargeListSerializer, ChargeListParams)
@@ -249,7 +267,7 @@ class ChargesView(APIView):
         if "payment_intent" in params:
             charges = charges.filter(payment_intent=params["payment_intent"])
         return stale_listing(
-            charges, params, ChargeSerializer, "/v1/charges", prepare=first_refunds
+            request, charges, params, ChargeSerializer, "/v1/charges", prepare=first_refunds
         )
 
     @create_schema("charges_create", ChargeCreateParams, ChargeSerializer)
@@ -264,10 +282,10 @@ class ChargesView(APIView):
             idempotency_key=key,
             actor=request.user.label,
         )
-        return created_response(result, ChargeSerializer, params.get("expand", set()))
+        return created_response(request, result, ChargeSerializer, params.get("expand", set()))
 
 
-class ChargeView(APIView):
+class ChargeView(StripeView):
     path_param = "charge"
 
     @read_schema("charges_retrieve", ChargeSerializer, ChargeRetrieveParams)
@@ -277,12 +295,12 @@ class ChargeView(APIView):
 
         def charge(alias: str) -> dict:
             found = object_or_404(Charge, charge_id, "charge", alias)
-            return rendered(found, ChargeSerializer, asked, alias)
+            return rendered(found, ChargeSerializer, asked, version_of(request), alias)
 
         return Response(stale_ok(charge, missing=(ApiError,)))
 
 
-class ChargeRefundsView(APIView):
+class ChargeRefundsView(StripeView):
     """Where a charge's `refunds` list pages on (its url): Stripe's list of a charge's
     refunds."""
 
@@ -304,7 +322,7 @@ class ChargeRefundsView(APIView):
             actor=request.user.label,
             source=Refund.Source.API,
         )
-        return created_response(result, RefundSerializer, params.get("expand", set()))
+        return created_response(request, result, RefundSerializer, params.get("expand", set()))
 
     @read_schema("charges_refunds_list", RefundListSerializer, RefundPage)
     def get(self, request, charge_id: str):
@@ -313,12 +331,13 @@ class ChargeRefundsView(APIView):
         def refunds_page(alias: str) -> dict:
             charge = object_or_404(Charge, charge_id, "charge", alias)
             url = f"/v1/charges/{charge.id}/refunds"
-            return list_page(charge.refunds.all(), params, RefundSerializer, url)
+            refunds = charge.refunds.all()
+            return list_page(refunds, params, RefundSerializer, url, version_of(request))
 
         return Response(stale_ok(refunds_page, missing=(ApiError, ResourceMissing)))
 
 
-class RefundsView(APIView):
+class RefundsView(StripeView):
     path_param = None
 
     @read_schema("refunds_list", RefundListSerializer, RefundListParams)
@@ -329,7 +348,7 @@ class RefundsView(APIView):
             refunds = refunds.filter(charge_id=params["charge"])
         if "payment_intent" in params:  # through the charge's index
             refunds = refunds.filter(charge__payment_intent=params["payment_intent"])
-        return stale_listing(refunds, params, RefundSerializer, "/v1/refunds")
+        return stale_listing(request, refunds, params, RefundSerializer, "/v1/refunds")
 
     @create_schema("refunds_create", RefundCreateParams, RefundSerializer)
     def post(self, request):
@@ -345,10 +364,10 @@ class RefundsView(APIView):
             actor=request.user.label,
             source=Refund.Source.API,
         )
-        return created_response(result, RefundSerializer, params.get("expand", set()))
+        return created_response(request, result, RefundSerializer, params.get("expand", set()))
 
 
-class RefundView(APIView):
+class RefundView(StripeView):
     path_param = "refund"
 
     @read_schema("refunds_retrieve", RefundSerializer, RefundRetrieveParams)
@@ -363,10 +382,12 @@ class RefundView(APIView):
         if not could_be_an_id(refund_id):
             raise not_found(refund_id, "refund")
         refund = update_refund_metadata(refund_id=refund_id, metadata=params.get("metadata", {}))
-        return Response(rendered(refund, RefundSerializer, params.get("expand", set())))
+        return Response(
+            rendered(refund, RefundSerializer, params.get("expand", set()), version_of(request))
+        )
 
 
-class RefundCancelView(APIView):
+class RefundCancelView(StripeView):
     path_param = "refund"
 
     @create_schema("refunds_cancel", RefundCancelParams, RefundSerializer, keyed=False)
@@ -377,10 +398,12 @@ class RefundCancelView(APIView):
         if not could_be_an_id(refund_id):
             raise not_found(refund_id, "refund")
         refund = cancel_refund(refund_id=refund_id, actor=request.user.label)
-        return Response(rendered(refund, RefundSerializer, params.get("expand", set())))
+        return Response(
+            rendered(refund, RefundSerializer, params.get("expand", set()), version_of(request))
+        )
 
 
-class EventsView(APIView):
+class EventsView(StripeView):
     path_param = None
 
     @read_schema("events_list", EventListSerializer, EventListParams)
@@ -389,10 +412,10 @@ class EventsView(APIView):
         events = events_listed(
             type_name=params.get("type"), types=params.get("types"), created=params.get("created")
         )
-        return stale_listing(events, params, EventSerializer, "/v1/events")
+        return stale_listing(request, events, params, EventSerializer, "/v1/events")
 
 
-class EventView(APIView):
+class EventView(StripeView):
     path_param = "event"
 
     @read_schema("events_retrieve", EventSerializer, RetrieveParams)
@@ -400,7 +423,7 @@ class EventView(APIView):
         return retrieved(request, Event, event_id, EventSerializer)
 
 
-class PaymentIntentView(APIView):
+class PaymentIntentView(StripeView):
     """A PaymentIntent as far as the ledger knows it: through its charges."""
 
     path_param = "payment_intent"
@@ -423,8 +446,11 @@ class PaymentIntentView(APIView):
         return Response(stale_ok(intent, missing=(ApiError,)))
 
 
-def first_refunds(charges: list[Charge], expanded: set[str]) -> list[Charge]:
+def first_refunds(charges: list[Charge], context: dict[str, Any]) -> list[Charge]:
     """A page of charges with the refunds each shows (and one more, for has_more),
-    fetched in one query for the page: 10, or 100 with expand[]=data.refunds."""
-    shown = EXPANDED_REFUNDS if "refunds" in expanded else EMBEDDED_REFUNDS
+    fetched in one query for the page: 10, or 100 with expand[]=data.refunds; none in
+    API versions that do not embed them."""
+    if not context["embed_refunds"]:
+        return charges
+    shown = EXPANDED_REFUNDS if "refunds" in context["expand"] else EMBEDDED_REFUNDS
     return with_first_refunds(charges, shown + 1)

@@ -10,7 +10,6 @@ from django.urls import path
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from ledger_app import errors
 from ledger_app.api.fields import (
@@ -24,8 +23,9 @@ from ledger_app.api.fields import (
     refuse,
 )
 from ledger_app.api.params import ListParams, Params, create_body
+from ledger_app.api.versions import StripeView, version_of
 from ledger_app.api.views import ERRORS, checked_params, listing, read_schema
-from ledger_app.models import EventType, WebhookEndpoint
+from ledger_app.models import WebhookEndpoint
 from ledger_app.selectors import webhook_endpoint, webhook_endpoints
 from ledger_app.services.webhook_endpoints import (
     ALL_EVENTS,
@@ -34,6 +34,7 @@ from ledger_app.services.webhook_endpoints import (
     delete_endpoint,
     update_endpoint,
 )
+from ledger_app.stripe_event_types import STRIPE_EVENT_TYPES
 from ledger_app.stripe_objects import BlankAsNull, StripeList, unix
 
 LIST_URL = "/v1/webhook_endpoints"
@@ -43,7 +44,10 @@ LIST_URL = "/v1/webhook_endpoints"
 
 
 @extend_schema_field(
-    {"type": "array", "items": {"type": "string", "enum": [ALL_EVENTS, *EventType.values]}}
+    {
+        "type": "array",
+        "items": {"type": "string", "enum": [ALL_EVENTS, *sorted(STRIPE_EVENT_TYPES)]},
+    }
 )
 class EnabledEvents(Strings):
     """enabled_events[]=... (or enabled_events[0]=...): event types, or "*" for all. Which
@@ -68,6 +72,11 @@ class WebhookEndpointCreateParams(Params):
     enabled_events = EnabledEvents(help_text='Event types, or "*" for all.')
     description = Text(required=False, null_as_absent=True)
     metadata = Metadata(required=False, null_as_absent=True)
+    api_version = Text(
+        required=False,
+        help_text="The Stripe API version its events are rendered in; omitted: the "
+        "request's (its Stripe-Version, else the key's default).",
+    )
 
 
 @create_body("WebhookEndpointUpdate", "Change what is sent, and where; or disable it.")
@@ -104,8 +113,8 @@ class WebhookEndpointSerializer(serializers.Serializer):
     def get_object(self, endpoint) -> str:
         return "webhook_endpoint"
 
-    def get_api_version(self, endpoint) -> str | None:
-        return None
+    def get_api_version(self, endpoint) -> str:
+        return endpoint.api_version
 
     def get_application(self, endpoint) -> str | None:
         return None
@@ -157,13 +166,13 @@ def endpoint_or_404(endpoint_id: str) -> WebhookEndpoint:
     return endpoint
 
 
-class WebhookEndpointsView(APIView):
+class WebhookEndpointsView(StripeView):
     path_param = None
 
     @read_schema("webhook_endpoints_list", WebhookEndpointListSerializer, ListParams)
     def get(self, request):
         params = checked_params(ListParams, request.query_params)
-        return listing(webhook_endpoints(), params, WebhookEndpointSerializer, LIST_URL)
+        return listing(request, webhook_endpoints(), params, WebhookEndpointSerializer, LIST_URL)
 
     @write_schema(
         "webhook_endpoints_create", WebhookEndpointCreateParams, WebhookEndpointSerializer
@@ -175,11 +184,12 @@ class WebhookEndpointsView(APIView):
             enabled_events=params["enabled_events"],
             description=params.get("description"),
             metadata=params.get("metadata"),
+            api_version=params.get("api_version", version_of(request)),
         )
         return Response(WebhookEndpointSerializer(endpoint, context={"with_secret": True}).data)
 
 
-class WebhookEndpointView(APIView):
+class WebhookEndpointView(StripeView):
     path_param = "webhook_endpoint"
 
     @read_schema("webhook_endpoints_retrieve", WebhookEndpointSerializer)

@@ -10,6 +10,7 @@ import string
 
 from django.utils import timezone
 
+from ledger_app import api_versions
 from ledger_app.models import ApiKey
 from ledger_app.selectors import active_api_key
 
@@ -23,16 +24,22 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_api_key(*, name: str, read_only: bool = False) -> tuple[ApiKey, str]:
-    """Mint a key; returns the row and the secret, which is never stored or shown again."""
+def create_api_key(
+    *, name: str, read_only: bool = False, api_version: str = api_versions.LATEST
+) -> tuple[ApiKey, str]:
+    """Mint a key, answering in `api_version` unless a request says otherwise; returns
+    the row and the secret, which is never stored or shown again."""
     if not isinstance(name, str) or not 0 < len(name.strip()) <= 100:
         raise ValueError("an API key needs a name of 1 to 100 characters")
+    if not api_versions.is_supported(api_version):
+        raise ValueError(api_versions.unsupported_message(str(api_version)))
     secret = "sk_" + "".join(secrets.choice(ALPHABET) for _ in range(SECRET_LENGTH))
     key = ApiKey.objects.create(
         name=name.strip(),
         prefix=secret[:PREFIX_LENGTH],
         secret_hash=_digest(secret),
         read_only=read_only,
+        api_version=api_version,
     )
     return key, secret
 

@@ -14,6 +14,7 @@ from typing import Any
 from django.db import connection
 
 from backoffice.request_id import serving_keys, serving_request_id
+from ledger_app import api_versions
 from ledger_app.models import (
     Charge,
     Event,
@@ -89,21 +90,26 @@ def build_many(
     refunds a charge's snapshot embeds, when the caller has them."""
     given = newest_refunds or {}
     rendered: dict[tuple[type, str], dict[str, Any]] = {}
+    endpoints = live_endpoints() if endpoints is None else endpoints
+    embed = {event_type for event_type, _, _ in changes if embeds_refunds(endpoints, event_type)}
 
-    def snapshot(obj: Charge | Refund) -> dict[str, Any]:
+    def snapshot(obj: Charge | Refund, event_type: EventType) -> dict[str, Any]:
+        if not isinstance(obj, Charge):
+            return rendered.setdefault((Refund, obj.pk), object_snapshot(obj))
+        embedded = event_type in embed
         return rendered.setdefault(
-            (type(obj), obj.pk),
-            object_snapshot(
-                obj, newest_refunds=given.get(obj.pk) if isinstance(obj, Charge) else None
-            ),
+            (Charge, f"{obj.pk}:{embedded}"),
+            object_snapshot(obj, newest_refunds=given.get(obj.pk), embed_refunds=embedded),
         )
 
     events = [
         Event(
             type=event_type,
-            data_object=snapshot(obj),
+            data_object=snapshot(obj, event_type),
             previous_attributes=(
-                None if previous is None else previous_snapshot(obj, previous, snapshot(obj))
+                None
+                if previous is None
+                else previous_snapshot(obj, previous, snapshot(obj, event_type))
             ),
             request_id=serving_request_id.get(),
             request_idempotency_key=_request_key(event_type, obj, idempotency_key),
@@ -112,7 +118,6 @@ def build_many(
         )
         for event_type, obj, previous in changes
     ]
-    endpoints = live_endpoints() if endpoints is None else endpoints
     deliveries = [
         WebhookDelivery(event=event, endpoint=endpoint, next_attempt_at=event.created_at)
         for event in events
@@ -120,6 +125,17 @@ def build_many(
         if endpoint.wants(event.type)
     ]
     return events, deliveries
+
+
+def embeds_refunds(endpoints: list[WebhookEndpoint], event_type: EventType) -> bool:
+    """Whether a charge's snapshot in an event of this type embeds its refunds: only when
+    an endpoint that will be sent it is on an API version before 2022-11-15 (reading a
+    charge's newest refunds, inside its lock, is what the others no longer need)."""
+    return any(
+        api_versions.embeds_refunds(endpoint.api_version)
+        for endpoint in endpoints
+        if endpoint.wants(event_type)
+    )
 
 
 def _request_key(event_type: EventType, obj: Charge | Refund, given: str) -> str:

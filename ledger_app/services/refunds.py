@@ -247,7 +247,11 @@ def _reserve(request: RefundRequest, refund_id: str) -> Refund:
         [(EventType.REFUND_CREATED, refund, None), (EventType.CHARGE_REFUNDED, charge, moved)],
         idempotency_key=request.keyed.key if request.keyed is not None else "",
         endpoints=endpoints,
-        newest_refunds={charge.pk: _newest_refunds(charge, refund)},
+        newest_refunds=(
+            {charge.pk: _newest_refunds(charge, refund)}
+            if events.embeds_refunds(endpoints, EventType.CHARGE_REFUNDED)
+            else None
+        ),
     )
     sql_writes.execute_together(statements)
     faults.checkpoint("refund.reserve_locked")  # written, not yet committed

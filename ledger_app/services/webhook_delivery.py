@@ -72,9 +72,10 @@ def signature_header(payload: str, secret: str, timestamp: int) -> str:
     return f"t={timestamp},v1={digest}"
 
 
-def render(event: Event) -> str:
-    """The delivery body: the event as the API shows it (pending_webhooks as it is now)."""
-    return delivery_body(event)
+def render(event: Event, version: str) -> str:
+    """The delivery body: the event as the API shows it in the endpoint's API version
+    (pending_webhooks as it is now)."""
+    return delivery_body(event, version)
 
 
 # --- delivery --------------------------------------------------------------------------
@@ -204,7 +205,8 @@ def send(delivery: WebhookDelivery, lease: datetime) -> Attempt:
     """POST the event to the endpoint, signed, and record what happened. egress.post
     checks the URL again first: what a host resolves to may have changed since it was saved."""
     endpoint = delivery.endpoint
-    status_code, error = post(endpoint.url, render(delivery.event), endpoint.secret)
+    body = render(delivery.event, endpoint.api_version)
+    status_code, error = post(endpoint.url, body, endpoint.secret)
     return record(delivery, lease, status_code, error)
 
 

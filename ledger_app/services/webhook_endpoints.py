@@ -12,7 +12,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ledger_app import errors
+from ledger_app import api_versions, errors
 from ledger_app.errors import InvalidEnabledEvents, InvalidWebhookUrl
 from ledger_app.models import EventType, WebhookDelivery, WebhookEndpoint
 from ledger_app.selectors import webhook_endpoints
@@ -60,10 +60,14 @@ def create_endpoint(
     enabled_events: list[str],
     description: str | None = None,
     metadata: dict[str, str] | None = None,
+    api_version: str = api_versions.LATEST,
 ) -> WebhookEndpoint:
     """A new enabled endpoint, with its signing secret (shown to the client only now).
-    It receives the events recorded from now on."""
+    It receives the events recorded from now on, rendered in `api_version`."""
+    if not api_versions.is_supported(api_version):
+        raise errors.InvalidApiVersion(api_versions.unsupported_message(str(api_version)))
     endpoint = WebhookEndpoint(
+        api_version=api_version,
         url=check_url(url),
         enabled_events=check_enabled_events(enabled_events),
         description=validate_text(description, errors.InvalidDescription),

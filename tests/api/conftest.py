@@ -5,6 +5,7 @@ import stripe
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 
+from ledger_app import api_versions
 from ledger_app.services.api_keys import create_api_key
 
 
@@ -30,6 +31,18 @@ def stripe_client(live_server, api_key):
     """The official stripe package pointed at the running server."""
     return stripe.StripeClient(
         api_key, base_addresses={"api": live_server.url}, max_network_retries=0
+    )
+
+
+@pytest.fixture
+def legacy_client(live_server, api_key):
+    """The official stripe package pinned to the oldest API version served, whose
+    charges embed their refunds."""
+    return stripe.StripeClient(
+        api_key,
+        base_addresses={"api": live_server.url},
+        max_network_retries=0,
+        stripe_version=api_versions.LEGACY,
     )
 
 

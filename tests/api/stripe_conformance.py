@@ -31,12 +31,19 @@ EXTENSIONS = {
 }
 
 
+# Fields the current API version leaves out unless expanded (a charge's refunds, since
+# 2022-11-15), though the schema has them nullable.
+LEFT_OUT_UNLESS_EXPANDED = {"charge": {"refunds"}}
+
+
 def always_shown(name: str) -> set[str]:
-    """The fields Stripe's object `name` always has: the required ones, and those that
-    may be null (Stripe shows null rather than leaving them out)."""
+    """The fields Stripe's object `name` always has in the current API version: the
+    required ones, and those that may be null (Stripe shows null rather than leaving them
+    out), but for those it leaves out unless expanded."""
     schema = SCHEMAS[name]
     nullable = {key for key, field in schema["properties"].items() if field.get("nullable")}
-    return set(schema.get("required", ())) | nullable
+    shown = set(schema.get("required", ())) | nullable
+    return shown - LEFT_OUT_UNLESS_EXPANDED.get(name, set())
 
 
 def problems(obj: Any, name: str) -> list[str]:

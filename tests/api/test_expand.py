@@ -4,6 +4,7 @@ and `data.<field>` on lists, fetched once per page; anything else is Stripe's re
 import pytest
 import stripe
 
+from ledger_app import api_versions
 from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
 
@@ -57,7 +58,7 @@ class TestLists:
         assert len(page["data"]) == 5
         for refund in page["data"]:
             assert refund["charge"]["object"] == "charge"
-            assert refund["charge"]["refunds"]["data"][0]["id"] == refund["id"]
+            assert "refunds" not in refund["charge"]  # the current API version's charge
             assert refund["payment_intent"]["latest_charge"] == refund["charge"]["id"]
 
     def test_data_refunds_shows_a_hundred_refunds_per_charge(self, api):
@@ -65,8 +66,11 @@ class TestLists:
         for _ in range(12):
             create_refund(charge_id=charge.id, amount=100)
 
-        plain = api.get("/v1/charges").json()["data"][0]["refunds"]
+        legacy = {"HTTP_STRIPE_VERSION": api_versions.LEGACY}
+        plain = api.get("/v1/charges", **legacy).json()["data"][0]["refunds"]
         expanded = api.get("/v1/charges", {"expand[]": "data.refunds"}).json()["data"][0]
+        old = api.get("/v1/refunds", {"expand[]": "data.charge"}, **legacy).json()["data"][0]
+        assert old["charge"]["refunds"]["data"][0]["id"] == old["id"]
         one = api.get(f"/v1/charges/{charge.id}", {"expand[]": "refunds"}).json()
 
         assert (len(plain["data"]), plain["has_more"]) == (10, True)

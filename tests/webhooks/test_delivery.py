@@ -190,10 +190,10 @@ def test_a_delivery_that_cannot_be_prepared_does_not_stop_the_others(
     bad = record_events(3)[1]
     real_render = webhook_delivery.render
 
-    def render(event):
+    def render(event, version):
         if event.id == bad:
             raise KeyError("a bug")
-        return real_render(event)
+        return real_render(event, version)
 
     monkeypatch.setattr(webhook_delivery, "render", render)
 

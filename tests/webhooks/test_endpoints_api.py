@@ -56,7 +56,8 @@ class TestWithTheStripeClient:
         assert fetched.enabled_events == ["refund.created", "refund.updated"]
         assert fetched.description == "Orders service"
         assert fetched.metadata.to_dict() == {"team": "orders"}
-        assert fetched.livemode is False and fetched.api_version is None
+        assert fetched.livemode is False
+        assert fetched.api_version == stripe.api_version  # the version it was made with
         assert WebhookEndpoint.objects.get(pk=created.id).secret == created.secret
 
     def test_list_update_and_delete(self, stripe_client, receiver):

@@ -176,7 +176,8 @@ def test_the_migration_encrypts_the_secrets_already_stored_and_backwards_decrypt
     try:
         executor.loader.build_graph()
         executor.migrate(after)
-        endpoint = WebhookEndpoint.objects.get(pk="we_old")
+        # only the columns that migration knows (later ones add others)
+        endpoint = WebhookEndpoint.objects.only("id", "secret").get(pk="we_old")
         assert stored(endpoint).startswith("gAAAAA") and endpoint.secret == SECRET
 
         executor.loader.build_graph()

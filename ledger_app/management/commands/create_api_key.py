@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger_app import api_versions
 from ledger_app.services.api_keys import create_api_key
 
 
@@ -13,12 +14,22 @@ class Command(BaseCommand):
         parser.add_argument(
             "--read-only", action="store_true", help="The key may read but not create."
         )
+        parser.add_argument(
+            "--api-version",
+            choices=api_versions.SUPPORTED,
+            default=api_versions.LATEST,
+            help="The Stripe API version its requests get without a Stripe-Version header "
+            f"(default {api_versions.LATEST}).",
+        )
 
-    def handle(self, *args, name, read_only, **options):
+    def handle(self, *args, name, read_only, api_version, **options):
         try:
-            key, secret = create_api_key(name=name, read_only=read_only)
+            key, secret = create_api_key(name=name, read_only=read_only, api_version=api_version)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         access = "read-only" if key.read_only else "read-write"
-        self.stderr.write(f"API key {key.prefix}... for {key.name!r} ({access}). Shown once:")
+        self.stderr.write(
+            f"API key {key.prefix}... for {key.name!r} ({access}, API version "
+            f"{key.api_version}). Shown once:"
+        )
         self.stdout.write(secret)
