@@ -62,7 +62,8 @@ demo: $(VENV)/.installed
 	@printf '%s\n' "# Written by make run: the demo's switches, read by every manage.py command in" \
 		"# this checkout (the environment wins). Delete it for production mode's strictness." \
 		"DJANGO_DEBUG=$${DJANGO_DEBUG:-true}" "ADMIN_OTP_REQUIRED=$${ADMIN_OTP_REQUIRED:-false}" \
-		"WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true}" > .env
+		"WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true}" \
+		"STRIPE_WEBHOOK_SECRET=$${STRIPE_WEBHOOK_SECRET:-whsec_$$($(PYTHON) -c 'import secrets; print(secrets.token_hex(24))')}" > .env
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --noinput
 	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput -v0
 	$(DEMO_ENV) $(BIN)/python manage.py seed_demo

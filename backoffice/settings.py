@@ -237,6 +237,13 @@ if LEDGER_GATEWAY == "stripe" and not STRIPE_API_KEY:
 STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
 GATEWAY_TIMEOUT_SECONDS = float(os.environ.get("GATEWAY_TIMEOUT_SECONDS", "10"))
 SIMULATED_GATEWAY_LATENCY_MS = int(os.environ.get("SIMULATED_GATEWAY_LATENCY_MS", "200"))
+# Where the simulated provider sends its webhooks (advance_simulated_provider,
+# simulate_dispute), signed with STRIPE_WEBHOOK_SECRET, as Stripe sends them: the server
+# `make run` serves.
+SIMULATED_PROVIDER_WEBHOOK_URL = os.environ.get(
+    "SIMULATED_PROVIDER_WEBHOOK_URL",
+    f"http://{os.environ.get('GUNICORN_BIND', '127.0.0.1:8000')}/webhooks/stripe",
+)
 
 # inline: create_refund sends the refund right after it commits (staff see the final
 # status at once). worker: refunds wait, pending, for `manage.py process_refunds`.

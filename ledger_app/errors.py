@@ -51,6 +51,14 @@ class ChargeNotRefundable(LedgerError):
     default_message = "Only a succeeded charge can be refunded."
 
 
+class ChargeDisputed(LedgerError):
+    code = "charge_disputed"
+    param = "charge"
+    default_message = (
+        "The charge has an open dispute: refunding it would give the money back twice."
+    )
+
+
 class ResourceMissing(LedgerError):
     code = "resource_missing"
     param = "charge"

@@ -122,6 +122,22 @@ class Charge(ProviderMovement):
     provider_charge_id = models.CharField(
         max_length=255, blank=True, help_text="The provider's id, once it has answered."
     )
+    dispute_id = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The provider's dispute of this charge (a charge has at most one), if any.",
+    )
+    dispute_status = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Its dispute's status as the provider last said it; while it is open "
+        "(needs_response, under_review, warning_needs_response, warning_under_review) the "
+        "charge cannot be refunded.",
+    )
     payment_intent = models.CharField(
         max_length=255,
         blank=True,
@@ -166,14 +182,22 @@ class Charge(ProviderMovement):
     @property
     def refund_blocker(self) -> str | None:
         """What stops any refund of this charge now, as the code the refusal carries:
-        `charge_not_refundable` unless it succeeded, `charge_already_refunded` when nothing
-        is left; None when a refund may be made. The one statement of the rule: the service
-        refuses by it under the charge's lock, and the admin offers refunds by it."""
+        `charge_not_refundable` unless it succeeded, `charge_disputed` while a dispute of it
+        is open (refunding it would give the money back twice: the dispute takes it too),
+        `charge_already_refunded` when nothing is left; None when a refund may be made.
+        The one statement of the rule: the service refuses by it under the charge's lock,
+        and the admin offers refunds by it."""
         if self.status != self.Status.SUCCEEDED:
             return "charge_not_refundable"
+        if self.dispute_open:
+            return "charge_disputed"
         if self.amount_refundable <= 0:
             return "charge_already_refunded"
         return None
+
+    @property
+    def dispute_open(self) -> bool:
+        return self.dispute_status in OPEN_DISPUTE_STATUSES
 
     @property
     def is_refundable(self) -> bool:
@@ -183,6 +207,13 @@ class Charge(ProviderMovement):
     def provider_reference(self) -> str:
         """How the provider knows this charge: its own id, or ours for imported charges."""
         return self.provider_charge_id or self.id
+
+
+# Stripe's dispute statuses: open ones wait for evidence or a decision; the others ended.
+OPEN_DISPUTE_STATUSES = frozenset(
+    {"warning_needs_response", "warning_under_review", "needs_response", "under_review"}
+)
+DISPUTE_STATUSES = OPEN_DISPUTE_STATUSES | {"warning_closed", "won", "lost", "charge_refunded"}
 
 
 class RefundReason(models.TextChoices):
@@ -563,6 +594,7 @@ class EventType(models.TextChoices):
     CHARGE_SUCCEEDED = "charge.succeeded", "Charge succeeded"
     CHARGE_FAILED = "charge.failed", "Charge failed"
     CHARGE_REFUNDED = "charge.refunded", "Charge refunded"
+    CHARGE_UPDATED = "charge.updated", "Charge updated"
     REFUND_CREATED = "refund.created", "Refund created"
     REFUND_UPDATED = "refund.updated", "Refund updated"
     REFUND_FAILED = "refund.failed", "Refund failed"

@@ -236,7 +236,13 @@ class ChargeSerializer(StripeObject):
     currency = serializers.CharField()
     customer = BlankAsNull()
     description = BlankAsNull()
-    disputed = Fixed(False, FALSE)
+    disputed = serializers.SerializerMethodField(
+        help_text="Whether the provider told of a dispute of it (open or closed)."
+    )
+
+    def get_disputed(self, charge) -> bool:
+        return bool(charge.dispute_id)
+
     failure_balance_transaction = Fixed()
     failure_code = serializers.SerializerMethodField()
     failure_message = FailureDetail()

@@ -2,18 +2,26 @@
 
 A refund accepted as `pending` (the charge's simulate_refund=pending_then_succeed)
 succeeds; one that succeeded with simulate_refund=succeed_then_fail fails, as a refund to
-a closed or expired card does. Each change is told as Stripe tells it: an event with the
-refund object in `data.object`, for the same inbound path a real provider's webhook takes.
+a closed or expired card does. A charge can be disputed, and the dispute closed. Each
+change is told as Stripe tells it: an event with the object in `data.object`, sent (`send`)
+as a signed HTTP POST to the back office's POST /webhooks/stripe, the door a real
+provider's webhooks come through.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
+import time
+import urllib.error
+import urllib.request
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ledger_app.models import Charge
+from ledger_app.models import OPEN_DISPUTE_STATUSES, Charge
+from ledger_app.services.webhook_delivery import signature_header
 from simulated_provider.models import ProviderRefund
 
 Status = ProviderRefund.Status
@@ -45,24 +53,83 @@ def advance() -> list[dict]:
 
 def event_about(record: ProviderRefund, event_type: str) -> dict:
     """A Stripe-shaped event for the refund as it is now."""
+    return _event(
+        event_type,
+        {
+            "id": record.provider_id,
+            "object": "refund",
+            "charge": record.charge_reference,
+            "amount": record.amount,
+            "currency": record.currency,
+            "status": str(record.status),
+            "failure_reason": record.decline_reason or None,
+            "metadata": record.metadata,
+        },
+    )
+
+
+def _event(event_type: str, obj: dict) -> dict:
     return {
         "id": "evt_sim_" + secrets.token_hex(12),
         "object": "event",
         "type": event_type,
         "created": int(timezone.now().timestamp()),
-        "data": {
-            "object": {
-                "id": record.provider_id,
-                "object": "refund",
-                "charge": record.charge_reference,
-                "amount": record.amount,
-                "currency": record.currency,
-                "status": str(record.status),
-                "failure_reason": record.decline_reason or None,
-                "metadata": record.metadata,
-            }
-        },
+        "data": {"object": obj},
     }
+
+
+def dispute_event(charge: Charge, status: str) -> dict:
+    """The news of a dispute of `charge` in `status`: created (its first word), updated
+    while open, closed once it ends. One dispute per charge, with an id made from it."""
+    first = not charge.dispute_id
+    event_type = (
+        "charge.dispute.created"
+        if first
+        else "charge.dispute.updated"
+        if status in OPEN_DISPUTE_STATUSES
+        else "charge.dispute.closed"
+    )
+    return _event(
+        event_type,
+        {
+            "id": charge.dispute_id or "dp_sim_" + secrets.token_hex(12),
+            "object": "dispute",
+            "charge": charge.provider_reference,
+            "amount": charge.amount,
+            "currency": charge.currency,
+            "status": status,
+            "reason": "fraudulent",
+            "is_charge_refundable": status not in OPEN_DISPUTE_STATUSES,
+            "metadata": {},
+        },
+    )
+
+
+def send(events: list[dict]) -> list[str]:
+    """POST each event, signed with STRIPE_WEBHOOK_SECRET, to
+    SIMULATED_PROVIDER_WEBHOOK_URL, as Stripe delivers its webhooks; what the back office
+    answered for each (its `outcome`, or the HTTP error)."""
+    if not settings.STRIPE_WEBHOOK_SECRET:
+        raise RuntimeError("STRIPE_WEBHOOK_SECRET is not set: the back office would refuse")
+    url = settings.SIMULATED_PROVIDER_WEBHOOK_URL
+    if not url.startswith(("http://", "https://")):
+        raise RuntimeError(f"SIMULATED_PROVIDER_WEBHOOK_URL must be http(s): {url[:80]!r}")
+    answers = []
+    for event in events:
+        body = json.dumps(event)
+        header = signature_header(body, settings.STRIPE_WEBHOOK_SECRET, int(time.time()))
+        request = urllib.request.Request(  # noqa: S310 - http(s) only, checked above
+            url,
+            data=body.encode(),
+            headers={"Content-Type": "application/json", "Stripe-Signature": header},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+                answers.append(json.loads(answer.read()).get("outcome", ""))
+        except urllib.error.HTTPError as refused:
+            answers.append(f"HTTP {refused.code}: {refused.read()[:200].decode(errors='replace')}")
+    return answers
 
 
 def _behaviour(record: ProviderRefund) -> str:

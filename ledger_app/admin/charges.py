@@ -25,7 +25,7 @@ from ledger_app.admin.charge_history import SHOWN_ON_PAGE, history_table, refund
 from ledger_app.admin.export import CsvExport
 from ledger_app.admin.filters import CurrencyFilter
 from ledger_app.admin.refund_form import RefundFormViews, why_not_refundable
-from ledger_app.models import Charge
+from ledger_app.models import OPEN_DISPUTE_STATUSES, Charge
 from ledger_app.money import MAJOR_AMOUNT, format_money
 from ledger_app.replica import ListsFromReplica
 from ledger_app.text import has_unstorable_characters
@@ -49,6 +49,23 @@ class RefundStateFilter(admin.SimpleListFilter):
             return queryset.filter(amount_refunded__gt=0, amount_refunded__lt=F("amount"))
         if self.value() == "full":
             return queryset.filter(amount_refunded=F("amount"))
+        return queryset
+
+
+class DisputeFilter(admin.SimpleListFilter):
+    title = "dispute"
+    parameter_name = "dispute"
+
+    def lookups(self, request, model_admin):
+        return [("open", "Open (cannot be refunded)"), ("closed", "Closed"), ("none", "None")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "open":
+            return queryset.filter(dispute_status__in=OPEN_DISPUTE_STATUSES)
+        if self.value() == "closed":
+            return queryset.exclude(dispute_id="").exclude(dispute_status__in=OPEN_DISPUTE_STATUSES)
+        if self.value() == "none":
+            return queryset.filter(dispute_id="")
         return queryset
 
 
@@ -114,6 +131,7 @@ class ChargeAdmin(
         "status",
         CurrencyFilter,
         RefundStateFilter,
+        DisputeFilter,
         ("created_at", admin.DateFieldListFilter),
     ]
     search_fields = ["id"]  # see get_search_results
@@ -136,6 +154,8 @@ class ChargeAdmin(
         "description",
         "metadata",
         "payment_intent",
+        "dispute_id",
+        "dispute_status",
         "provider_charge_id",
         "status_detail",
         "created_at",

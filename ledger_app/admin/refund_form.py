@@ -31,6 +31,7 @@ from ledger_app.admin.second_factor import second_factor_gate, take_held_form
 from ledger_app.db import drop_broken_connection
 from ledger_app.errors import (
     ChargeChanged,
+    ChargeDisputed,
     ChargeNotRefundable,
     IdempotencyKeyReused,
     LedgerError,
@@ -353,8 +354,11 @@ def reason_words(refund: Refund) -> str:
 def why_not_refundable(charge: Charge) -> str:
     """Why a charge offers no refund (Charge.refund_blocker), in the words of the
     "Refundable" column."""
-    if charge.refund_blocker == ChargeNotRefundable.code:
+    blocker = charge.refund_blocker
+    if blocker == ChargeNotRefundable.code:
         return f"charge is {charge.status}"
+    if blocker == ChargeDisputed.code:
+        return f"disputed: {charge.dispute_status}"
     return "fully refunded"
 
 

@@ -103,6 +103,12 @@ def _decide(refund_id: str, approver: AbstractUser, note: str, *, approve: bool)
             )
         if refund.created_by_id == approver.pk or refund.actor == decider:
             raise errors.ApprovalByRequester()
+        if approve and refund.charge.dispute_open:  # it may still be rejected
+            raise errors.ChargeDisputed(
+                f"Charge {refund.charge.pk} has an open dispute ({refund.charge.dispute_id}): "
+                f"refund {refund.pk} cannot be approved until it is closed; reject it, or "
+                "wait."
+            )
         expired = refund.approval_expires_at is not None and refund.approval_expires_at <= now
         if expired:  # too late: canceled now rather than left for the expiry run
             _cancel(refund, EXPIRY_ACTOR, "not approved in time", now, endpoints)

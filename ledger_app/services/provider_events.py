@@ -25,9 +25,18 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
-from ledger_app.models import Charge, ProviderEvent, ProviderMovement, Refund
+from ledger_app.models import (
+    DISPUTE_STATUSES,
+    Charge,
+    EventType,
+    ProviderEvent,
+    ProviderMovement,
+    Refund,
+)
 from ledger_app.selectors import charges_for_update, live_endpoints
+from ledger_app.services import events, sql_writes
 from ledger_app.services.dispatch import (
     Outcome,
     refund_for_update,
@@ -113,6 +122,8 @@ def apply_provider_event(event: Any) -> str:
 
 def _apply(obj: dict[str, Any]) -> Applied:
     said_kind = obj.get("object")
+    if said_kind == "dispute":
+        return _apply_dispute(obj)
     kind = KINDS.get(said_kind) if isinstance(said_kind, str) else None
     if kind is None:
         return Applied(f"ignored: {_shown(said_kind or 'no')} object")
@@ -159,6 +170,52 @@ def _apply(obj: dict[str, Any]) -> Applied:
     else:
         after = settle_locked_charge(charge=charge, outcome=outcome, actor=ACTOR)
     return Applied(f"{kind.name} {item.pk}: {before} -> {after.status}")
+
+
+def _apply_dispute(obj: dict[str, Any]) -> Applied:
+    """A dispute the provider tells of (charge.dispute.created, .updated, .closed): kept
+    on its charge, under the charge's lock, so no refund is reserved while it is open. The
+    charge is the one the provider knows by the dispute's `charge`; a charge has at most
+    one dispute, of at most its amount, in its currency. Its first word appends
+    `charge.updated` (`disputed` becomes true)."""
+    dispute_id, charge_ref, status = obj.get("id"), _charge_of(obj), obj.get("status")
+    for field, value in (("id", dispute_id), ("charge", charge_ref)):
+        if not _is_id(value):
+            return Applied(f"ignored: its dispute's {field} {_shown(value)} is not an id", True)
+    if status not in DISPUTE_STATUSES:
+        return Applied(f"ignored: dispute {dispute_id}'s status {_shown(status)} is not one", True)
+    found = (
+        Charge.objects.filter(
+            Q(provider_charge_id=charge_ref) | Q(pk=charge_ref, provider_charge_id="")
+        )
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if found is None:
+        return Applied(f"unknown charge {charge_ref} of dispute {dispute_id}")
+    endpoints = live_endpoints()  # read before the charge's lock, as every move does
+    charge = charges_for_update().get(pk=found)
+    if charge.dispute_id and charge.dispute_id != dispute_id:
+        return Applied(f"ignored: charge {charge.pk} is disputed as {charge.dispute_id}", True)
+    amount, currency = obj.get("amount"), _lower(obj.get("currency"))
+    if type(amount) is not int or not 0 < amount <= charge.amount or currency != charge.currency:
+        return Applied(
+            f"ignored: dispute {dispute_id} of {_shown(amount)} {_shown(currency)} does not fit "
+            f"charge {charge.pk} ({charge.amount} {charge.currency})",
+            True,
+        )
+    before = charge.dispute_status or "none"
+    first = not charge.dispute_id
+    charge.dispute_id, charge.dispute_status = cast(str, dispute_id), status  # checked above
+    statements: list[sql_writes.Statement | None] = [
+        sql_writes.update(charge, ["dispute_id", "dispute_status", "updated_at"])
+    ]
+    if first:
+        statements += events.event_writes(
+            [(EventType.CHARGE_UPDATED, charge, {"disputed": False})], endpoints=endpoints
+        )
+    sql_writes.execute_together(statements)
+    return Applied(f"charge {charge.pk}: dispute {dispute_id} {before} -> {status}")
 
 
 def _candidate(kind: Kind, provider_id: str, named: str | None) -> tuple[str, str] | str | None:

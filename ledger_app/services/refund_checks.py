@@ -94,6 +94,11 @@ def amount_to_refund(charge: Charge, requested: int | None) -> int:
         raise errors.ChargeNotRefundable(
             f"Charge {charge.id} is {charge.status}; only a succeeded charge can be refunded."
         )
+    if blocker == errors.ChargeDisputed.code:
+        raise errors.ChargeDisputed(
+            f"Charge {charge.id} has an open dispute ({charge.dispute_id}, "
+            f"{charge.dispute_status}): it cannot be refunded until the dispute is closed."
+        )
     if blocker == errors.ChargeAlreadyRefunded.code:
         raise errors.ChargeAlreadyRefunded(f"Charge {charge.id} has already been refunded.")
     remaining = charge.amount_refundable

@@ -231,6 +231,15 @@ class TestReconcilerRecheck:
         assert books(fine)[0] == books(failing)[0] == "succeeded"
 
 
+@pytest.fixture
+def webhook_door(live_server, settings):
+    """The simulated provider's news go over HTTP to this test's server, signed."""
+    settings.STRIPE_WEBHOOK_SECRET = "whsec_simulated_news"
+    settings.SIMULATED_PROVIDER_WEBHOOK_URL = f"{live_server.url}/webhooks/stripe"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("webhook_door")
 class TestSimulatedProviderNews:
     def test_pending_then_succeed_settles_when_the_provider_sends_its_news(self, unknown_refund):
         reconcile_refunds()  # the provider still says pending: nothing changes
@@ -247,7 +256,7 @@ class TestSimulatedProviderNews:
         assert ProviderRefund.objects.get().status == "succeeded"
         assert "advance_simulated_provider: 1 events sent" in out.getvalue()
 
-    def test_succeed_then_fail_releases_the_amount_when_the_news_arrives(self, db):
+    def test_succeed_then_fail_releases_the_amount_when_the_news_arrives(self):
         charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "succeed_then_fail"})
         refund = create_refund(charge_id=charge.id, amount=1_200).item
 

@@ -404,6 +404,8 @@ NETWORK_CLIENTS = ("requests", "urllib3", "http.client", "urllib.request", "http
 ALLOWED = {
     Path("ledger_app/services/egress.py"): "the one way out",
     Path("ledger_app/gateways/stripe.py"): "the provider's own API (requests for its errors)",
+    Path("simulated_provider/news.py"): "the simulated provider's webhooks, to "
+    "SIMULATED_PROVIDER_WEBHOOK_URL from settings, never a client's URL",
 }
 
 

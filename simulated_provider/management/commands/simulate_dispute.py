@@ -1,0 +1,32 @@
+"""The simulated provider opens, moves or closes a dispute of a charge, and tells the back
+office as Stripe does (a signed charge.dispute.* webhook)."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ledger_app.models import DISPUTE_STATUSES, Charge
+from simulated_provider import news
+
+
+class Command(BaseCommand):
+    help = (
+        "Dispute a charge at the simulated provider (default status needs_response: open), "
+        "or move its dispute on (under_review) or close it (won, lost, warning_closed). "
+        "The news goes to SIMULATED_PROVIDER_WEBHOOK_URL, signed with STRIPE_WEBHOOK_SECRET."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("charge", help="The charge's id (ch_...).")
+        parser.add_argument("--status", choices=sorted(DISPUTE_STATUSES), default="needs_response")
+
+    def handle(self, *args, charge, status, **options):
+        found = Charge.objects.filter(pk=charge).first()
+        if found is None:
+            raise CommandError(f"simulate_dispute: no such charge {charge[:64]!r}")
+        event = news.dispute_event(found, status)
+        try:
+            [outcome] = news.send([event])
+        except (OSError, RuntimeError) as exc:
+            raise CommandError(f"simulate_dispute: news not sent: {exc}") from exc
+        self.stdout.write(f"{event['type']} {event['data']['object']['id']}: {outcome}")
