@@ -313,16 +313,7 @@ class ChargeRefundsView(StripeView):
         key = idempotency_key(request)
         params = checked_params(ChargeRefundCreateParams, request.data)
         charge = object_or_404(Charge, charge_id, "charge")
-        result = create_refund(
-            charge_id=charge.pk,
-            amount=params.get("amount"),
-            reason=params.get("reason"),
-            metadata=params.get("metadata"),
-            idempotency_key=key,
-            actor=request.user.label,
-            source=Refund.Source.API,
-        )
-        return created_response(request, result, RefundSerializer, params.get("expand", set()))
+        return api_refund(request, key, params, charge_id=charge.pk)
 
     @read_schema("charges_refunds_list", RefundListSerializer, RefundPage)
     def get(self, request, charge_id: str):
@@ -354,17 +345,13 @@ class RefundsView(StripeView):
     def post(self, request):
         key = idempotency_key(request)
         params = checked_params(RefundCreateParams, request.data)
-        result = create_refund(
+        return api_refund(
+            request,
+            key,
+            params,
             charge_id=params.get("charge"),
             payment_intent=params.get("payment_intent"),
-            amount=params.get("amount"),  # absent: all that is left
-            reason=params.get("reason"),
-            metadata=params.get("metadata"),
-            idempotency_key=key,
-            actor=request.user.label,
-            source=Refund.Source.API,
         )
-        return created_response(request, result, RefundSerializer, params.get("expand", set()))
 
 
 class RefundView(StripeView):
@@ -444,6 +431,21 @@ class PaymentIntentView(StripeView):
             return PaymentIntentSerializer(charge).data
 
         return Response(stale_ok(intent, missing=(ApiError,)))
+
+
+def api_refund(request, key: str | None, params: dict[str, Any], **charge_named) -> Response:
+    """A refund asked for through the API, of the charge `charge_named` names (charge_id,
+    payment_intent), and its answer."""
+    result = create_refund(
+        **charge_named,
+        amount=params.get("amount"),  # absent: all that is left
+        reason=params.get("reason"),
+        metadata=params.get("metadata"),
+        idempotency_key=key,
+        actor=request.user.label,
+        source=Refund.Source.API,
+    )
+    return created_response(request, result, RefundSerializer, params.get("expand", set()))
 
 
 def first_refunds(charges: list[Charge], context: dict[str, Any]) -> list[Charge]:
