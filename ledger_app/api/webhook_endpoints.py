@@ -22,7 +22,7 @@ from ledger_app.api.fields import (
     could_be_an_id,
     refuse,
 )
-from ledger_app.api.params import ListParams, Params, create_body
+from ledger_app.api.params import ListParams, Params, RetrieveParams, create_body
 from ledger_app.api.versions import StripeView, version_of
 from ledger_app.api.views import ERRORS, checked_params, listing, read_schema
 from ledger_app.models import WebhookEndpoint
@@ -192,9 +192,9 @@ class WebhookEndpointsView(StripeView):
 class WebhookEndpointView(StripeView):
     path_param = "webhook_endpoint"
 
-    @read_schema("webhook_endpoints_retrieve", WebhookEndpointSerializer)
+    @read_schema("webhook_endpoints_retrieve", WebhookEndpointSerializer, RetrieveParams)
     def get(self, request, endpoint_id: str):
-        checked_params(Params, request.query_params)
+        checked_params(RetrieveParams, request.query_params)
         return Response(WebhookEndpointSerializer(endpoint_or_404(endpoint_id)).data)
 
     @write_schema(
