@@ -332,9 +332,8 @@ def test_lists_read_the_replica_and_show_new_rows_once_it_replays(cluster, app):
         assert refund["id"] not in app.ids(f"/v1/charges/{charge['id']}/refunds")
         events = app.ok("GET", "/v1/events?limit=100")["data"]
         assert refund["id"] not in {e["data"]["object"]["id"] for e in events}
-        listed = next(
-            c for c in app.ok("GET", "/v1/charges?limit=100")["data"] if c["id"] == charge["id"]
-        )
+        expanded = app.ok("GET", "/v1/charges?limit=100&expand[]=data.refunds")["data"]
+        listed = next(c for c in expanded if c["id"] == charge["id"])
         assert listed["amount_refunded"] == 0  # the charge as the replica has it
         assert listed["refunds"]["data"] == []  # and its refunds from there too
         assert refund["id"] not in admin_list(app, "refund")
