@@ -19,8 +19,29 @@ log = logging.getLogger("ledger_app.api")
 
 INVALID_REQUEST = "invalid_request_error"
 
-# Domain codes whose API code differs (Stripe's names for the same thing).
-API_CODES = {"invalid_amount": "parameter_invalid_integer"}
+# Domain codes whose API code differs: Stripe's name for the case where it has one. A
+# parameter with a bad value, where Stripe has no code of its own, is our one
+# `parameter_invalid` with `param` naming it (Stripe sends the param and no code). The
+# domain keeps its finer codes for the admin and the commands. docs/api.md, "Error codes".
+API_CODES = {
+    "invalid_amount": "parameter_invalid_integer",
+    "note_required": "parameter_missing",
+    **dict.fromkeys(
+        (
+            "invalid_charge_status",
+            "invalid_created",
+            "invalid_currency",
+            "invalid_customer",
+            "invalid_description",
+            "invalid_enabled_events",
+            "invalid_metadata",
+            "invalid_note",
+            "invalid_payment_intent",
+            "invalid_reason",
+        ),
+        "parameter_invalid",
+    ),
+}
 STATUS_FOR = {"idempotency_key_in_use": 409, "lock_timeout": 409}
 TYPE_FOR = {
     "idempotency_key_reused": "idempotency_error",

@@ -99,7 +99,7 @@ class _String(Strict):
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             refuse(
-                "parameter_invalid_string",
+                "parameter_invalid",
                 f"Invalid string: {self.field_name} must be a string.",
             )
         return data
@@ -144,7 +144,7 @@ class Metadata(Strict, serializers.DictField):
 
     def to_internal_value(self, data: Any) -> dict:
         if not isinstance(data, dict):
-            refuse("invalid_metadata", "Invalid metadata: send metadata[key]=value pairs.")
+            refuse("parameter_invalid", "Invalid metadata: send metadata[key]=value pairs.")
         return data
 
 

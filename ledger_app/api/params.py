@@ -83,7 +83,7 @@ class ListParams(Params):
     def check_together(self, data: Mapping[str, Any]) -> None:
         if data.get("starting_after") and data.get("ending_before"):
             raise ApiError(
-                "Send starting_after or ending_before, not both.", code="parameter_invalid"
+                "Send starting_after or ending_before, not both.", code="parameters_exclusive"
             )
 
 
@@ -115,7 +115,7 @@ class TypeFilter(Params):
     def check_together(self, data: Mapping[str, Any]) -> None:
         if "type" in data and "types" in data:
             raise ApiError(
-                "You may pass either type or types, but not both.", code="parameter_invalid"
+                "You may pass either type or types, but not both.", code="parameters_exclusive"
             )
         super().check_together(data)
 
@@ -213,7 +213,7 @@ class PaymentSource(Text):
     def run_validation(self, data: Any = empty) -> Any:
         metadata = self.parent.initial_data.get("metadata")
         if data is not empty and isinstance(metadata, dict) and "source" in metadata:
-            refuse("parameter_invalid", "Send the source once: as source, not also in metadata.")
+            refuse("parameters_exclusive", "Send the source once: as source, not also in metadata.")
         return super().run_validation(data)
 
 

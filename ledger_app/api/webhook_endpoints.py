@@ -62,7 +62,7 @@ class Flag(Strict, serializers.BooleanField):
             return data
         if not self.context.get("from_json") and data in ("true", "false"):
             return data == "true"
-        refuse("parameter_invalid_boolean", f"Invalid boolean: {str(data)[:50]}")
+        refuse("parameter_invalid", f"Invalid boolean: {str(data)[:50]}")
 
 
 @create_body("WebhookEndpointCreate", "Send events of `enabled_events` to `url`.")

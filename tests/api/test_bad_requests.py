@@ -144,7 +144,7 @@ ROWS = [
     Bad("ending-before-unknown", **get("/v1/charges?ending_before=ch_doesnotexist"),
         code="resource_missing", param="ending_before"),
     Bad("starting-after-and-ending-before", **get("/v1/refunds?starting_after=a&ending_before=b"),
-        code="parameter_invalid"),
+        code="parameters_exclusive"),
     Bad("refunds-filter-charge-NUL", **get("/v1/refunds?charge=%00"), code="resource_missing",
         param="charge"),
     Bad("starting-after-NUL", **get("/v1/refunds?starting_after=re_%00"),
@@ -176,14 +176,14 @@ ROWS = [
     # --- text fields: SQL and HTML are just invalid values ---
     Bad("description-html-1001-chars", **charge_create("amount=100&currency=usd&description="
                                                        + "%3Cb%3E" * 334),
-        code="invalid_description", param="description"),
+        code="parameter_invalid", param="description"),
     Bad("description-sql-with-NUL",
         **charge_create("amount=100&currency=usd&description=x%27%20OR%201%3D1%00"),
-        code="invalid_description", param="description"),
+        code="parameter_invalid", param="description"),
     Bad("charge-currency-unknown", **charge_create("amount=100&currency=zzz"),
-        code="invalid_currency", param="currency"),
+        code="parameter_invalid", param="currency"),
     Bad("charge-currency-two-letters", **charge_create("amount=100&currency=us"),
-        code="invalid_currency", param="currency"),
+        code="parameter_invalid", param="currency"),
     Bad("charge-amount-decimal", **charge_create("amount=1.00&currency=usd"),
         code="parameter_invalid_integer", param="amount"),
     Bad("charge-amount-zero", **charge_create({"amount": 0, "currency": "usd"}, content_type=JSON),
@@ -354,7 +354,7 @@ def test_table_is_big_enough_and_ids_are_unique():
     [
         ("charge={charge}&amount=10001", "amount_too_large"),
         ("charge={charge}&amount=5.5", "parameter_invalid_integer"),
-        ("charge={charge}&amount=100&reason=because", "invalid_reason"),
+        ("charge={charge}&amount=100&reason=because", "parameter_invalid"),
     ],
     ids=["amount-too-large", "not-an-integer", "bad-reason"],
 )

@@ -234,5 +234,5 @@ def test_json_nested_up_to_the_limit_is_parsed(api, path):
     response = api.post(path, body, content_type="application/json")
 
     error = assert_envelope(response, "POST", path)
-    assert (response.status_code, error["code"]) == (400, "invalid_metadata")
+    assert (response.status_code, error["code"]) == (400, "parameter_invalid")
     assert Refund.objects.count() == 0 and Charge.objects.count() == 1

@@ -123,7 +123,7 @@ class TestWithTheStripeClient:
             )
 
         assert error.value.http_status == 400
-        assert (error.value.code, error.value.param) == ("invalid_enabled_events", "enabled_events")
+        assert (error.value.code, error.value.param) == ("parameter_invalid", "enabled_events")
         assert not WebhookEndpoint.objects.exists()
 
     def test_every_event_type_stripe_documents_is_accepted(self, stripe_client, receiver):
@@ -188,7 +188,7 @@ class TestOnTheWire:
             ({"url": "http:///h", "enabled_events[]": "*"}, "url_invalid", "url"),
             (
                 {"url": "http://127.0.0.1/h", "enabled_events[]": "x"},
-                "invalid_enabled_events",
+                "parameter_invalid",
                 "enabled_events",
             ),  # fmt: skip
             (
