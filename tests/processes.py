@@ -115,7 +115,11 @@ class GunicornServer:
     """gunicorn as `make run` serves (gunicorn.conf.py: gthread workers), on a free
     loopback port, against the test database; `env` overrides its environment."""
 
-    def __init__(self, tmp_path: Path, *, workers: int, threads: int, **env: str) -> None:
+    def __init__(
+        self, tmp_path: Path, *, workers: int, threads: int, own_group: bool = False, **env: str
+    ) -> None:
+        """`own_group`: in a process group of its own, so kill() takes master and workers
+        down at once, as a machine that loses power would."""
         self.port = free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.stderr_path = tmp_path / "gunicorn.stderr"
@@ -153,7 +157,9 @@ class GunicornServer:
             stdin=subprocess.DEVNULL,
             stdout=self._stderr,
             stderr=self._stderr,
+            start_new_session=own_group,
         )
+        self.own_group = own_group
 
     def wait_ready(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -167,6 +173,13 @@ class GunicornServer:
                 pass
             time.sleep(0.2)
         raise AssertionError(f"gunicorn not ready after {timeout}s:\n{self.log()}")
+
+    def kill(self) -> None:
+        """SIGKILL to the whole server (own_group): no worker finishes what it was doing."""
+        assert self.own_group, "kill() needs own_group=True"
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+        self._stderr.close()
 
     def stop(self) -> None:
         if self.process.poll() is None:
