@@ -135,6 +135,33 @@ class Cursor(ObjectId):
         return super().run_validation(data)
 
 
+class Flag(Strict, serializers.BooleanField):
+    """A boolean: true or false in JSON; the strings "true" or "false" in a form."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if isinstance(data, bool):
+            return data
+        if not self.context.get("from_json") and data in ("true", "false"):
+            return data == "true"
+        refuse("parameter_invalid", f"Invalid boolean: {str(data)[:50]}")
+
+
+class OnlyValue(Flag):
+    """One of Stripe's flags for which the back office does one thing: `value` is taken
+    (it is what happens anyway), the other is refused saying `why`."""
+
+    def __init__(self, value: bool, *, why: str, **kwargs: Any) -> None:
+        self.value, self.why = value, why
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> bool:
+        flag = super().to_internal_value(data)
+        if flag is not self.value:
+            shown = "true" if flag else "false"
+            refuse("parameter_invalid", f"{self.field_name}={shown} is not supported: {self.why}.")
+        return flag
+
+
 class Metadata(Strict, serializers.DictField):
     """metadata[key]=value pairs. Only the shape is checked here: the service checks the
     number of keys, their sizes and what they hold."""

@@ -35,6 +35,7 @@ from ledger_app.api.fields import (
     Integer,
     Metadata,
     ObjectId,
+    OnlyValue,
     Strings,
     Text,
     refuse,
@@ -125,9 +126,10 @@ class RefundPage(ListParams):
 
 
 class ChargeListParams(PaymentIntentFilter, CreatedFilter, ListParams):
-    """The PaymentIntent and created filters, then the page (DRF takes the first base's
-    fields first)."""
+    """The customer, PaymentIntent and created filters, then the page (DRF takes the
+    first base's fields first)."""
 
+    customer = Text(required=False, help_text="Only this customer's (the charge's customer).")
     expand = Expand(allowed=in_list(CHARGE_FIELDS))
 
 
@@ -227,6 +229,12 @@ class ChargeCreateParams(Params):
     amount = Amount(help_text="Minor units.")
     currency = Text(help_text="ISO 4217 code, e.g. usd.")
     description = Text(required=False)
+    capture = OnlyValue(
+        True,
+        why="every charge is captured when it is made",
+        required=False,
+        help_text="true (the default): capture now. false is refused.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """The service's arguments: the payment source goes in metadata."""
@@ -234,6 +242,7 @@ class ChargeCreateParams(Params):
         if "source" in attrs:
             metadata = {**metadata, "source": attrs.pop("source")}
         attrs["metadata"] = metadata
+        attrs.pop("capture", None)  # true: what create_charge does
         return attrs
 
 
@@ -261,6 +270,8 @@ def fold(params_class: type[Params], data: QueryDict | Mapping) -> parsing.Folde
         for name, field in params_class._declared_fields.items()
         if getattr(field, "folds_as", None) is not None
     }
+    if isinstance(data, QueryDict):
+        _refuse_unknown_hashes(params_class, data)
     if not shapes or not isinstance(data, QueryDict):
         return parsing.fold(data)
     rest = data.copy()
@@ -277,6 +288,17 @@ def fold(params_class: type[Params], data: QueryDict | Mapping) -> parsing.Folde
             raise ApiError(f"{name} was sent more than once.", code="parameter_invalid", param=name)
         folded[name] = value
     return folded
+
+
+def _refuse_unknown_hashes(params_class: type[Params], data: QueryDict) -> None:
+    """`shipping[name]=...` on an endpoint with no `shipping` is an unknown parameter, as
+    `shipping=...` would be (not a malformed name of a known one)."""
+    for raw_key in data:
+        match = parsing.BRACKETED.match(raw_key)
+        if match is not None and match[1] not in params_class._declared_fields:
+            raise ApiError(
+                f"Received unknown parameter: {match[1]}", code="parameter_unknown", param=match[1]
+            )
 
 
 def _fold_filter(

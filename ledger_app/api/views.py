@@ -266,6 +266,8 @@ class ChargesView(StripeView):
         charges = Charge.objects.filter(created_in(params.get("created")))
         if "payment_intent" in params:
             charges = charges.filter(payment_intent=params["payment_intent"])
+        if params.get("customer"):  # sent blank: not filtered, as a blank cursor
+            charges = charges.filter(customer=params["customer"])
         return stale_listing(
             request, charges, params, ChargeSerializer, "/v1/charges", prepare=first_refunds
         )

@@ -4,8 +4,6 @@ secret is in the create response only."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.urls import path
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
@@ -15,12 +13,12 @@ from ledger_app import errors
 from ledger_app.api.fields import (
     MAX_ID_LENGTH,
     Expand,
+    Flag,
     Metadata,
-    Strict,
+    OnlyValue,
     Strings,
     Text,
     could_be_an_id,
-    refuse,
 )
 from ledger_app.api.params import ListParams, Params, RetrieveParams, create_body
 from ledger_app.api.versions import StripeView, version_of
@@ -54,17 +52,6 @@ class EnabledEvents(Strings):
     are known is the service's rule."""
 
 
-class Flag(Strict, serializers.BooleanField):
-    """A boolean: true or false in JSON; the strings "true" or "false" in a form."""
-
-    def to_internal_value(self, data: Any) -> bool:
-        if isinstance(data, bool):
-            return data
-        if not self.context.get("from_json") and data in ("true", "false"):
-            return data == "true"
-        refuse("parameter_invalid", f"Invalid boolean: {str(data)[:50]}")
-
-
 @create_body("WebhookEndpointCreate", "Send events of `enabled_events` to `url`.")
 class WebhookEndpointCreateParams(Params):
     expand = Expand()
@@ -76,6 +63,12 @@ class WebhookEndpointCreateParams(Params):
         required=False,
         help_text="The Stripe API version its events are rendered in; omitted: the "
         "request's (its Stripe-Version, else the key's default).",
+    )
+    connect = OnlyValue(
+        False,
+        why="the back office has no connected accounts",
+        required=False,
+        help_text="false (the default): events of this account. true is refused.",
     )
 
 

@@ -2,7 +2,7 @@
 schema (stripe_conformance.py): no field Stripe's object lacks (beyond our documented
 extensions), every required field, and only Stripe's values in its enums. Also: every
 parameter Stripe lists for an endpoint we serve is either accepted or on docs/api.md's
-list of those we refuse."""
+list of those we refuse (test_stripe_parameters.py holds the parameters to the docs)."""
 
 import json
 
