@@ -79,30 +79,28 @@ def charges_refunded_since(charge_ids: list[str], since: datetime) -> set[str]:
     )
 
 
-def charge_of_payment_intent(payment_intent: str, using: str = "default") -> str | None:
-    """A PaymentIntent's latest charge, the one a refund of it refunds: its succeeded
-    charge, else its newest (which the refund's checks then refuse); None when it has no
-    charge here."""
-    return (
-        Charge.objects.using(using)
-        .filter(payment_intent=payment_intent)
-        .order_by(Case(When(status=Charge.Status.SUCCEEDED, then=0), default=1), "-created_at")
-        .values_list("pk", flat=True)
-        .first()
+def latest_charge_first(charges: QuerySet[Charge]) -> QuerySet[Charge]:
+    """The rule for a PaymentIntent's latest charge, the one a refund of it refunds: its
+    succeeded charge, else its newest (which the refund's checks then refuse)."""
+    return charges.order_by(
+        Case(When(status=Charge.Status.SUCCEEDED, then=0), default=1), "-created_at"
     )
 
 
+def charge_of_payment_intent(payment_intent: str, using: str = "default") -> str | None:
+    """The id of a PaymentIntent's latest charge (latest_charge_first); None when it has
+    no charge here."""
+    charges = Charge.objects.using(using).filter(payment_intent=payment_intent)
+    return latest_charge_first(charges).values_list("pk", flat=True).first()
+
+
 def latest_charges_of(payment_intents: set[str], using: str = "default") -> dict[str, Charge]:
-    """Each PaymentIntent's latest charge (as charge_of_payment_intent picks it), in one
-    query for them all; a PaymentIntent with no charge here is left out."""
+    """Each PaymentIntent's latest charge (latest_charge_first), in one query for them
+    all; a PaymentIntent with no charge here is left out."""
     latest: dict[str, Charge] = {}
     charges = Charge.objects.using(using).filter(payment_intent__in=payment_intents)
-    for charge in charges.order_by("-created_at"):
-        kept = latest.get(charge.payment_intent)
-        if kept is None or (
-            kept.status != Charge.Status.SUCCEEDED and charge.status == Charge.Status.SUCCEEDED
-        ):
-            latest[charge.payment_intent] = charge
+    for charge in latest_charge_first(charges):
+        latest.setdefault(charge.payment_intent, charge)
     return latest
 
 
