@@ -19,6 +19,7 @@ from rest_framework import serializers
 
 from ledger_app import api_versions
 from ledger_app.models import Charge, Event, MovementStatus, Refund
+from ledger_app.selectors import with_first_refunds
 
 # How many of a charge's refunds it shows, newest first: has_more and url page on.
 EMBEDDED_REFUNDS = 10
@@ -426,7 +427,8 @@ class EventSerializer(serializers.Serializer):
     )
     def get_data(self, event) -> dict:
         version = self.context.get("version", api_versions.LATEST)
-        data = {"object": in_version(current_shape(event.data_object), version)}
+        shown = current_shape(event.data_object)
+        data = {"object": in_version(shown, version, self.context.get("refunds_now"))}
         if event.previous_attributes is not None:
             data["previous_attributes"] = current_previous(event.previous_attributes)
         return data
@@ -566,17 +568,44 @@ def event_body(event: Event, version: str) -> str:
     return json.dumps(EventSerializer(event, context={"version": version}).data)
 
 
-def in_version(snapshot: dict[str, Any], version: str) -> dict[str, Any]:
+def in_version(
+    snapshot: dict[str, Any], version: str, refunds_now: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """An event's object in an API version: a charge without `refunds` from 2022-11-15
     on; with them before, read now when the snapshot was taken without them (no endpoint
-    then asked for that version)."""
+    then asked for that version). `refunds_now`: those a page of events needs, read for
+    the page at once (refunds_now_for); without it, this one charge's are read."""
     if snapshot.get("object") != "charge":
         return snapshot
     if not api_versions.embeds_refunds(version):
         return {name: value for name, value in snapshot.items() if name != "refunds"}
     if "refunds" in snapshot:
         return snapshot
+    if refunds_now is not None and snapshot.get("id") in refunds_now:
+        return {**snapshot, "refunds": refunds_now[snapshot["id"]]}
     charge = Charge.objects.filter(pk=snapshot.get("id")).first()
     if charge is None:
         return snapshot
     return {**snapshot, "refunds": plain(charge)["refunds"]}
+
+
+def refunds_now_for(events: list[Event], version: str) -> dict[str, Any]:
+    """For a page of events shown in `version`: the embedded refunds of each charge whose
+    snapshot was taken without them, as in_version shows them, in two queries for the
+    page (the charges, and their newest refunds). Nothing when the version embeds none."""
+    if not api_versions.embeds_refunds(version):
+        return {}
+    wanted = {
+        event.data_object.get("id")
+        for event in events
+        if event.data_object.get("object") == "charge" and "refunds" not in event.data_object
+    }
+    if not wanted:
+        return {}
+    alias = events[0]._state.db or "default"
+    charges = list(Charge.objects.using(alias).filter(pk__in=wanted))
+    with_first_refunds(charges, EMBEDDED_REFUNDS + 1)
+    return {
+        charge.pk: plain(charge, newest_refunds=charge.first_refunds)["refunds"]  # type: ignore[attr-defined]  # set by with_first_refunds
+        for charge in charges
+    }

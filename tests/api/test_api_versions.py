@@ -7,7 +7,9 @@ import json
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from ledger_app import api_versions
 from ledger_app.models import ApiKey, Refund, WebhookEndpoint
@@ -84,6 +86,23 @@ class TestWhichVersion:
         assert {e["api_version"] for e in old} == {LEGACY}
         refunded = [e for e in old if e["type"] == "charge.refunded"]
         assert refunded[0]["data"]["object"]["refunds"]["data"][0]["object"] == "refund"
+
+    def test_an_old_readers_event_list_reads_the_charges_refunds_once_per_page(self):
+        """Snapshots taken for current versions hold no refunds; an older reader's list
+        reads them for the whole page at once, so its queries do not grow per event."""
+        client = keyed_client(LEGACY)
+
+        def queries_for_a_page_after(charges: int) -> int:
+            for _ in range(charges):
+                create_refund(charge_id=ChargeFactory().id, amount=100)
+            with CaptureQueriesContext(connection) as queries:
+                listed = client.get("/v1/events", {"limit": 100}).json()["data"]
+            refunded = [e for e in listed if e["type"] == "charge.refunded"]
+            assert len(refunded) >= charges
+            assert all(e["data"]["object"]["refunds"]["data"] for e in refunded)
+            return len(queries)
+
+        assert queries_for_a_page_after(2) == queries_for_a_page_after(6)
 
     def test_the_command_makes_a_key_with_a_version(self, capsys):
         call_command("create_api_key", "old-service", "--api-version", LEGACY)
