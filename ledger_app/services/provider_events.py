@@ -184,26 +184,28 @@ def _apply_dispute(obj: dict[str, Any]) -> Applied:
             return Applied(f"ignored: its dispute's {field} {_shown(value)} is not an id", True)
     if status not in DISPUTE_STATUSES:
         return Applied(f"ignored: dispute {dispute_id}'s status {_shown(status)} is not one", True)
+    # A charge's amount and currency never change, so they are checked before its lock.
     found = (
         Charge.objects.filter(
             Q(provider_charge_id=charge_ref) | Q(pk=charge_ref, provider_charge_id="")
         )
-        .values_list("pk", flat=True)
+        .values_list("pk", "amount", "currency")
         .first()
     )
     if found is None:
         return Applied(f"unknown charge {charge_ref} of dispute {dispute_id}")
-    endpoints = live_endpoints()  # read before the charge's lock, as every move does
-    charge = charges_for_update().get(pk=found)
-    if charge.dispute_id and charge.dispute_id != dispute_id:
-        return Applied(f"ignored: charge {charge.pk} is disputed as {charge.dispute_id}", True)
+    pk, charge_amount, charge_currency = found
     amount, currency = obj.get("amount"), _lower(obj.get("currency"))
-    if type(amount) is not int or not 0 < amount <= charge.amount or currency != charge.currency:
+    if type(amount) is not int or not 0 < amount <= charge_amount or currency != charge_currency:
         return Applied(
             f"ignored: dispute {dispute_id} of {_shown(amount)} {_shown(currency)} does not fit "
-            f"charge {charge.pk} ({charge.amount} {charge.currency})",
+            f"charge {pk} ({charge_amount} {charge_currency})",
             True,
         )
+    endpoints = live_endpoints()  # read before the charge's lock, as every move does
+    charge = charges_for_update().get(pk=pk)
+    if charge.dispute_id and charge.dispute_id != dispute_id:
+        return Applied(f"ignored: charge {charge.pk} is disputed as {charge.dispute_id}", True)
     before = charge.dispute_status or "none"
     first = not charge.dispute_id
     charge.dispute_id, charge.dispute_status = cast(str, dispute_id), status  # checked above

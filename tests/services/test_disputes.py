@@ -14,6 +14,7 @@ from django.test import Client
 
 from ledger_app import errors
 from ledger_app.models import Charge, Event, ProviderEvent, Refund, RefundLimit
+from ledger_app.services import provider_events
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.approvals import approve_refund, reject_refund
 from ledger_app.services.refunds import create_refund
@@ -111,9 +112,14 @@ class TestInboundDisputes:
         ],
     )
     def test_a_dispute_that_is_not_the_charges_changes_nothing(
-        self, client, signed_door, changes, said
+        self, client, signed_door, changes, said, monkeypatch
     ):
         charge = ChargeFactory(amount=5_000)
+        locks = []  # nothing that does not fit waits for the charge's lock
+        real_lock = provider_events.charges_for_update
+        monkeypatch.setattr(
+            provider_events, "charges_for_update", lambda: locks.append(1) or real_lock()
+        )
 
         answer = post_event(
             client, event_of("evt_d9", "charge.dispute.created", dispute(charge, **changes))
@@ -124,6 +130,7 @@ class TestInboundDisputes:
         charge.refresh_from_db()
         assert (charge.dispute_id, charge.dispute_status) == ("", "")
         assert not Event.objects.filter(type="charge.updated").exists()
+        assert locks == []
 
     def test_a_second_dispute_of_a_disputed_charge_is_ignored(self, client, signed_door):
         charge = ChargeFactory(amount=5_000)
