@@ -18,7 +18,7 @@ schema = schemathesis.openapi.from_wsgi("/v1/openapi.json", application)
 # Bounded so the file runs in well under a minute on SQLite; derandomized so a run is
 # reproducible (the same requests every time) and no example database is kept.
 FUZZ = settings(
-    max_examples=100,
+    max_examples=60,
     deadline=None,
     derandomize=True,
     database=None,
