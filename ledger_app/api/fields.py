@@ -126,6 +126,17 @@ class ObjectId(Text):
         return value
 
 
+class Reference(Text):
+    """A reference of the caller's own to filter by, such as a charge's `customer`: any
+    text a charge can hold (at most 255 characters, no NUL or lone surrogates)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if len(value) > 255 or has_unstorable_characters(value):
+            refuse("parameter_invalid", f"Invalid {self.field_name}: no charge holds it.")
+        return value
+
+
 class Cursor(ObjectId):
     """starting_after or ending_before: sent blank, it is the same as not sent."""
 

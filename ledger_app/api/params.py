@@ -36,6 +36,7 @@ from ledger_app.api.fields import (
     Metadata,
     ObjectId,
     OnlyValue,
+    Reference,
     Strings,
     Text,
     refuse,
@@ -129,7 +130,7 @@ class ChargeListParams(PaymentIntentFilter, CreatedFilter, ListParams):
     """The customer, PaymentIntent and created filters, then the page (DRF takes the
     first base's fields first)."""
 
-    customer = Text(required=False, help_text="Only this customer's (the charge's customer).")
+    customer = Reference(required=False, help_text="Only this customer's (the charge's customer).")
     expand = Expand(allowed=in_list(CHARGE_FIELDS))
 
 
