@@ -152,6 +152,18 @@ def reserve(charge, amount: int, key: str) -> Refund:
     return create_refund(charge_id=charge.id, amount=amount, idempotency_key=key).item
 
 
+def send_again(gateway, refund: Refund, amount: int):
+    """The refund's provider call made again by hand, under its own provider key."""
+    return gateway.refund(
+        provider_key=refund.provider_idempotency_key,
+        charge_reference=refund.charge_id,
+        amount=amount,
+        currency="usd",
+        metadata={"ledger_refund_id": refund.id, "ledger_charge_id": refund.charge_id},
+        timeout=10.0,
+    )
+
+
 def send_in_thread(refund_id: str) -> tuple[threading.Thread, dict]:
     """send_refund on a thread of its own (its own connection), as a worker sends."""
     outcome: dict = {}
@@ -202,27 +214,13 @@ def test_refunds_end_to_end_with_replays_errors_and_lookups(provider):
         assert at_provider.metadata["ledger_refund_id"] == refund.id
 
         # a replay of the same provider key: the same refund, nothing new at the provider
-        again = gateway.refund(
-            provider_key=refund.provider_idempotency_key,
-            charge_reference=charge.id,
-            amount=1_200,
-            currency="usd",
-            metadata={"ledger_refund_id": refund.id, "ledger_charge_id": charge.id},
-            timeout=10.0,
-        )
+        again = send_again(gateway, refund, 1_200)
         assert (again.verdict, again.provider_id) == ("succeeded", at_provider.id)
         assert len(provider_refunds(provider, charge.id)) == 1
 
         # the same key with other parameters: the first may have applied, so unknown
         with pytest.raises(OutcomeUnknown):
-            gateway.refund(
-                provider_key=refund.provider_idempotency_key,
-                charge_reference=charge.id,
-                amount=999,
-                currency="usd",
-                metadata={"ledger_refund_id": refund.id, "ledger_charge_id": charge.id},
-                timeout=10.0,
-            )
+            send_again(gateway, refund, 999)
 
         # lookups: found by the ledger id; None for one never sent
         found = gateway.lookup_refund(
