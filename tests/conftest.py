@@ -89,33 +89,11 @@ def pytest_runtest_call(item):
     return result
 
 
-# The files whose tests take the longest (minutes between them: the model, the loads, the
-# fuzzing): run first, so that with pytest-xdist's two workers the other worker takes the
-# short tests meanwhile, and no long test is left to run alone at the end of the pass.
-RUN_FIRST = (
-    "tests/services/test_ledger_model.py",
-    "tests/load/test_http_load.py",
-    "tests/commands/test_bulk_refund.py",
-    "tests/api/test_schema.py",
-    "tests/webhooks/test_schema.py",
-    "tests/webhooks/test_load.py",
-    "tests/services/test_fault_matrix.py",
-    "tests/ops/test_graceful_shutdown.py",
-    "tests/gateways/test_stripe_over_http.py",
-)
-
-
 def pytest_collection_modifyitems(config, items):
     root = config.rootpath
     for item in items:
         if item.path.relative_to(root).as_posix() in SQLITE_PASS:
             item.add_marker(pytest.mark.sqlite_pass)
-
-    def first_if_long(item) -> int:
-        path = item.path.relative_to(root).as_posix()
-        return RUN_FIRST.index(path) if path in RUN_FIRST else len(RUN_FIRST)
-
-    items.sort(key=first_if_long)  # stable: each file keeps its own order
 
 
 def pytest_configure(config):
