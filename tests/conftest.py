@@ -7,7 +7,7 @@ from django.core.cache import caches
 from django.db import connection
 from django.test import Client, override_settings
 
-from tests import tally
+from tests import fast_flush, tally
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 from tests.second_factor import verified
@@ -100,7 +100,9 @@ def pytest_configure(config):
     """Inline dispatch waits for the provider in the caller's thread during tests: a test's
     data sits in a transaction the send pool's threads could not see. The tests of the
     wait budget (tests/services/test_send_pool.py) turn it on, with committed data.
-    Servers that tests start in subprocesses inherit the same default."""
+    Servers that tests start in subprocesses inherit the same default. Transactional
+    tests' PostgreSQL is emptied with DELETE (tests/fast_flush.py)."""
+    fast_flush.install()
     from django.conf import settings
 
     os.environ["REFUND_INLINE_WAIT_SECONDS"] = "0"
