@@ -574,19 +574,19 @@ def in_version(
     """An event's object in an API version: a charge without `refunds` from 2022-11-15
     on; with them before, read now when the snapshot was taken without them (no endpoint
     then asked for that version). `refunds_now`: those a page of events needs, read for
-    the page at once (refunds_now_for); without it, this one charge's are read."""
+    the page at once (refunds_now_for); without it, this one charge's are read the same way."""
     if snapshot.get("object") != "charge":
         return snapshot
     if not api_versions.embeds_refunds(version):
         return {name: value for name, value in snapshot.items() if name != "refunds"}
     if "refunds" in snapshot:
         return snapshot
-    if refunds_now is not None and snapshot.get("id") in refunds_now:
-        return {**snapshot, "refunds": refunds_now[snapshot["id"]]}
-    charge = Charge.objects.filter(pk=snapshot.get("id")).first()
-    if charge is None:
+    charge_id = snapshot.get("id")
+    if refunds_now is None or charge_id not in refunds_now:
+        refunds_now = _embedded_refunds({charge_id}, "default")
+    if charge_id not in refunds_now:
         return snapshot
-    return {**snapshot, "refunds": plain(charge)["refunds"]}
+    return {**snapshot, "refunds": refunds_now[charge_id]}
 
 
 def refunds_now_for(events: list[Event], version: str) -> dict[str, Any]:
@@ -602,8 +602,13 @@ def refunds_now_for(events: list[Event], version: str) -> dict[str, Any]:
     }
     if not wanted:
         return {}
-    alias = events[0]._state.db or "default"
-    charges = list(Charge.objects.using(alias).filter(pk__in=wanted))
+    return _embedded_refunds(wanted, events[0]._state.db or "default")
+
+
+def _embedded_refunds(charge_ids: set[Any], using: str) -> dict[str, Any]:
+    """Each charge's embedded `refunds` list as older versions show it, read in two
+    queries for all of them (a charge not found is left out)."""
+    charges = list(Charge.objects.using(using).filter(pk__in=charge_ids))
     with_first_refunds(charges, EMBEDDED_REFUNDS + 1)
     return {
         charge.pk: plain(charge, newest_refunds=charge.first_refunds)["refunds"]  # type: ignore[attr-defined]  # set by with_first_refunds
