@@ -19,40 +19,51 @@ import sys
 import time
 from pathlib import Path
 
+import columns
 import dj_database_url
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
 DB = "bench_admin"
 
-LOAD = """
-INSERT INTO ledger_app_charge (id, amount, amount_refunded, currency, status, description,
-    customer, metadata, provider_idempotency_key, provider_charge_id, status_detail,
-    dispatch_attempts, created_at, updated_at)
-SELECT 'ch_' || substr(md5(i::text), 1, 24),
-       1000 + (i %% 5000),
-       CASE WHEN i %% 3 = 0 THEN 0 ELSE 500 END,
-       (ARRAY['usd','eur','jpy','gbp'])[1 + i %% 4],
-       CASE WHEN i %% 50 = 0 THEN 'failed' ELSE 'succeeded' END,
-       'Order ' || i, 'cus_' || (i %% 100000), '{}'::jsonb, NULL, '', '', 0,
-       now() - make_interval(secs => i), now()
-FROM generate_series(1, %(rows)s) AS i;
-
-INSERT INTO ledger_app_refund (id, charge_id, amount, currency, status, reason, metadata,
-    note, source, actor, provider_idempotency_key, provider_refund_id, status_detail,
-    dispatch_attempts, leased_until, handled_by, handled_note, decided_by, decision_note,
-    created_at, updated_at)
-SELECT 're_' || substr(md5('r' || i::text), 1, 24),
-       'ch_' || substr(md5(i::text), 1, 24),
-       500, (ARRAY['usd','eur','jpy','gbp'])[1 + i %% 4],
-       CASE WHEN i %% 3 = 0 THEN 'failed' WHEN i %% 1000 = 1 THEN 'unknown'
-            ELSE 'succeeded' END,
-       'requested_by_customer', '{}'::jsonb, '', 'api', 'api_key:bench',
-       'refund:re_' || substr(md5('r' || i::text), 1, 24), '', '', 1, NULL, '', '', '', '',
-       now() - make_interval(secs => i) + interval '1 second', now()
-FROM generate_series(1, %(rows)s) AS i;
-ANALYZE;
-"""
+CHARGE_ID = "'ch_' || substr(md5(i::text), 1, 24)"
+CURRENCY = "(ARRAY['usd','eur','jpy','gbp'])[1 + i %% 4]"
+# Column lists from the models (columns.py): a new column cannot break the load.
+LOAD = [
+    columns.insert(
+        "ledger_app.Charge",
+        {
+            "id": CHARGE_ID,
+            "amount": "1000 + (i %% 5000)",
+            "amount_refunded": "CASE WHEN i %% 3 = 0 THEN 0 ELSE 500 END",
+            "currency": CURRENCY,
+            "status": "CASE WHEN i %% 50 = 0 THEN 'failed' ELSE 'succeeded' END",
+            "description": "'Order ' || i",
+            "customer": "'cus_' || (i %% 100000)",
+            "created_at": "now() - make_interval(secs => i)",
+        },
+        "FROM generate_series(1, %(rows)s) AS i",
+    ),
+    columns.insert(
+        "ledger_app.Refund",
+        {
+            "id": "'re_' || substr(md5('r' || i::text), 1, 24)",
+            "charge_id": CHARGE_ID,
+            "amount": "500",
+            "currency": CURRENCY,
+            "status": "CASE WHEN i %% 3 = 0 THEN 'failed' WHEN i %% 1000 = 1 THEN 'unknown' "
+            "ELSE 'succeeded' END",
+            "reason": "'requested_by_customer'",
+            "source": "'api'",
+            "actor": "'api_key:bench'",
+            "provider_idempotency_key": "'refund:re_' || substr(md5('r' || i::text), 1, 24)",
+            "dispatch_attempts": "1",
+            "created_at": "now() - make_interval(secs => i) + interval '1 second'",
+        },
+        "FROM generate_series(1, %(rows)s) AS i",
+    ),
+    "ANALYZE",
+]
 
 
 def main() -> None:
@@ -70,9 +81,8 @@ def main() -> None:
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     started = time.perf_counter()
     with psycopg.connect(dbname=DB, autocommit=True, **connect) as db:
-        for statement in LOAD.split(";"):
-            if statement.strip():
-                db.execute(statement, {"rows": args.rows} if "%(rows)s" in statement else None)
+        for statement in LOAD:
+            db.execute(statement, {"rows": args.rows} if "%(rows)s" in statement else None)
     print(
         f"loaded {args.rows:,} charges and {args.rows:,} refunds "
         f"in {time.perf_counter() - started:.1f} s"

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import columns
 import dj_database_url
 import psycopg
 from psycopg import sql
@@ -51,86 +52,134 @@ EXPRESSIONS = {
     "live": LIVE,
 }
 
-CHARGES = """
-INSERT INTO ledger_app_charge (id, amount, amount_refunded, currency, status, description,
-    customer, metadata, provider_idempotency_key, provider_charge_id, status_detail,
-    dispatch_attempts, leased_until, created_at, updated_at)
-SELECT {charge_id}, {charge_amount},
-       (SELECT coalesce(sum({amount}) FILTER (WHERE {live}), 0)
-        FROM generate_series(2 * i - 1, least(2 * i, {refunds})) AS j),
-       'usd', 'succeeded', 'Order ' || i, 'cus_' || (i % 5000), '{{}}'::jsonb, NULL,
-       'ch_prov_' || i, '', 1, NULL, now() - make_interval(secs => {charges} - i + 60), now()
-FROM generate_series(1, {charges}) AS i
-"""
-REFUNDS = """
-INSERT INTO ledger_app_refund (id, charge_id, amount, currency, status, reason, metadata, note,
-    source, actor, provider_idempotency_key, provider_refund_id, status_detail,
-    dispatch_attempts, leased_until, handled_at, handled_by, handled_note,
-    approval_expires_at, decided_at, decided_by, decision_note, created_at, updated_at)
-SELECT {refund_id}, {charge_of}, {amount}, 'usd', {status}, 'requested_by_customer',
-       '{{}}'::jsonb, '', CASE WHEN j % 2 = 0 THEN 'api' ELSE 'admin' END, 'bench',
-       'refund:' || {refund_id},
-       CASE WHEN j % 20 > 2 OR j % 20 = 0 THEN 'pyr_' || j ELSE '' END,
-       CASE j % 20 WHEN 0 THEN 'card_declined' ELSE '' END,
-       CASE j % 20 WHEN 1 THEN 0 ELSE 1 END, NULL, NULL, '', '', NULL, NULL, '', '',
-       now() - make_interval(secs => {refunds} - j), now()
-FROM generate_series(1, {refunds}) AS j
-"""
+# Column lists from the models (columns.py): a new column cannot break the load.
+CHARGES = columns.insert(
+    "ledger_app.Charge",
+    {
+        "id": "{charge_id}",
+        "amount": "{charge_amount}",
+        "amount_refunded": "(SELECT coalesce(sum({amount}) FILTER (WHERE {live}), 0) "
+        "FROM generate_series(2 * i - 1, least(2 * i, {refunds})) AS j)",
+        "currency": "'usd'",
+        "status": "'succeeded'",
+        "description": "'Order ' || i",
+        "customer": "'cus_' || (i % 5000)",
+        "provider_charge_id": "'ch_prov_' || i",
+        "dispatch_attempts": "1",
+        "created_at": "now() - make_interval(secs => {charges} - i + 60)",
+    },
+    "FROM generate_series(1, {charges}) AS i",
+    composed=True,
+)
+REFUNDS = columns.insert(
+    "ledger_app.Refund",
+    {
+        "id": "{refund_id}",
+        "charge_id": "{charge_of}",
+        "amount": "{amount}",
+        "currency": "'usd'",
+        "status": "{status}",
+        "reason": "'requested_by_customer'",
+        "source": "CASE WHEN j % 2 = 0 THEN 'api' ELSE 'admin' END",
+        "actor": "'bench'",
+        "provider_idempotency_key": "'refund:' || {refund_id}",
+        "provider_refund_id": "CASE WHEN j % 20 > 2 OR j % 20 = 0 THEN 'pyr_' || j ELSE '' END",
+        "status_detail": "CASE j % 20 WHEN 0 THEN 'card_declined' ELSE '' END",
+        "dispatch_attempts": "CASE j % 20 WHEN 1 THEN 0 ELSE 1 END",
+        "created_at": "now() - make_interval(secs => {refunds} - j)",
+    },
+    "FROM generate_series(1, {refunds}) AS j",
+    composed=True,
+)
 # One row per (charge or refund, moment): charge_succeeded per charge; refund_reserved per
 # refund; then refund_succeeded or refund_released (delta -amount) as its status says.
-ENTRIES_FOR_CHARGES = """
-INSERT INTO ledger_app_ledgerentry (charge_id, refund_id, kind, amount, refunded_delta,
-    currency, actor, memo, created_at)
-SELECT id, NULL, 'charge_succeeded', amount, 0, currency, 'bench', '', created_at
-FROM ledger_app_charge
-"""
-ENTRIES_FOR_REFUNDS = """
-INSERT INTO ledger_app_ledgerentry (charge_id, refund_id, kind, amount, refunded_delta,
-    currency, actor, memo, created_at)
-SELECT {charge_of}, {refund_id}, k.kind, {amount},
-       CASE k.kind WHEN 'refund_reserved' THEN {amount} WHEN 'refund_released' THEN -{amount}
-            ELSE 0 END,
-       'usd', 'bench', '', now() - make_interval(secs => {refunds} - j)
-FROM generate_series(1, {refunds}) AS j,
+ENTRIES_FOR_CHARGES = columns.insert(
+    "ledger_app.LedgerEntry",
+    {
+        "charge_id": "id",
+        "kind": "'charge_succeeded'",
+        "amount": "amount",
+        "refunded_delta": "0",
+        "currency": "currency",
+        "actor": "'bench'",
+        "created_at": "created_at",
+    },
+    "FROM ledger_app_charge",
+    composed=True,
+)
+ENTRIES_FOR_REFUNDS = columns.insert(
+    "ledger_app.LedgerEntry",
+    {
+        "charge_id": "{charge_of}",
+        "refund_id": "{refund_id}",
+        "kind": "k.kind",
+        "amount": "{amount}",
+        "refunded_delta": "CASE k.kind WHEN 'refund_reserved' THEN {amount} "
+        "WHEN 'refund_released' THEN -{amount} ELSE 0 END",
+        "currency": "'usd'",
+        "actor": "'bench'",
+        "created_at": "now() - make_interval(secs => {refunds} - j)",
+    },
+    """FROM generate_series(1, {refunds}) AS j,
      LATERAL (VALUES ('refund_reserved'),
                      (CASE WHEN j % 20 = 0 THEN 'refund_released'
                            WHEN j % 20 > 2 THEN 'refund_succeeded' END)) AS k(kind)
-WHERE k.kind IS NOT NULL
-"""
-KEYS = """
-INSERT INTO ledger_app_idempotencyrecord (key, operation, fingerprint, request_params,
-    refund_id, charge_id, created_at)
-SELECT 'bench-' || j, 'refund.create', md5('a' || j) || md5('b' || j),
-       jsonb_build_object('charge', {charge_of}, 'amount', {amount}, 'reason',
-                          'requested_by_customer', 'metadata', '{{}}'::jsonb, 'note', ''),
-       {refund_id}, NULL, now() - make_interval(secs => {refunds} - j)
-FROM generate_series(2, {refunds}, 2) AS j
-"""
-EVENTS = """
-INSERT INTO ledger_app_event (id, type, data_object, previous_attributes, request_id,
-    request_idempotency_key, charge_id, refund_id, created_at)
-SELECT 'evt_' || substr(md5('event' || j), 1, 24), 'refund.created',
-       jsonb_build_object('id', {refund_id}, 'object', 'refund', 'amount', {amount},
-           'charge', {charge_of}, 'currency', 'usd', 'status', 'pending',
+WHERE k.kind IS NOT NULL""",
+    composed=True,
+)
+KEYS = columns.insert(
+    "ledger_app.IdempotencyRecord",
+    {
+        "key": "'bench-' || j",
+        "operation": "'refund.create'",
+        "fingerprint": "md5('a' || j) || md5('b' || j)",
+        "request_params": "jsonb_build_object('charge', {charge_of}, 'amount', {amount}, "
+        "'reason', 'requested_by_customer', 'metadata', '{{}}'::jsonb, 'note', '')",
+        "refund_id": "{refund_id}",
+        "charge_id": "NULL",
+        "created_at": "now() - make_interval(secs => {refunds} - j)",
+    },
+    "FROM generate_series(2, {refunds}, 2) AS j",
+    composed=True,
+)
+REFUND_EVENTS = columns.insert(
+    "ledger_app.Event",
+    {
+        "id": "'evt_' || substr(md5('event' || j), 1, 24)",
+        "type": "'refund.created'",
+        "data_object": """jsonb_build_object('id', {refund_id}, 'object', 'refund',
+           'amount', {amount}, 'charge', {charge_of}, 'currency', 'usd', 'status', 'pending',
            'reason', 'requested_by_customer', 'metadata', '{{}}'::jsonb,
            'created', extract(epoch FROM now())::bigint - ({refunds} - j),
            'balance_transaction', NULL, 'payment_intent', NULL, 'receipt_number', NULL,
-           'destination_details', NULL, 'failure_reason', NULL),
-       NULL::jsonb, '', CASE WHEN j % 2 = 0 THEN 'bench-' || j ELSE '' END,
-       {charge_of}, {refund_id},
-       now() - make_interval(secs => {refunds} - j)
-FROM generate_series(1, {refunds}) AS j
-UNION ALL
-SELECT 'evt_' || substr(md5('charge event' || i), 1, 24), 'charge.succeeded',
-       jsonb_build_object('id', {charge_id}, 'object', 'charge',
+           'ledger_status', 'pending', 'pending_reason', 'processing')""",
+        "previous_attributes": "NULL",
+        "request_idempotency_key": "CASE WHEN j % 2 = 0 THEN 'bench-' || j ELSE '' END",
+        "charge_id": "{charge_of}",
+        "refund_id": "{refund_id}",
+        "created_at": "now() - make_interval(secs => {refunds} - j)",
+    },
+    "FROM generate_series(1, {refunds}) AS j",
+    composed=True,
+)
+CHARGE_EVENTS = columns.insert(
+    "ledger_app.Event",
+    {
+        "id": "'evt_' || substr(md5('charge event' || i), 1, 24)",
+        "type": "'charge.succeeded'",
+        "data_object": """jsonb_build_object('id', {charge_id}, 'object', 'charge',
            'amount', {charge_amount}, 'amount_refunded', 0, 'currency', 'usd',
            'status', 'succeeded', 'captured', true, 'paid', true, 'refunded', false,
            'customer', 'cus_' || (i % 5000), 'description', 'Order ' || i,
-           'metadata', '{{}}'::jsonb),
-       NULL, '', '', {charge_id}, NULL,
-       now() - make_interval(secs => {charges} - i + 60)
-FROM generate_series(1, {charges}) AS i
-"""
+           'metadata', '{{}}'::jsonb, 'ledger_status', 'succeeded')""",
+        "previous_attributes": "NULL",
+        "charge_id": "{charge_id}",
+        "refund_id": "NULL",
+        "created_at": "now() - make_interval(secs => {charges} - i + 60)",
+    },
+    "FROM generate_series(1, {charges}) AS i",
+    composed=True,
+)
 
 
 def server_args(url: str) -> dict:
@@ -170,7 +219,8 @@ def build(url: str, refunds: int) -> dict:
             ("charge ledger entries", ENTRIES_FOR_CHARGES),
             ("refund ledger entries", ENTRIES_FOR_REFUNDS),
             ("idempotency records", KEYS),
-            ("events", EVENTS),
+            ("refund events", REFUND_EVENTS),
+            ("charge events", CHARGE_EVENTS),
         ]:
             conn.execute(sql.SQL(statement).format(**fragments))
             t = step(label, t)

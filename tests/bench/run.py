@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import columns
 import dj_database_url
 import psycopg
 from serving import (
@@ -93,33 +94,64 @@ def fresh_database(server: dict, name: str) -> str:
     return url
 
 
-CHARGES_SQL = """
-INSERT INTO ledger_app_charge (id, amount, amount_refunded, currency, status, description,
-    customer, metadata, provider_idempotency_key, provider_charge_id, status_detail,
-    dispatch_attempts, leased_until, created_at, updated_at)
-SELECT %(prefix)s || lpad(i::text, 20, '0'), %(amount)s, %(refunded)s, 'usd', 'succeeded',
-       'Order ' || i, 'cus_' || (i %% 1000), %(metadata)s::jsonb, NULL, '', '', 0, NULL,
-       now() - make_interval(secs => i), now()
-FROM generate_series(1, %(rows)s) AS i
-"""
-REFUNDS_SQL = """
-INSERT INTO ledger_app_refund (id, charge_id, amount, currency, status, reason, metadata, note,
-    source, actor, provider_idempotency_key, provider_refund_id, status_detail,
-    dispatch_attempts, leased_until, handled_at, handled_by, handled_note, decided_by,
-    decision_note, created_at, updated_at)
-SELECT 're_' || %(prefix)s || lpad(i::text, 20, '0'), %(charge)s, %(amount)s, 'usd',
-       'succeeded', '', '{}'::jsonb, '', 'api', 'bench',
-       'refund:re_' || %(prefix)s || lpad(i::text, 20, '0'), '', '', 1, NULL, NULL, '', '',
-       '', '', now() - make_interval(secs => i), now()
-FROM generate_series(1, %(rows)s) AS i
-"""
-ENTRIES_SQL = """
-INSERT INTO ledger_app_ledgerentry (charge_id, refund_id, kind, amount, refunded_delta,
-    currency, actor, memo, created_at)
-SELECT charge_id, id, kind, amount, CASE kind WHEN 'refund_reserved' THEN amount ELSE 0 END,
-       'usd', 'bench', '', created_at
-FROM ledger_app_refund, (VALUES ('refund_reserved'), ('refund_succeeded')) AS k(kind)
-"""
+# The loaders' INSERTs name what they give; every other column gets its model default
+# (columns.py), so a new column cannot break them.
+CHARGES_SQL = columns.insert(
+    "ledger_app.Charge",
+    {
+        "id": "%(prefix)s || lpad(i::text, 20, '0')",
+        "amount": "%(amount)s",
+        "amount_refunded": "%(refunded)s",
+        "currency": "'usd'",
+        "status": "'succeeded'",
+        "description": "'Order ' || i",
+        "customer": "'cus_' || (i %% 1000)",
+        "metadata": "%(metadata)s::jsonb",
+        "created_at": "now() - make_interval(secs => i)",
+    },
+    "FROM generate_series(1, %(rows)s) AS i",
+)
+ONE_CHARGE_SQL = columns.insert_values(
+    "ledger_app.Charge",
+    {
+        "id": "%(id)s",
+        "amount": "%(amount)s",
+        "amount_refunded": "%(refunded)s",
+        "currency": "'usd'",
+        "status": "'succeeded'",
+    },
+)
+REFUND_ID = "'re_' || %(prefix)s || lpad(i::text, 20, '0')"
+REFUNDS_SQL = columns.insert(
+    "ledger_app.Refund",
+    {
+        "id": REFUND_ID,
+        "charge_id": "%(charge)s",
+        "amount": "%(amount)s",
+        "currency": "'usd'",
+        "status": "'succeeded'",
+        "source": "'api'",
+        "actor": "'bench'",
+        "provider_idempotency_key": "'refund:' || " + REFUND_ID,
+        "dispatch_attempts": "1",
+        "created_at": "now() - make_interval(secs => i)",
+    },
+    "FROM generate_series(1, %(rows)s) AS i",
+)
+ENTRIES_SQL = columns.insert(
+    "ledger_app.LedgerEntry",
+    {
+        "charge_id": "charge_id",
+        "refund_id": "id",
+        "kind": "kind",
+        "amount": "amount",
+        "refunded_delta": "CASE kind WHEN 'refund_reserved' THEN amount ELSE 0 END",
+        "currency": "'usd'",
+        "actor": "'bench'",
+        "created_at": "created_at",
+    },
+    "FROM ledger_app_refund, (VALUES ('refund_reserved'), ('refund_succeeded')) AS k(kind)",
+)
 
 
 def load_main(url: str, slow_charges: int) -> None:
@@ -132,13 +164,7 @@ def load_main(url: str, slow_charges: int) -> None:
             {**CHARGE_ROWS, "prefix": SLOW, "metadata": SLOW_METADATA, "rows": slow_charges},
         )
         for charge, refunded in [(HOT, 0), (GROWN, 10_000), (UNTOUCHED, 0)]:
-            conn.execute(
-                "INSERT INTO ledger_app_charge (id, amount, amount_refunded, currency, status, "
-                "description, customer, metadata, provider_charge_id, status_detail, "
-                "dispatch_attempts, created_at, updated_at) VALUES (%s, %s, %s, 'usd', "
-                "'succeeded', '', '', '{}', '', '', 0, now(), now())",
-                [charge, 10**15, refunded],
-            )
+            conn.execute(ONE_CHARGE_SQL, {"id": charge, "amount": 10**15, "refunded": refunded})
         conn.execute(REFUNDS_SQL, {"prefix": "g", "charge": GROWN, "amount": 1, "rows": 10_000})
         conn.execute(ENTRIES_SQL)
         conn.execute("ANALYZE")
@@ -166,40 +192,67 @@ def load_ledger(url: str, rows: int) -> None:
 # --- the limit: the refund's own SQL through raw psycopg --------------------------------
 
 # The statements create_refund sends for a keyed refund, in its order, in one transaction.
-CLAIM_SQL = """
-INSERT INTO ledger_app_idempotencyrecord (key, operation, fingerprint, request_params,
-    refund_id, charge_id, created_at)
-VALUES (%s, 'refund.create', %s, %s, %s, NULL, now())
-ON CONFLICT (key) DO NOTHING
-RETURNING id
-"""
-LOCK_SQL = """
-SELECT amount, currency, status, metadata, status_detail, dispatch_attempts, leased_until,
-       created_at, updated_at, id, amount_refunded, description, customer,
-       provider_idempotency_key, provider_charge_id
-FROM ledger_app_charge WHERE id = %s FOR UPDATE
-"""
-REFUND_SQL = """
-INSERT INTO ledger_app_refund (amount, currency, status, metadata, status_detail,
-    dispatch_attempts, leased_until, created_at, updated_at, id, charge_id, reason, note,
-    source, created_by_id, actor, provider_idempotency_key, provider_refund_id, handled_at,
-    handled_by, handled_note, decided_by, decision_note)
-VALUES (1, %s, 'pending', '{}', '', 0, NULL, now(), now(), %s, %s, '', '', 'api', NULL, %s,
-    %s, '', NULL, '', '', '', '')
-"""
-UPDATE_SQL = "UPDATE ledger_app_charge SET updated_at = now(), amount_refunded = %s WHERE id = %s"
-ENTRY_SQL = """
-INSERT INTO ledger_app_ledgerentry (charge_id, refund_id, kind, amount, refunded_delta,
-    currency, actor, memo, created_at)
-VALUES (%s, %s, 'refund_reserved', 1, 1, %s, %s, '', now())
-RETURNING id
-"""
-EVENTS_SQL = """
-INSERT INTO ledger_app_event (id, type, data_object, previous_attributes, request_id,
-    request_idempotency_key, charge_id, refund_id, created_at)
-VALUES (%s, 'refund.created', %s, NULL, '', %s, %s, %s, now()),
-       (%s, 'charge.refunded', %s, %s, '', %s, %s, NULL, now())
-"""
+# Named parameters: the column order is the models', so no statement relies on it.
+CLAIM_SQL = columns.insert_values(
+    "ledger_app.IdempotencyRecord",
+    {
+        "key": "%(key)s",
+        "operation": "'refund.create'",
+        "fingerprint": "%(fingerprint)s",
+        "request_params": "%(params)s",
+        "refund_id": "%(refund)s",
+        "charge_id": "NULL",
+    },
+    "ON CONFLICT (key) DO NOTHING RETURNING id",
+)
+# The charge's row as the service's select_for_update reads it: every column.
+CHARGE_COLUMNS = ", ".join(columns.names("ledger_app.Charge"))  # the model's own names
+LOCK_SQL = f"SELECT {CHARGE_COLUMNS} FROM ledger_app_charge WHERE id = %(charge)s FOR UPDATE"  # noqa: S608
+REFUND_SQL = columns.insert_values(
+    "ledger_app.Refund",
+    {
+        "amount": "1",
+        "currency": "%(currency)s",
+        "status": "'pending'",
+        "id": "%(refund)s",
+        "charge_id": "%(charge)s",
+        "source": "'api'",
+        "actor": "%(actor)s",
+        "provider_idempotency_key": "%(provider_key)s",
+    },
+)
+UPDATE_SQL = (
+    "UPDATE ledger_app_charge SET updated_at = now(), amount_refunded = %(refunded)s "
+    "WHERE id = %(charge)s"
+)
+ENTRY_SQL = columns.insert_values(
+    "ledger_app.LedgerEntry",
+    {
+        "charge_id": "%(charge)s",
+        "refund_id": "%(refund)s",
+        "kind": "'refund_reserved'",
+        "amount": "1",
+        "refunded_delta": "1",
+        "currency": "%(currency)s",
+        "actor": "%(actor)s",
+    },
+    "RETURNING id",
+)
+EVENTS_SQL = columns.insert(
+    "ledger_app.Event",
+    {
+        "id": "e.id",
+        "type": "e.type",
+        "data_object": "e.data_object::jsonb",
+        "previous_attributes": "e.previous::jsonb",
+        "request_idempotency_key": "%(key)s",
+        "charge_id": "%(charge)s",
+        "refund_id": "e.refund",
+    },
+    "FROM (VALUES (%(refund_event)s, 'refund.created', %(refund_json)s, NULL, %(refund)s), "
+    "(%(charge_event)s, 'charge.refunded', %(charge_json)s, %(previous)s, NULL)) "
+    "AS e(id, type, data_object, previous, refund)",
+)
 ENDPOINTS_SQL = """
 SELECT id, url, enabled_events, description, metadata, status, secret, created_at, deleted_at
 FROM ledger_app_webhookendpoint WHERE deleted_at IS NULL AND status = 'enabled'
@@ -234,10 +287,11 @@ def refund_object(refund: str, charge: str, created: int) -> dict:
     }
 
 
-def charge_object(row: tuple, refunded: int, refund: dict) -> dict:
+def charge_object(row: dict, refunded: int, refund: dict) -> dict:
     """The charge as the API shows it, with the new refund in its list: about 1.9 KB."""
-    amount, currency, _status, metadata, *_ = row
-    charge, description, customer, created = row[9], row[11], row[12], int(row[7].timestamp())
+    amount, currency, metadata = row["amount"], row["currency"], row["metadata"]
+    charge, description, customer = row["id"], row["description"], row["customer"]
+    created = int(row["created_at"].timestamp())
     return {
         "id": charge,
         "object": "charge",
@@ -298,7 +352,7 @@ def charge_object(row: tuple, refunded: int, refund: dict) -> dict:
 
 NEWEST_REFUNDS_SQL = """
 SELECT id, amount, currency, status, created_at FROM ledger_app_refund
-WHERE charge_id = %s ORDER BY created_at DESC, id DESC LIMIT 10
+WHERE charge_id = %(charge)s ORDER BY created_at DESC, id DESC LIMIT 10
 """
 # The two shapes --limit-shape chooses between (see raw_refund).
 LIMIT_SHAPES = ("statements", "batched")
@@ -316,42 +370,40 @@ def raw_refund(conn, charge: str, shape: str = "statements") -> None:
     refund, key = "re_" + uuid.uuid4().hex[:24], uuid.uuid4().hex
     params = json.dumps({"charge": charge, "amount": 1, "reason": "", "metadata": {}, "note": ""})
     fingerprint = hashlib.sha256(params.encode()).hexdigest()
+    values = {
+        "key": key,
+        "fingerprint": fingerprint,
+        "params": params,
+        "refund": refund,
+        "charge": charge,
+        "actor": ACTOR,
+        "provider_key": f"refund:{refund}",
+    }
     with conn.transaction():
-        conn.execute(CLAIM_SQL, [key, fingerprint, params, refund]).fetchone()
+        conn.execute(CLAIM_SQL, values).fetchone()
         if shape == "batched":
             conn.execute(ENDPOINTS_SQL).fetchall()
-        row = conn.execute(LOCK_SQL, [charge]).fetchone()
-        before, currency = row[10], row[1]
+        cursor = conn.execute(LOCK_SQL, values)
+        row = dict(zip([c.name for c in cursor.description], cursor.fetchone(), strict=True))
+        before = row["amount_refunded"]
         refund_json = refund_object(refund, charge, int(time.time()))
-        writes = [
-            (REFUND_SQL, [currency, refund, charge, ACTOR, f"refund:{refund}"]),
-            (UPDATE_SQL, [before + 1, charge]),
-            (ENTRY_SQL, [charge, refund, currency, ACTOR]),
-            (
-                EVENTS_SQL,
-                [
-                    "evt_" + uuid.uuid4().hex[:24],
-                    json.dumps(refund_json),
-                    key,
-                    charge,
-                    refund,
-                    "evt_" + uuid.uuid4().hex[:24],
-                    json.dumps(charge_object(row, before + 1, refund_json)),
-                    json.dumps({"amount_refunded": before}),
-                    key,
-                    charge,
-                ],
-            ),
-        ]
+        values.update(
+            currency=row["currency"],
+            refunded=before + 1,
+            refund_event="evt_" + uuid.uuid4().hex[:24],
+            refund_json=json.dumps(refund_json),
+            charge_event="evt_" + uuid.uuid4().hex[:24],
+            charge_json=json.dumps(charge_object(row, before + 1, refund_json)),
+            previous=json.dumps({"amount_refunded": before}),
+        )
+        writes = [REFUND_SQL, UPDATE_SQL, ENTRY_SQL, EVENTS_SQL]
         if shape == "batched":
-            conn.execute(NEWEST_REFUNDS_SQL, [charge]).fetchall()
-            *first, (last_sql, last_params) = writes
-            ctes = ", ".join(f"w{n} AS ({sql})" for n, (sql, _) in enumerate(first))
-            conn.execute(
-                f"WITH {ctes} {last_sql}", [p for _, ps in first for p in ps] + last_params
-            )
+            conn.execute(NEWEST_REFUNDS_SQL, values).fetchall()
+            *first, last = writes
+            ctes = ", ".join(f"w{n} AS ({sql})" for n, sql in enumerate(first))
+            conn.execute(f"WITH {ctes} {last}", values)
         else:
-            for sql, values in writes:
+            for sql in writes:
                 conn.execute(sql, values)
             conn.execute(ENDPOINTS_SQL).fetchall()
 
@@ -701,17 +753,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="A smoke run in about 2 minutes: 1 s runs, no repeats, 100,000 rows for "
-        "growth, 2,000 bulk rows, a 4 s inline window, 100 admin GETs, 50 single requests. "
-        "Figures are rougher.",
+        help="A smoke run (make test runs it): 1 s runs, no repeats, 20,000 rows for "
+        "growth, 500 bulk rows, 1,000 slow charges, a 2 s inline window, 30 admin GETs, 20 "
+        "single requests. Every phase runs; the figures are too rough to judge by.",
     )
     args = parser.parse_args()
     if unknown := set(args.only) - set(PHASES):
         parser.error(f"unknown phases: {', '.join(sorted(unknown))}")
     if args.quick:
-        args.seconds, args.repeats, args.big, args.bulk_rows = 1, 1, 100_000, 2_000
-        args.inline_warm, args.inline_seconds, args.admin_gets = 1, 4, 100
-        args.single_requests = 50
+        args.seconds, args.repeats, args.big, args.bulk_rows = 1, 1, 20_000, 500
+        args.inline_warm, args.inline_seconds, args.admin_gets = 0.5, 2, 30
+        args.single_requests, args.slow_charges = 20, 1_000
     return args
 
 
