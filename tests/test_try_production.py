@@ -82,9 +82,12 @@ def served(tmp_path):
         while True:
             assert server.poll() is None, (tmp_path / "gunicorn.log").read_text()
             try:
-                requests.get(f"{url}/admin/login/", timeout=2)
+                # A loaded machine may take a while to answer the first request
+                # (the workers import Django then); a slow answer is a retry, not a
+                # failure, until the deadline.
+                requests.get(f"{url}/admin/login/", timeout=10)
                 break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):
                 assert time.monotonic() < deadline, (tmp_path / "gunicorn.log").read_text()
                 time.sleep(0.2)
         yield url, password, secret
