@@ -9,7 +9,6 @@ the one field of our own, `ledger_status`. What the API accepts is in api/params
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import re
 from typing import Any
@@ -88,18 +87,16 @@ def shown_status(status: str) -> str:
     return MovementStatus.PENDING if status in SHOWN_AS_PENDING else status
 
 
+# A charge's and a refund's declared fields are their OpenAPI schema (api/schema.py);
+# render_charge and render_refund draw them, field by field in that order, without DRF's
+# per-field machinery (an event's snapshot draws one or two objects inside a charge's lock,
+# and DRF's fields were most of a refund's Python). tests/api/test_rendering.py holds the
+# two to the same fields.
 class StripeObject(serializers.Serializer):
     """An object whose `LEFT_OUT_WHEN_NULL` fields are absent when they have no value, as
     Stripe leaves them out (the spec has them optional and not nullable)."""
 
     LEFT_OUT_WHEN_NULL: tuple[str, ...] = ()
-
-    def to_representation(self, instance) -> dict[str, Any]:
-        data = super().to_representation(instance)
-        for name in self.LEFT_OUT_WHEN_NULL:
-            if data.get(name, "") is None:
-                del data[name]
-        return data
 
 
 LEDGER_STATUS_HELP = (
@@ -122,32 +119,21 @@ NO_BILLING_DETAILS = {
 }
 
 
-@extend_schema_field(serializers.CharField(allow_null=True))
-class FailureDetail(serializers.Field):
-    """Why the provider said no: a charge's failure_message, a refund's failure_reason."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(source="*", read_only=True, **kwargs)
-
-    def to_representation(self, movement) -> str | None:
-        if movement.status != movement.Status.FAILED:
-            return None
-        return movement.status_detail or None
-
-
 class RefundSerializer(StripeObject):
     LEFT_OUT_WHEN_NULL = ("failure_reason", "pending_reason")
 
     id = serializers.CharField()
-    object = serializers.SerializerMethodField()
+    object = serializers.CharField(read_only=True)
     amount = serializers.IntegerField(help_text="Minor units.")
     balance_transaction = Fixed()
     charge = ExpandableId("Charge", source="charge_id")
-    created = serializers.SerializerMethodField()
+    created = serializers.IntegerField(read_only=True)
     currency = serializers.CharField()
     customer = Fixed()
     customer_account = Fixed()
-    failure_reason = serializers.SerializerMethodField(
+    failure_reason = serializers.CharField(
+        read_only=True,
+        allow_null=True,
         required=False,
         help_text="When failed: lost_or_stolen_card, expired_or_canceled_card, "
         "insufficient_funds, declined, merchant_request, or unknown; when canceled, "
@@ -161,12 +147,15 @@ class RefundSerializer(StripeObject):
     reason = BlankAsNull()
     receipt_number = Fixed()
     source_transfer_reversal = Fixed()
-    status = serializers.SerializerMethodField(
+    status = serializers.CharField(
+        read_only=True,
         help_text="pending, succeeded, failed or canceled. Pending is money reserved and "
         "not final: not sent or not answered yet, its outcome unknown (the reconciler asks "
-        "the provider), or waiting for approval; ledger_status tells which."
+        "the provider), or waiting for approval; ledger_status tells which.",
     )
-    pending_reason = serializers.SerializerMethodField(
+    pending_reason = serializers.CharField(
+        read_only=True,
+        allow_null=True,
         required=False,
         help_text="processing while pending and sent or about to be; absent otherwise "
         "(waiting for approval: see ledger_status).",
@@ -174,26 +163,48 @@ class RefundSerializer(StripeObject):
     transfer_reversal = Fixed()
     ledger_status = serializers.CharField(source="status", help_text=LEDGER_STATUS_HELP)
 
-    def get_object(self, refund) -> str:
-        return "refund"
+    def to_representation(self, instance: Refund) -> dict[str, Any]:
+        return render_refund(instance)
 
-    def get_status(self, refund) -> str:
-        return shown_status(refund.status)
 
-    def get_pending_reason(self, refund) -> str | None:
-        if refund.status in (Refund.Status.PENDING, Refund.Status.UNKNOWN):
-            return "processing"
-        return None
+def render_refund(refund: Refund) -> dict[str, Any]:
+    """A refund as the API shows it: RefundSerializer's fields, in their order, each
+    container new (the caller may keep or change it)."""
+    status = refund.status
+    shown: dict[str, Any] = {
+        "id": refund.id,
+        "object": "refund",
+        "amount": refund.amount,
+        "balance_transaction": None,
+        "charge": refund.charge_id or None,
+        "created": unix(refund.created_at),
+        "currency": refund.currency,
+        "customer": None,
+        "customer_account": None,
+    }
+    if status == Refund.Status.CANCELED:  # as Stripe shows a canceled refund
+        shown["failure_reason"] = "merchant_request"
+    elif status == Refund.Status.FAILED:
+        detail = refund.status_detail
+        shown["failure_reason"] = detail if detail in FAILURE_REASONS else "unknown"
+    shown.update(
+        metadata=_metadata(refund.metadata),
+        payment_intent=refund.payment_intent or None,
+        payment_method=None,
+        reason=refund.reason or None,
+        receipt_number=None,
+        source_transfer_reversal=None,
+        status=str(shown_status(status)),
+    )
+    if status in (Refund.Status.PENDING, Refund.Status.UNKNOWN):
+        shown["pending_reason"] = "processing"
+    shown.update(transfer_reversal=None, ledger_status=str(status))
+    return shown
 
-    def get_failure_reason(self, refund) -> str | None:
-        if refund.status == Refund.Status.CANCELED:  # as Stripe shows a canceled refund
-            return "merchant_request"
-        if refund.status != Refund.Status.FAILED:
-            return None
-        return refund.status_detail if refund.status_detail in FAILURE_REASONS else "unknown"
 
-    def get_created(self, refund) -> int:
-        return unix(refund.created_at)
+def _metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Metadata as the API shows it: a new dict of strings (as DRF's DictField would)."""
+    return {str(key): None if value is None else str(value) for key, value in metadata.items()}
 
 
 # Stripe's list object: a page of `data`, newest first. (A comment, not a docstring:
@@ -214,17 +225,10 @@ class ChargeSerializer(StripeObject):
 
     OPTIONAL_FIELDS = ("refunds",)  # left out in current versions unless expanded
 
-    @property
-    def _readable_fields(self):
-        embed = self.context.get("embed_refunds", True)
-        for field in super()._readable_fields:
-            if embed or field.field_name != "refunds":
-                yield field
-
     id = serializers.CharField()
-    object = serializers.SerializerMethodField()
+    object = serializers.CharField(read_only=True)
     amount = serializers.IntegerField(help_text="Minor units.")
-    amount_captured = serializers.SerializerMethodField()
+    amount_captured = serializers.IntegerField(read_only=True)
     amount_refunded = serializers.IntegerField()
     application = Fixed()
     application_fee = Fixed()
@@ -232,27 +236,27 @@ class ChargeSerializer(StripeObject):
     balance_transaction = Fixed()
     billing_details = Fixed(NO_BILLING_DETAILS, {"type": "object"})
     calculated_statement_descriptor = Fixed()
-    captured = serializers.SerializerMethodField()
-    created = serializers.SerializerMethodField()
+    captured = serializers.BooleanField(read_only=True)
+    created = serializers.IntegerField(read_only=True)
     currency = serializers.CharField()
     customer = BlankAsNull()
     description = BlankAsNull()
-    disputed = serializers.SerializerMethodField(
-        help_text="Whether the provider told of a dispute of it (open or closed)."
+    disputed = serializers.BooleanField(
+        read_only=True, help_text="Whether the provider told of a dispute of it (open or closed)."
     )
-
-    def get_disputed(self, charge) -> bool:
-        return bool(charge.dispute_id)
-
     failure_balance_transaction = Fixed()
-    failure_code = serializers.SerializerMethodField()
-    failure_message = FailureDetail()
+    failure_code = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="A failed charge's code from the provider (card_declined), when it gave one.",
+    )
+    failure_message = serializers.CharField(read_only=True, allow_null=True)
     fraud_details = Fixed({}, {"type": "object"})
     livemode = Fixed(False, FALSE)
     metadata = serializers.DictField(child=serializers.CharField())
     on_behalf_of = Fixed()
     outcome = Fixed(schema=NULL_OBJECT)
-    paid = serializers.SerializerMethodField()
+    paid = serializers.BooleanField(read_only=True)
     payment_intent = ExpandableId(
         "PaymentIntent", help_text="The PaymentIntent (pi_...) it belongs to, if any."
     )
@@ -262,67 +266,97 @@ class ChargeSerializer(StripeObject):
     receipt_number = Fixed()
     receipt_url = Fixed()
     refunded = serializers.BooleanField()
-    refunds = serializers.SerializerMethodField(
+    refunds = RefundListSerializer(
+        read_only=True,
         help_text=f"The charge's {EMBEDDED_REFUNDS} newest refunds ({EXPANDED_REFUNDS} with "
-        "expand[]=refunds); has_more says whether there are others, and url lists them all."
+        "expand[]=refunds); has_more says whether there are others, and url lists them all.",
     )
     review = Fixed()
     shipping = Fixed(schema=NULL_OBJECT)
     source_transfer = Fixed()
     statement_descriptor = Fixed()
     statement_descriptor_suffix = Fixed()
-    status = serializers.SerializerMethodField(
+    status = serializers.CharField(
+        read_only=True,
         help_text="pending, succeeded or failed; pending also while the capture's outcome "
-        "is unknown (ledger_status unknown)."
+        "is unknown (ledger_status unknown).",
     )
     transfer_data = Fixed(schema=NULL_OBJECT)
     transfer_group = Fixed()
     ledger_status = serializers.CharField(source="status", help_text=LEDGER_STATUS_HELP)
 
-    def get_status(self, charge) -> str:
-        return shown_status(charge.status)
-
-    def get_object(self, charge) -> str:
-        return "charge"
-
-    def get_amount_captured(self, charge) -> int:
-        return charge.amount if charge.status == Charge.Status.SUCCEEDED else 0
-
-    def get_captured(self, charge) -> bool:
-        return charge.status == Charge.Status.SUCCEEDED
-
-    def get_paid(self, charge) -> bool:
-        return charge.status == Charge.Status.SUCCEEDED
-
-    def get_created(self, charge) -> int:
-        return unix(charge.created_at)
-
-    def get_failure_code(self, charge) -> str | None:
-        """A failed charge's code from the provider (card_declined), when it gave one."""
-        if charge.status != Charge.Status.FAILED:
-            return None
-        return charge.status_detail if FAILURE_CODE.match(charge.status_detail) else None
-
-    @extend_schema_field(RefundListSerializer)
-    def get_refunds(self, charge) -> dict:
+    def to_representation(self, instance: Charge) -> dict[str, Any]:
+        if not self.context.get("embed_refunds", True):
+            return render_charge(instance)
         expanded = "refunds" in self.context.get("expand", ())
         size = EXPANDED_REFUNDS if expanded else EMBEDDED_REFUNDS
         # A list's charges come with theirs (selectors.with_first_refunds), enough of them
         # when they number one more than shown
-        refunds = getattr(charge, "first_refunds", None)
-        if getattr(charge, "first_refunds_count", 0) <= size:
+        refunds = getattr(instance, "first_refunds", None)
+        if getattr(instance, "first_refunds_count", 0) <= size:
             refunds = None
         if refunds is None:
-            refunds = list(charge.refunds.order_by("-created_at", "-id")[: size + 1])
-        return refund_list(charge, refunds, size)
+            refunds = list(instance.refunds.order_by("-created_at", "-id")[: size + 1])
+        return render_charge(instance, refunds=refund_list(instance, refunds, size))
 
 
-class _ChargeWithRefundsGiven(ChargeSerializer):
-    """A charge whose newest refunds the caller passes in (plain(newest_refunds=...)): its
-    refunds are not read here, and `plain` puts the given ones in their place."""
-
-    def get_refunds(self, charge) -> dict:
-        return {}
+def render_charge(charge: Charge, *, refunds: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A charge as the API shows it: ChargeSerializer's fields, in their order, each
+    container new; `refunds` (refund_list's) only when it embeds them."""
+    status = charge.status
+    succeeded = status == Charge.Status.SUCCEEDED
+    failed = status == Charge.Status.FAILED
+    detail = charge.status_detail
+    shown: dict[str, Any] = {
+        "id": charge.id,
+        "object": "charge",
+        "amount": charge.amount,
+        "amount_captured": charge.amount if succeeded else 0,
+        "amount_refunded": charge.amount_refunded,
+        "application": None,
+        "application_fee": None,
+        "application_fee_amount": None,
+        "balance_transaction": None,
+        "billing_details": {**NO_BILLING_DETAILS, "address": dict(NO_ADDRESS)},
+        "calculated_statement_descriptor": None,
+        "captured": succeeded,
+        "created": unix(charge.created_at),
+        "currency": charge.currency,
+        "customer": charge.customer or None,
+        "description": charge.description or None,
+        "disputed": bool(charge.dispute_id),
+        "failure_balance_transaction": None,
+        # A failed charge's code from the provider (card_declined), when it gave one.
+        "failure_code": detail if failed and FAILURE_CODE.match(detail) else None,
+        "failure_message": (detail or None) if failed else None,
+        "fraud_details": {},
+        "livemode": False,
+        "metadata": _metadata(charge.metadata),
+        "on_behalf_of": None,
+        "outcome": None,
+        "paid": succeeded,
+        "payment_intent": charge.payment_intent or None,
+        "payment_method": None,
+        "payment_method_details": None,
+        "receipt_email": None,
+        "receipt_number": None,
+        "receipt_url": None,
+        "refunded": bool(charge.refunded),
+    }
+    if refunds is not None:
+        shown["refunds"] = refunds
+    shown.update(
+        review=None,
+        shipping=None,
+        source_transfer=None,
+        statement_descriptor=None,
+        statement_descriptor_suffix=None,
+        status=str(shown_status(status)),
+        transfer_data=None,
+        transfer_group=None,
+        ledger_status=str(status),
+    )
+    return shown
 
 
 def refund_list(charge: Charge, refunds: list[Refund], size: int) -> dict[str, Any]:
@@ -503,16 +537,6 @@ def current_previous(previous: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
-@functools.cache
-def _shared(
-    serializer_class: type[serializers.Serializer], embed_refunds: bool = True
-) -> serializers.Serializer:
-    """One bound serializer per class (and shape), kept: DRF deep-copies every declared
-    field each time a serializer is made, which was most of the CPU of rendering one
-    object. Rendering reads the fields and never changes them, so threads can share it."""
-    return serializer_class(context={"expand": (), "embed_refunds": embed_refunds})
-
-
 def plain(
     obj: Charge | Refund,
     *,
@@ -525,14 +549,12 @@ def plain(
     `newest_refunds` (newest first, EMBEDDED_REFUNDS + 1 at most) are the ones it embeds,
     when the caller has them; without them they are read."""
     if not isinstance(obj, Charge):
-        return _shared(RefundSerializer).to_representation(obj)
+        return render_refund(obj)
     if not embed_refunds:
-        return _shared(ChargeSerializer, False).to_representation(obj)
+        return render_charge(obj)
     if newest_refunds is None:
-        return _shared(ChargeSerializer).to_representation(obj)
-    data = _shared(_ChargeWithRefundsGiven).to_representation(obj)
-    data["refunds"] = refund_list(obj, newest_refunds, EMBEDDED_REFUNDS)
-    return data
+        newest_refunds = list(obj.refunds.order_by("-created_at", "-id")[: EMBEDDED_REFUNDS + 1])
+    return render_charge(obj, refunds=refund_list(obj, newest_refunds, EMBEDDED_REFUNDS))
 
 
 def shown_previous(
