@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import (
     Case,
     Count,
@@ -18,6 +19,7 @@ from django.db.models import (
     When,
     prefetch_related_objects,
 )
+from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from ledger_app.errors import ResourceMissing
@@ -32,6 +34,7 @@ from ledger_app.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
+from ledger_app.selectors import compiled
 from ledger_app.selectors.drift import Drift, find_ledger_drift
 from ledger_app.text import has_unstorable_characters
 
@@ -110,6 +113,20 @@ def charges_for_update() -> QuerySet[Charge]:
     return Charge.objects.order_by("pk").select_for_update(of=("self",))
 
 
+def charge_for_update(pk: str) -> Charge | None:
+    """One charge, locked for the rest of the caller's transaction (None: no such
+    charge): charges_for_update().filter(pk=pk).first(), compiled once (`compiled`), as
+    every refund takes this lock."""
+    if connection.get_autocommit():
+        raise TransactionManagementError("a charge is locked inside a transaction")
+    found = compiled.run(_charge_for_update, pk)
+    return found[0] if found else None
+
+
+def _charge_for_update() -> QuerySet[Charge]:
+    return charges_for_update().filter(pk=compiled.KEY)
+
+
 def lease_free(now: datetime) -> Q:
     """Refunds or charges no sender holds: never leased, or the lease ran out."""
     return Q(leased_until__isnull=True) | Q(leased_until__lte=now)
@@ -157,12 +174,15 @@ def active_api_key(prefix: str) -> ApiKey | None:
 
 
 def live_endpoints() -> list[WebhookEndpoint]:
-    """Webhook endpoints that receive events: enabled and not deleted."""
-    return list(
-        WebhookEndpoint.objects.filter(
-            status=WebhookEndpoint.Status.ENABLED, deleted_at__isnull=True
-        ).order_by("created_at", "id")
-    )
+    """Webhook endpoints that receive events: enabled and not deleted (every refund reads
+    them: the query is compiled once, `compiled`)."""
+    return compiled.run(_live_endpoints)
+
+
+def _live_endpoints() -> QuerySet[WebhookEndpoint]:
+    return WebhookEndpoint.objects.filter(
+        status=WebhookEndpoint.Status.ENABLED, deleted_at__isnull=True
+    ).order_by("created_at", "id")
 
 
 def recently_succeeded(hours: int) -> list[str]:

@@ -25,8 +25,8 @@ from ledger_app.models import (
 )
 from ledger_app.money import validate_amount
 from ledger_app.selectors import (
+    charge_for_update,
     charge_of_payment_intent,
-    charges_for_update,
     live_endpoints,
 )
 from ledger_app.services import events, idempotency, limits, sql_writes
@@ -289,13 +289,14 @@ def _charge_of(payment_intent: str) -> str:
 
 def _lock_charge(charge_id: str) -> Charge:
     try:
-        return charges_for_update().get(pk=charge_id)
-    except Charge.DoesNotExist:
-        raise errors.ResourceMissing(f"No such charge: '{charge_id}'.") from None
+        charge = charge_for_update(charge_id)
     except OperationalError as exc:
         if is_lock_timeout(exc):
             raise errors.LockTimeout() from exc
         raise
+    if charge is None:
+        raise errors.ResourceMissing(f"No such charge: '{charge_id}'.")
+    return charge
 
 
 @dataclass(frozen=True)

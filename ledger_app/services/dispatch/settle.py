@@ -18,7 +18,7 @@ from ledger_app.models import (
     Refund,
     WebhookEndpoint,
 )
-from ledger_app.selectors import charges_for_update, live_endpoints
+from ledger_app.selectors import charge_for_update, charges_for_update, live_endpoints
 from ledger_app.services import events, sql_writes
 from ledger_app.services.ledger import new_entry
 
@@ -45,14 +45,21 @@ class Outcome:
 
 
 def settle_refund(
-    *, refund_id: str, outcome: Outcome, actor: str = "", reversal: bool = False
+    *,
+    refund_id: str,
+    outcome: Outcome,
+    actor: str = "",
+    reversal: bool = False,
+    charge_id: str | None = None,
 ) -> Refund:
     """succeeded: a `refund_succeeded` entry. failed (the provider said no): the amount goes
     back to the charge's refundable balance with a `refund_released` entry. unknown: the
     amount stays reserved. Each move appends `refund.updated` (and `refund.failed`).
     `reversal`: the provider's own later word (a webhook, a re-check) may also move a
-    succeeded refund to failed, which releases its amount the same way."""
-    charge_id = Refund.objects.values_list("charge_id", flat=True).get(pk=refund_id)
+    succeeded refund to failed, which releases its amount the same way. `charge_id`, when
+    the caller has the refund already (a refund's charge never changes), saves reading it."""
+    if charge_id is None:
+        charge_id = Refund.objects.values_list("charge_id", flat=True).get(pk=refund_id)
     with transaction.atomic(durable=True):
         endpoints = live_endpoints()  # not the charge's: read before its lock is taken
         charge, refund = refund_for_update(charge_id=charge_id, refund_id=refund_id)
@@ -69,7 +76,9 @@ def settle_refund(
 def refund_for_update(*, charge_id: str, refund_id: str) -> tuple[Charge, Refund]:
     """A refund and its charge, locked for the rest of the caller's transaction. Lock order
     everywhere: the charge, then its refund."""
-    charge = charges_for_update().get(pk=charge_id)
+    charge = charge_for_update(charge_id)
+    if charge is None:
+        raise Charge.DoesNotExist(f"no charge {charge_id}")
     return charge, Refund.objects.select_for_update().get(pk=refund_id, charge_id=charge_id)
 
 

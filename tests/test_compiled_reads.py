@@ -1,0 +1,80 @@
+"""The two reads every refund makes run from SQL compiled once (selectors/compiled.py):
+they must give what the ORM gives, field for field, on either database, and the lock only
+inside a transaction."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.db.transaction import TransactionManagementError
+from django.utils import timezone
+
+from ledger_app.models import Charge, WebhookEndpoint
+from ledger_app.selectors import charge_for_update, charges_for_update, live_endpoints
+from ledger_app.services.webhook_endpoints import new_secret
+from tests.factories import ChargeFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def fields_of(obj) -> dict:
+    return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}
+
+
+def test_the_locked_charge_is_the_orms_field_for_field():
+    charge = ChargeFactory(
+        metadata={"order": "42", "note": "ünïcode"}, description="Order 42", payment_intent="pi_1"
+    )
+    Charge.objects.filter(pk=charge.pk).update(dispute_id="dp_1", dispute_status="won")
+    ChargeFactory()  # another, not read
+
+    with transaction.atomic():
+        locked = charge_for_update(charge.pk)
+        expected = charges_for_update().get(pk=charge.pk)
+
+    assert isinstance(locked, Charge) and locked._state.adding is False
+    assert fields_of(locked) == fields_of(expected)
+    assert isinstance(locked.metadata, dict) and locked.created_at.tzinfo is not None
+
+
+def test_no_such_charge_is_none():
+    with transaction.atomic():
+        assert charge_for_update("ch_missing") is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lock_is_refused_outside_a_transaction():
+    charge = ChargeFactory()
+
+    with pytest.raises(TransactionManagementError):
+        charge_for_update(charge.pk)
+
+
+def endpoint(path: str) -> WebhookEndpoint:
+    made = WebhookEndpoint(
+        url=f"https://hooks.example.com/{path}",
+        enabled_events=["charge.refunded"],
+        metadata={"team": "payments"},
+        secret=new_secret(),
+    )
+    made.save(force_insert=True)
+    return made
+
+
+def test_live_endpoints_are_the_orms_in_order():
+    second, first, gone = endpoint("b"), endpoint("a"), endpoint("c")
+    WebhookEndpoint.objects.filter(pk=gone.pk).update(deleted_at=timezone.now())
+    WebhookEndpoint.objects.filter(pk=second.pk).update(
+        created_at=first.created_at + timedelta(seconds=1)
+    )
+    WebhookEndpoint.objects.filter(pk=endpoint("d").pk).update(status="disabled")
+
+    shown = live_endpoints()
+
+    expected = list(
+        WebhookEndpoint.objects.filter(status="enabled", deleted_at__isnull=True).order_by(
+            "created_at", "id"
+        )
+    )
+    assert [e.pk for e in shown] == [first.pk, second.pk] == [e.pk for e in expected]
+    assert [fields_of(e) for e in shown] == [fields_of(e) for e in expected]
