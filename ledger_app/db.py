@@ -30,3 +30,13 @@ def release_connection() -> None:
     it would only cost a reconnect)."""
     if uses_pool() and not connection.in_atomic_block:
         connection.close()
+
+
+def ensure_no_transaction() -> None:
+    """What transaction.atomic(durable=True) checks, for a single statement that commits
+    on its own in autocommit (one round trip, not BEGIN, the statement and COMMIT): that
+    no transaction is open around it, so it is committed when it returns. A test's own
+    transaction (Django's TestCase) is allowed, as atomic(durable=True) allows it."""
+    blocks = connection.atomic_blocks
+    if blocks and not blocks[-1]._from_testcase:
+        raise RuntimeError("this must commit on its own: it runs outside any transaction")

@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 from django.utils import timezone
 
 from ledger_app import errors
@@ -199,6 +200,20 @@ class TestWorker:
 
         assert tally.statuses == {}
         assert Refund.objects.get(pk=refund.pk).status == "pending"
+        assert provider_requests(refund) == []
+
+    @pytest.mark.django_db(transaction=True)
+    def test_a_send_inside_a_transaction_is_refused_before_it_leases(self, succeeded_charge):
+        # The lease and the attempt must be committed before the provider is asked; inside
+        # a caller's transaction they would not be (its rollback would forget the attempt).
+        refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
+
+        with pytest.raises(RuntimeError, match="outside any transaction"), transaction.atomic():
+            send_refund(refund.id)
+
+        stored = Refund.objects.get(pk=refund.pk)
+        assert (stored.status, stored.dispatch_attempts) == ("pending", 0)
+        assert stored.leased_until is None
         assert provider_requests(refund) == []
 
     def test_an_expired_lease_comes_back_to_the_workers(self, succeeded_charge):

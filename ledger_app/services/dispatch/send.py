@@ -16,13 +16,12 @@ from enum import StrEnum
 from typing import Generic, TypeVar, cast
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from backoffice.logs import bind, naming
 from ledger_app import faults
-from ledger_app.db import release_connection
+from ledger_app.db import ensure_no_transaction, release_connection
 from ledger_app.gateways import get_gateway
 from ledger_app.gateways.base import Gateway as Gateway  # the port, named for the callers
 from ledger_app.gateways.base import OutcomeUnknown, ProviderAnswer
@@ -74,7 +73,7 @@ class _Kind(Generic[Movement]):
     fetch: Callable[[str], Movement]
     call: Callable[[Gateway, Movement], ProviderAnswer]
     lookup: Callable[[Gateway, Movement], ProviderAnswer | None]
-    settle: Callable[[str, Outcome, str], Movement]
+    settle: Callable[[Movement, Outcome, str], Movement]  # the item as fetched
     before_call_point: str  # fault checkpoints around the provider call (ledger_app.faults)
     after_call_point: str
 
@@ -102,13 +101,13 @@ def _guarded_send(
     """
     gateway = gateway or get_gateway()
     now = timezone.now()
-    with transaction.atomic(durable=True):
-        taken = kind.model.objects.filter(
-            lease_free(now), pk=pk, status__in=ProviderMovement.OPEN_STATUSES
-        ).update(
-            leased_until=lease_expiry(now, lease_seconds),
-            dispatch_attempts=F("dispatch_attempts") + 1,
-        )
+    ensure_no_transaction()  # the lease and the attempt commit before the provider call
+    taken = kind.model.objects.filter(
+        lease_free(now), pk=pk, status__in=ProviderMovement.OPEN_STATUSES
+    ).update(
+        leased_until=lease_expiry(now, lease_seconds),
+        dispatch_attempts=F("dispatch_attempts") + 1,
+    )
     item = kind.fetch(pk)
     if isinstance(item, Refund):
         bind(charge_id=item.charge_id)  # for the rest of send_refund (it names the refund)
@@ -122,7 +121,7 @@ def _guarded_send(
             log.info("%s %s: provider cannot say (%s); left %s", kind.name, pk, exc, item.status)
             return Sent(item, Step.NO_ANSWER)
         if answer is not None:
-            return Sent(kind.settle(pk, _outcome_of(answer), actor), Step.LOOKED_UP)
+            return Sent(kind.settle(item, _outcome_of(answer), actor), Step.LOOKED_UP)
     faults.checkpoint(kind.before_call_point)
     outcome = _ask(lambda: kind.call(gateway, item))
     faults.checkpoint(kind.after_call_point)
@@ -132,7 +131,7 @@ def _guarded_send(
     # bulk run's own report (and fill a stderr pipe nobody reads).
     said = f"{outcome.status} {outcome.detail}".strip()
     log.debug("%s %s sent to the provider: %s", kind.name, pk, said)
-    return Sent(kind.settle(pk, outcome, actor), Step.SENT)
+    return Sent(kind.settle(item, outcome, actor), Step.SENT)
 
 
 def recheck_refund(refund_id: str, *, gateway: Gateway | None = None) -> Refund:
@@ -264,7 +263,9 @@ _REFUND = _Kind(
     fetch=lambda pk: Refund.objects.select_related("charge").get(pk=pk),
     call=_refund_call,
     lookup=_refund_lookup,
-    settle=lambda pk, outcome, actor: settle_refund(refund_id=pk, outcome=outcome, actor=actor),
+    settle=lambda refund, outcome, actor: settle_refund(
+        refund_id=refund.pk, outcome=outcome, actor=actor, charge_id=refund.charge_id
+    ),
     before_call_point="refund.before_provider_call",
     after_call_point="refund.after_provider_call",
 )
@@ -276,7 +277,9 @@ _CHARGE = _Kind(
     fetch=lambda pk: Charge.objects.get(pk=pk, provider_idempotency_key__isnull=False),
     call=_charge_call,
     lookup=_charge_lookup,
-    settle=lambda pk, outcome, actor: settle_charge(charge_id=pk, outcome=outcome, actor=actor),
+    settle=lambda charge, outcome, actor: settle_charge(
+        charge_id=charge.pk, outcome=outcome, actor=actor
+    ),
     before_call_point="charge.before_provider_call",
     after_call_point="charge.after_provider_call",
 )
