@@ -10,8 +10,8 @@ bench at once, naming it: the loader must say what it holds. So does a column th
 loader names that the model does not have.
 
 The parent process of the bench never imports Django (its worker processes each set up
-their own, against their own database), so the columns are read once by a child process:
-`python tests/bench/columns.py` prints them as JSON.
+their own, against their own database), so the columns are read once by a child process
+(`python tests/bench/columns.py` prints them as JSON) and handed down to the others.
 """
 
 from __future__ import annotations
@@ -89,8 +89,15 @@ def model_columns() -> dict[str, dict]:
     return found
 
 
+# Where the parent leaves what it read for the processes it starts (they inherit its
+# environment), so each of them does not start a Django of its own to read it again.
+INHERITED = "BENCH_MODEL_COLUMNS"
+
+
 @functools.cache
 def _columns() -> dict[str, dict]:
+    if inherited := os.environ.get(INHERITED):
+        return json.loads(inherited)
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "backoffice.settings",
@@ -103,6 +110,7 @@ def _columns() -> dict[str, dict]:
     )
     if done.returncode != 0:
         raise RuntimeError(f"reading the models' columns failed:\n{done.stderr}")
+    os.environ[INHERITED] = done.stdout
     return json.loads(done.stdout)
 
 

@@ -484,3 +484,87 @@ def admin_while_refunds_wait(
         result["loaded_p99_ms"] / result["idle_p99_ms"] if result["idle_p99_ms"] else 0.0
     )
     return result
+
+
+# --- the admin's refund form, as a support agent uses it ---------------------------------
+
+
+def support_agent(url: str) -> tuple[str, str, str]:
+    """A support agent made as staff are (`create_support_agent`): name, password and the
+    second factor's secret (base32), which the bench's authenticator reads codes from."""
+    username = f"bench-agent-{uuid.uuid4().hex[:6]}"
+    done = subprocess.run(
+        [sys.executable, "manage.py", "create_support_agent", username],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": url},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    password = re.search(rf"Support agent: {username} / (\S+)", done.stdout).group(1)
+    secret = re.search(r"secret:\s+([A-Z2-7 ]+?)\s+\(TOTP", done.stdout).group(1)
+    return username, password, secret.replace(" ", "")
+
+
+def _page_field(page: requests.Response, name: str) -> str:
+    found = re.search(rf'name="{name}" value="([^"]*)"', page.text)
+    if found is None:
+        raise RuntimeError(f"no {name} on {page.url} ({page.status_code})")
+    return found.group(1)
+
+
+def refund_form_round_trips(
+    base: str, agent: tuple[str, str, str], charges: list[str], count: int
+) -> dict:
+    """`count` refunds through the charge's refund form, one after another, by an agent
+    signed in with password and code as a person is: each the form's GET, then its POST
+    and the charge page it redirects to (what the person waits for after clicking)."""
+    import base64
+
+    from django_otp.oath import totp  # the authenticator app's arithmetic, no Django needed
+
+    username, password, secret = agent
+    session = admin_session(base, username, password)
+    form_url = f"{base}/admin/ledger_app/charge/{charges[0]}/refund/"
+    asked = session.get(form_url, timeout=30)
+    code = f"{totp(base64.b32decode(secret)):06d}"
+    verified = session.post(
+        asked.url,
+        data={"code": code, "csrfmiddlewaretoken": _page_field(asked, "csrfmiddlewaretoken")},
+        headers={"Referer": asked.url},
+        timeout=30,
+    )
+    if 'id="refund-form"' not in verified.text:
+        raise RuntimeError(f"the code page did not lead to the refund form: {verified.url}")
+    gets, submits, failures = [], [], 0
+    for charge in random.sample(charges, count):
+        url = f"{base}/admin/ledger_app/charge/{charge}/refund/"
+        began = time.perf_counter()
+        form = session.get(url, timeout=30)
+        gets.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        answer = session.post(
+            url,
+            data={
+                "amount": "0.02",  # not the API load's 0.01: that would be a repeat
+                "reason": "requested_by_customer",
+                "note": "",
+                "idempotency_key": _page_field(form, "idempotency_key"),
+                "charge_state": _page_field(form, "charge_state"),
+                "csrfmiddlewaretoken": _page_field(form, "csrfmiddlewaretoken"),
+                "_refund": "Refund",
+            },
+            headers={"Referer": url},
+            timeout=30,
+        )
+        submits.append(time.perf_counter() - began)
+        if answer.status_code != 200 or "of $0.02: " not in answer.text:
+            failures += 1
+    return {
+        "count": count,
+        "form_p50_ms": percentile_ms(gets, 0.50),
+        "form_p99_ms": percentile_ms(gets, 0.99),
+        "submit_p50_ms": percentile_ms(submits, 0.50),
+        "submit_p99_ms": percentile_ms(submits, 0.99),
+        "failures": failures,
+    }
