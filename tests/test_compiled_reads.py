@@ -1,4 +1,4 @@
-"""The two reads every refund makes run from SQL compiled once (selectors/compiled.py):
+"""The reads every refund makes run from SQL compiled once (selectors/compiled.py):
 they must give what the ORM gives, field for field, on either database, and the lock only
 inside a transaction."""
 
@@ -9,8 +9,15 @@ from django.db import transaction
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
-from ledger_app.models import Charge, WebhookEndpoint
-from ledger_app.selectors import charge_for_update, charges_for_update, live_endpoints
+from ledger_app.models import ApiKey, Charge, RefundLimit, WebhookEndpoint
+from ledger_app.selectors import (
+    active_api_key,
+    api_key_limits,
+    charge_for_update,
+    charges_for_update,
+    live_endpoints,
+)
+from ledger_app.services.api_keys import create_api_key, revoke_api_key
 from ledger_app.services.webhook_endpoints import new_secret
 from tests.factories import ChargeFactory
 
@@ -78,3 +85,22 @@ def test_live_endpoints_are_the_orms_in_order():
     )
     assert [e.pk for e in shown] == [first.pk, second.pk] == [e.pk for e in expected]
     assert [fields_of(e) for e in shown] == [fields_of(e) for e in expected]
+
+
+def test_the_api_key_and_its_limits_are_the_orms():
+    key, _ = create_api_key(name="compiled")
+    revoked, _ = create_api_key(name="revoked")
+    revoke_api_key(prefix=revoked.prefix)
+    other, _ = create_api_key(name="other")
+    RefundLimit.objects.create(api_key=key, currency="usd", per_refund=500, per_day=5_000)
+    RefundLimit.objects.create(api_key=key, currency="eur", per_refund=700, per_day=7_000)
+    RefundLimit.objects.create(api_key=other, currency="usd", per_refund=1, per_day=1)
+
+    found = active_api_key(key.prefix)
+
+    assert found is not None and fields_of(found) == fields_of(ApiKey.objects.get(pk=key.pk))
+    assert active_api_key(revoked.prefix) is None and active_api_key("sk_nothing0") is None
+    shown = sorted((fields_of(r) for r in api_key_limits(key.prefix)), key=str)
+    expected = sorted((fields_of(r) for r in RefundLimit.objects.filter(api_key=key)), key=str)
+    assert shown == expected and len(shown) == 2
+    assert api_key_limits("sk_nothing0") == []

@@ -31,6 +31,7 @@ from ledger_app.models import (
     LedgerEntry,
     MovementStatus,
     Refund,
+    RefundLimit,
     WebhookDelivery,
     WebhookEndpoint,
 )
@@ -169,8 +170,24 @@ def purgeable_keys(*, older_than_days: int) -> QuerySet[IdempotencyRecord]:
 
 
 def active_api_key(prefix: str) -> ApiKey | None:
-    """The key with this prefix, unless it was revoked."""
-    return ApiKey.objects.filter(prefix=prefix, revoked_at__isnull=True).first()
+    """The key with this prefix, unless it was revoked (every API request reads it: the
+    query is compiled once, `compiled`)."""
+    found = compiled.run(_active_api_key, prefix)
+    return found[0] if found else None
+
+
+def _active_api_key() -> QuerySet[ApiKey]:
+    return ApiKey.objects.filter(prefix=compiled.KEY, revoked_at__isnull=True).order_by("pk")[:1]
+
+
+def api_key_limits(prefix: str) -> list[RefundLimit]:
+    """The refund limits set on the API key with this prefix (every refund an API key makes
+    reads them: compiled once)."""
+    return compiled.run(_api_key_limits, prefix)
+
+
+def _api_key_limits() -> QuerySet[RefundLimit]:
+    return RefundLimit.objects.filter(api_key__prefix=compiled.KEY)
 
 
 def live_endpoints() -> list[WebhookEndpoint]:

@@ -1,8 +1,9 @@
-"""The two reads every refund makes (the live webhook endpoints, and its charge under
-lock), compiled to SQL by Django's ORM once per process and database, then run straight
-through a cursor: the same SQL and the same model instances, without building and
-compiling the query again each time (about a millisecond of Python per refund, some of it
-inside the charge's lock). Anything else reads through the ORM as usual."""
+"""The reads every refund makes (the live webhook endpoints and its charge under lock;
+through the API also the key and its limits), compiled to SQL by Django's ORM once per
+connection, then run straight through a cursor: the same SQL and the same model
+instances, without building and compiling the query again each time (about a
+millisecond of Python per refund, some of it inside the charge's lock). Anything else
+reads through the ORM as usual."""
 
 from __future__ import annotations
 

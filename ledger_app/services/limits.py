@@ -28,6 +28,7 @@ from django.db.models import Q, Sum
 from ledger_app import errors
 from ledger_app.db import is_lock_timeout
 from ledger_app.models import MovementStatus, Refund, RefundLimit
+from ledger_app.selectors import api_key_limits
 
 # Refunds that count against the day: what went through without waiting for anyone.
 SPENT_STATUSES = (MovementStatus.PENDING, MovementStatus.UNKNOWN, MovementStatus.SUCCEEDED)
@@ -59,7 +60,7 @@ def limits_by_currency(
     if user is not None:
         rows = RefundLimit.objects.filter(Q(user=user) | Q(group__user=user))
     elif actor_label.startswith("api_key:"):
-        rows = RefundLimit.objects.filter(api_key__prefix=actor_label.removeprefix("api_key:"))
+        rows = api_key_limits(actor_label.removeprefix("api_key:"))
     else:
         return {}
     own: dict[str, Limits] = {}
