@@ -16,6 +16,7 @@ both fit under what is left of the day.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from zlib import crc32
@@ -57,6 +58,7 @@ def limits_by_currency(
 ) -> dict[str, Limits]:
     """The requester's limits per currency, in one query: a user's own row for a currency,
     else their groups' highest; an API key's (`api_key:<prefix>` label); otherwise none."""
+    rows: Iterable[RefundLimit]
     if user is not None:
         rows = RefundLimit.objects.filter(Q(user=user) | Q(group__user=user))
     elif actor_label.startswith("api_key:"):

@@ -948,15 +948,7 @@ def measure_http_inline(run: Run) -> None:
         Gunicorn(run.url, run.workdir, dispatch="inline", latency_ms=latency) as web,
         ConnectionWatch(run.server, MAIN_DB) as db,
     ):
-        inline = inline_slow_provider(
-            web.base,
-            run.key,
-            run.slow,
-            CpuShare(web.process.pid, run.server, MAIN_DB),
-            clients=clients,
-            warm=args.inline_warm,
-            seconds=args.inline_seconds,
-        )
+        inline = slow_provider_load(run, web, clients)
     inline.update(db.figures(), stop_s=web.stop_seconds, latency_ms=latency)
     inline["bound_per_second"] = clients / (latency / 1000)
     inline["ratio_to_bound"] = ratio(inline["per_second"], inline["bound_per_second"])
@@ -973,6 +965,20 @@ def measure_http_inline(run: Run) -> None:
         f"  peak connections {inline['peak_db_connections']} (server "
         f"{inline['peak_server_connections']}); gunicorn stopped in {inline['stop_s']:.1f} s",
         flush=True,
+    )
+
+
+def slow_provider_load(run: Run, web: Gunicorn, clients: int) -> dict:
+    """`clients` clients posting refunds back to back on the slow charges, through `web`,
+    for --inline-seconds after --inline-warm (serving.inline_slow_provider's figures)."""
+    return inline_slow_provider(
+        web.base,
+        run.key,
+        run.slow,
+        CpuShare(web.process.pid, run.server, MAIN_DB),
+        clients=clients,
+        warm=run.args.inline_warm,
+        seconds=run.args.inline_seconds,
     )
 
 
@@ -1110,15 +1116,7 @@ def measure_felt(run: Run) -> None:
     )
     agent = support_agent(run.url)
     with Gunicorn(run.url, run.workdir, dispatch="inline", latency_ms=latency) as web:
-        api = inline_slow_provider(
-            web.base,
-            run.key,
-            run.slow,
-            CpuShare(web.process.pid, run.server, MAIN_DB),
-            clients=clients,
-            warm=args.inline_warm,
-            seconds=args.inline_seconds,
-        )
+        api = slow_provider_load(run, web, clients)
         form = refund_form_round_trips(web.base, agent, run.slow, args.form_refunds)
     run.results["felt"] = {
         "api_latency_ms": latency,
