@@ -87,7 +87,7 @@ soak: $(VENV)/.installed-dev
 bench: $(VENV)/.installed-dev
 	$(THROWAWAY_KEY) $(BIN)/python -W ignore tests/bench/run.py $(BENCH_ARGS)
 
-# A smoke run of every phase (about a minute and a half): make test runs it, with
+# A smoke run of every phase (about two minutes): make test runs it, with
 # BENCH_ARGS naming its server, its results file and --drop-databases. It fails when a
 # phase fails or the books disagree, never on a ratio (those are for quiet runs).
 bench-quick: $(VENV)/.installed-dev
