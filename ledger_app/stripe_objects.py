@@ -296,7 +296,7 @@ class ChargeSerializer(StripeObject):
         if getattr(instance, "first_refunds_count", 0) <= size:
             refunds = None
         if refunds is None:
-            refunds = list(instance.refunds.order_by("-created_at", "-id")[: size + 1])
+            refunds = _newest_refunds(instance, size + 1)
         return render_charge(instance, refunds=refund_list(instance, refunds, size))
 
 
@@ -357,6 +357,11 @@ def render_charge(charge: Charge, *, refunds: dict[str, Any] | None = None) -> d
         ledger_status=str(status),
     )
     return shown
+
+
+def _newest_refunds(charge: Charge, count: int) -> list[Refund]:
+    """A charge's `count` newest refunds, newest first, read now."""
+    return list(charge.refunds.order_by("-created_at", "-id")[:count])
 
 
 def refund_list(charge: Charge, refunds: list[Refund], size: int) -> dict[str, Any]:
@@ -553,7 +558,7 @@ def plain(
     if not embed_refunds:
         return render_charge(obj)
     if newest_refunds is None:
-        newest_refunds = list(obj.refunds.order_by("-created_at", "-id")[: EMBEDDED_REFUNDS + 1])
+        newest_refunds = _newest_refunds(obj, EMBEDDED_REFUNDS + 1)
     return render_charge(obj, refunds=refund_list(obj, newest_refunds, EMBEDDED_REFUNDS))
 
 

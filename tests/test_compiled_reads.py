@@ -2,15 +2,17 @@
 they must give what the ORM gives, field for field, on either database, and the lock only
 inside a transaction."""
 
+import threading
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from ledger_app.models import ApiKey, Charge, RefundLimit, WebhookEndpoint
 from ledger_app.selectors import (
+    _live_endpoints,  # noqa: PLC2701 - the compiled query's key
     active_api_key,
     api_key_limits,
     charge_for_update,
@@ -104,3 +106,27 @@ def test_the_api_key_and_its_limits_are_the_orms():
     expected = sorted((fields_of(r) for r in RefundLimit.objects.filter(api_key=key)), key=str)
     assert shown == expected and len(shown) == 2
     assert api_key_limits("sk_nothing0") == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_threads_connection_keeps_its_own_compiled_queries():
+    # The ORM's converters belong to a connection; `django.db.connection` is a proxy that
+    # every thread shares, so the compiled queries are kept on each thread's own one.
+    live_endpoints()
+    theirs = []
+
+    def other_thread() -> None:
+        try:
+            live_endpoints()
+            theirs.append(connections["default"])
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    worker.join(30)
+
+    mine = connections["default"]
+    assert len(theirs) == 1 and theirs[0] is not mine
+    assert _live_endpoints in mine._compiled_queries
+    assert _live_endpoints in theirs[0]._compiled_queries

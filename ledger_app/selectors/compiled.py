@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 
 M = TypeVar("M", bound=models.Model)
 
@@ -32,7 +32,9 @@ class _Compiled(Generic[M]):
 def _compile(build: Callable[[], models.QuerySet[M]]) -> _Compiled[M]:
     """build()'s query, for this thread's connection (the SQL differs between databases,
     FOR UPDATE above all, and the ORM's converters belong to the connection)."""
-    kept: dict[Any, _Compiled[Any]] = connection.__dict__.setdefault("_compiled_queries", {})
+    # On the thread's own connection object: `connection` is a proxy every thread shares.
+    own = connections[DEFAULT_DB_ALIAS]
+    kept: dict[Any, _Compiled[Any]] = own.__dict__.setdefault("_compiled_queries", {})
     if build not in kept:
         queryset = build()
         compiler = queryset.query.get_compiler(connection=connection)
