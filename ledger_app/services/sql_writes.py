@@ -75,7 +75,11 @@ def execute_together(statements: Sequence[Statement | None]) -> None:
             for sql, params in present:
                 cursor.execute(sql, params)
             return
-        *first, (last_sql, last_params) = present
-        ctes = ", ".join(f"w{n} AS ({sql})" for n, (sql, _) in enumerate(first))
-        params = [p for _, ps in first for p in ps] + last_params
-        cursor.execute(f"WITH {ctes} {last_sql}", params)
+        # Each statement is bound on its own and the bound texts joined: psycopg binds the
+        # values on this side (Django's client-side cursor) and caches how it parses a
+        # statement only below 4 KB and 50 values, which each of these is and the whole
+        # is not, so binding the whole cost a fresh parse of it every time.
+        bind = cursor.cursor.mogrify
+        *first, last = (bind(sql, params) for sql, params in present)
+        ctes = ", ".join(f"w{n} AS ({sql})" for n, sql in enumerate(first))
+        cursor.execute(f"WITH {ctes} {last}")
