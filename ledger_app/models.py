@@ -478,11 +478,6 @@ class IdempotencyRecord(models.Model):
     def __str__(self) -> str:
         return self.key
 
-    @property
-    def result(self) -> Refund | Charge:
-        """What the keyed request made: a replay returns it."""
-        return cast("Refund | Charge", self.refund if self.refund_id else self.charge)
-
 
 class LedgerEntryQuerySet(models.QuerySet["LedgerEntry"]):
     def update(self, **kwargs: Any) -> NoReturn:

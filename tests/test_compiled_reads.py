@@ -10,15 +10,26 @@ from django.db import connections, transaction
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
-from ledger_app.models import ApiKey, Charge, RefundLimit, WebhookEndpoint
+from ledger_app.models import (
+    ApiKey,
+    Charge,
+    IdempotencyRecord,
+    Refund,
+    RefundLimit,
+    WebhookEndpoint,
+)
 from ledger_app.selectors import (
     _live_endpoints,  # noqa: PLC2701 - the compiled query's key
     active_api_key,
     api_key_limits,
     charge_for_update,
     charges_for_update,
+    idempotency_record,
     live_endpoints,
+    made_with,
 )
+from ledger_app.services.charges import create_charge
+from ledger_app.services.refunds import create_refund
 from ledger_app.services.api_keys import create_api_key, revoke_api_key
 from ledger_app.services.webhook_endpoints import new_secret
 from tests.factories import ChargeFactory
@@ -106,6 +117,25 @@ def test_the_api_key_and_its_limits_are_the_orms():
     expected = sorted((fields_of(r) for r in RefundLimit.objects.filter(api_key=key)), key=str)
     assert shown == expected and len(shown) == 2
     assert api_key_limits("sk_nothing0") == []
+
+
+def test_a_keys_record_and_what_it_made_are_the_orms():
+    charge = ChargeFactory(amount=5_000)
+    refund = create_refund(
+        charge_id=charge.pk, amount=700, idempotency_key="k-refund", metadata={"order": "7"}
+    ).item
+    made = create_charge(amount=900, currency="usd", idempotency_key="k-charge").item
+    create_refund(charge_id=charge.pk, amount=1, idempotency_key="k-other")
+
+    for key, expected in [("k-refund", Refund.objects.get(pk=refund.pk)), ("k-charge", made)]:
+        record = idempotency_record(key)
+        assert record is not None
+        assert fields_of(record) == fields_of(IdempotencyRecord.objects.get(key=key))
+        result = made_with(record)
+        assert type(result) is type(expected) and result._state.adding is False
+        assert fields_of(result) == fields_of(type(expected).objects.get(pk=expected.pk))
+    assert made_with(idempotency_record("k-refund")).metadata == {"order": "7"}
+    assert idempotency_record("k-nothing") is None
 
 
 @pytest.mark.django_db(transaction=True)

@@ -43,14 +43,33 @@ __all__ = ["Drift", "find_ledger_drift"]
 
 
 def idempotency_record(key: str) -> IdempotencyRecord | None:
-    """The record for this key, if any. Most keys are new, so this asks for no more than
-    the comparison needs; a replay then loads its refund or charge."""
-    return (
-        IdempotencyRecord.objects.filter(key=key)
-        .only("key", "operation", "fingerprint", "refund_id", "charge_id")
-        .order_by()
-        .first()
-    )
+    """The record for this key, if any (every replay reads it: compiled once)."""
+    found = compiled.run(_idempotency_record, key)
+    return found[0] if found else None
+
+
+def _idempotency_record() -> QuerySet[IdempotencyRecord]:
+    return IdempotencyRecord.objects.filter(key=compiled.KEY).order_by()
+
+
+def made_with(record: IdempotencyRecord) -> Refund | Charge:
+    """The refund or charge a keyed request made, which its replay returns (compiled
+    once, as the record is)."""
+    if record.refund_id:
+        found: list[Refund] | list[Charge] = compiled.run(_refund, record.refund_id)
+    else:
+        found = compiled.run(_charge, record.charge_id)
+    if not found:  # pragma: no cover - a record's foreign key holds it
+        raise Refund.DoesNotExist(f"idempotency key {record.key!r} has lost what it made")
+    return found[0]
+
+
+def _refund() -> QuerySet[Refund]:
+    return Refund.objects.filter(pk=compiled.KEY).order_by()
+
+
+def _charge() -> QuerySet[Charge]:
+    return Charge.objects.filter(pk=compiled.KEY).order_by()
 
 
 def earlier_refund_like(

@@ -19,7 +19,7 @@ from ledger_app.errors import (
     InvalidIdempotencyKey,
 )
 from ledger_app.models import Charge, IdempotencyRecord, Refund
-from ledger_app.selectors import idempotency_record
+from ledger_app.selectors import idempotency_record, made_with
 from ledger_app.text import has_control_characters
 
 T = TypeVar("T", Refund, Charge)
@@ -141,7 +141,7 @@ def find_replay(keyed: IdempotentRequest) -> Created[Any] | None:
 
 def _replay(record: IdempotencyRecord, keyed: IdempotentRequest) -> Created[Any]:
     ensure_same_request(record, keyed)
-    return Created(record.result, replayed=True)
+    return Created(made_with(record), replayed=True)
 
 
 def ensure_same_request(record: IdempotencyRecord, request: IdempotentRequest) -> None:
