@@ -155,6 +155,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
         f"-c lock_timeout={int(os.environ.get('DATABASE_LOCK_TIMEOUT_MS', '5000'))}"
     )
+    # The statements every refund runs (ledger_app/db.py, statement_cursor) are prepared
+    # on a connection after this many runs of one, so PostgreSQL stops parsing and
+    # planning them each time; Django's own queries are never prepared. A pooler that
+    # hands one session's statements to another (PgBouncer in transaction mode before
+    # 1.21) needs DATABASE_PREPARED_STATEMENTS=false.
+    if env_bool("DATABASE_PREPARED_STATEMENTS", True):
+        DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
     # Django's psycopg pool, per process: threads share DATABASE_POOL_MAX_SIZE connections
     # and hand them back between transactions (and while waiting on the provider), instead
     # of each thread keeping its own. 0: no pool, a persistent connection per thread.

@@ -28,9 +28,9 @@ from ledger_app.selectors import (
     live_endpoints,
     made_with,
 )
+from ledger_app.services.api_keys import create_api_key, revoke_api_key
 from ledger_app.services.charges import create_charge
 from ledger_app.services.refunds import create_refund
-from ledger_app.services.api_keys import create_api_key, revoke_api_key
 from ledger_app.services.webhook_endpoints import new_secret
 from tests.factories import ChargeFactory
 

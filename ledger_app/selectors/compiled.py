@@ -13,6 +13,8 @@ from typing import Any, Generic, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 
+from ledger_app.db import statement_cursor
+
 M = TypeVar("M", bound=models.Model)
 
 # Stands for the primary key while the query is compiled; replaced by the real one.
@@ -62,7 +64,7 @@ def run(build: Callable[[], models.QuerySet[M]], key: object = None) -> list[M]:
     params = list(query.params)
     if query.key_at is not None:
         params[query.key_at] = key
-    with connection.cursor() as cursor:
+    with statement_cursor() as cursor:  # prepared once per connection on PostgreSQL
         cursor.execute(query.sql, params)
         rows = cursor.fetchall()
     made = []

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
-from ledger_app.db import is_lock_timeout
+from ledger_app.db import is_lock_timeout, statement_cursor
 from ledger_app.errors import (
     IdempotencyKeyInUse,
     IdempotencyKeyReserved,
@@ -165,7 +165,7 @@ def claim(request: IdempotentRequest, *, new_id: str) -> IdempotencyRecord | Non
     # One statement instead of savepoint + insert + release: this runs for every keyed
     # refund, and the round trips are most of its cost.
     try:
-        with connection.cursor() as cursor:
+        with statement_cursor() as cursor:  # prepared once per connection on PostgreSQL
             cursor.execute(
                 CLAIM_SQL,
                 [

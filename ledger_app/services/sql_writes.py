@@ -17,6 +17,8 @@ from typing import Any, cast
 
 from django.db import connection, models
 
+from ledger_app import db
+
 Statement = tuple[str, list[Any]]
 
 
@@ -66,20 +68,33 @@ def update(obj: models.Model, fields: Sequence[str]) -> Statement:
 
 def execute_together(statements: Sequence[Statement | None]) -> None:
     """Run the statements in order, in the caller's transaction: in one round trip on
-    PostgreSQL, one by one elsewhere."""
+    PostgreSQL, bound on the server so that it is prepared once per connection
+    (db.statement_cursor); one by one elsewhere."""
     present = [s for s in statements if s is not None]
     if not connection.in_atomic_block:
         raise RuntimeError("execute_together runs inside the change's transaction")
-    with connection.cursor() as cursor:
-        if connection.vendor != "postgresql" or len(present) == 1:
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
             for sql, params in present:
                 cursor.execute(sql, params)
-            return
-        # Each statement is bound on its own and the bound texts joined: psycopg binds the
-        # values on this side (Django's client-side cursor) and caches how it parses a
-        # statement only below 4 KB and 50 values, which each of these is and the whole
-        # is not, so binding the whole cost a fresh parse of it every time.
-        bind = cursor.cursor.mogrify
-        *first, last = (bind(sql, params) for sql, params in present)
-        ctes = ", ".join(f"w{n} AS ({sql})" for n, sql in enumerate(first))
-        cursor.execute(f"WITH {ctes} {last}")
+        return
+    with db.statement_cursor(numbered=True) as cursor:
+        cursor.execute(
+            _together(tuple(sql for sql, _ in present)), [p for _, ps in present for p in ps]
+        )
+
+
+@functools.lru_cache(maxsize=128)
+def _together(sqls: tuple[str, ...]) -> str:
+    """These statements as one, with PostgreSQL's numbered placeholders: all but the last
+    as data-modifying CTEs (foreign keys are checked at commit, so rows may point at each
+    other within it). Made once per shape: psycopg would otherwise translate the %s of
+    the whole, which is too long for it to cache, for every refund."""
+    numbered, first = [], 1
+    for sql in sqls:
+        numbered.append(db.numbered(sql, first))
+        first += sql.count("%s")
+    *ctes, last = numbered
+    if not ctes:
+        return last
+    return "WITH " + ", ".join(f"w{n} AS ({sql})" for n, sql in enumerate(ctes)) + " " + last
