@@ -47,13 +47,24 @@ def healthz(request):
 def readyz(request):
     """200 when this process can serve: the database answers and has every migration this
     code knows; 503 naming the check that failed otherwise."""
-    checks = {"database": _database(), "migrations": NOT_CHECKED}
-    if checks["database"] == OK:
-        checks["migrations"] = _migrations()
-    ready = all(value == OK for value in checks.values())
+    checks = readiness_checks()
+    ready = is_ready(checks)
     _readiness_log.record(ready, checks)
     body = {"status": OK if ready else "unavailable", "checks": checks}
     return _probe_answer(body, 200 if ready else 503)
+
+
+def readiness_checks() -> dict[str, str]:
+    """What /readyz reports, check by check: OK, or why not. /metrics reports the same
+    (ledger_app/metrics/readiness.py), for a Prometheus that cannot probe /readyz itself."""
+    checks = {"database": _database(), "migrations": NOT_CHECKED}
+    if checks["database"] == OK:
+        checks["migrations"] = _migrations()
+    return checks
+
+
+def is_ready(checks: dict[str, str]) -> bool:
+    return all(value == OK for value in checks.values())
 
 
 def _database() -> str:

@@ -87,7 +87,8 @@ def in_doubt_families(now: datetime) -> list[Metric]:
     """Refunds whose money is reserved with no final word, by state and by age since they
     were created (how long the customer has waited): unknown (the provider did not answer),
     stale pending (no sender holds it: what the reconciler treats as in doubt, past
-    REFUND_DISPATCH_LEASE_SECONDS) and awaiting approval. One grouped query."""
+    REFUND_DISPATCH_LEASE_SECONDS) and awaiting approval, and when the first approval
+    expires (APPROVAL_EXPIRY_HOURS after its request). One grouped query."""
     state = Case(
         When(status=MovementStatus.UNKNOWN, then=Value(UNKNOWN)),
         When(status=MovementStatus.AWAITING_APPROVAL, then=Value(AWAITING_APPROVAL)),
@@ -102,14 +103,23 @@ def in_doubt_families(now: datetime) -> list[Metric]:
         .order_by()
         .annotate(state=state, age=age_bucket(now))
         .values("state", "age")
-        .annotate(refunds=Count("pk"), oldest=Min("created_at"))
+        .annotate(
+            refunds=Count("pk"),
+            oldest=Min("created_at"),
+            # Read only from the awaiting_approval groups: a refund approved since keeps
+            # its expiry, and is pending now.
+            soonest_expiry=Min("approval_expires_at"),
+        )
     )
     counts = {(state, age): 0 for state in STATES for age, _ in AGE_BUCKETS}
     oldest: dict[str, datetime] = {}
+    expiries: list[datetime] = []
     for row in rows:
         counts[row["state"], row["age"]] = row["refunds"]
         if row["state"] not in oldest or row["oldest"] < oldest[row["state"]]:
             oldest[row["state"]] = row["oldest"]
+        if row["state"] == AWAITING_APPROVAL and row["soonest_expiry"] is not None:
+            expiries.append(row["soonest_expiry"])
 
     by_bucket = GaugeMetricFamily(
         "ledger_refunds_in_doubt",
@@ -126,7 +136,16 @@ def in_doubt_families(now: datetime) -> list[Metric]:
     )
     for state_name in STATES:
         oldest_age.add_metric([state_name], _age(now, oldest.get(state_name)))
-    return [by_bucket, oldest_age]
+    # A time, not an age: the alert compares it with Prometheus's own time(). No sample at
+    # all when nothing awaits approval, so no threshold can mistake "none" for "expiring".
+    soonest_expiry = GaugeMetricFamily(
+        "ledger_refund_approval_soonest_expiry_timestamp_seconds",
+        "When the first refund awaiting approval expires (canceled and released unless "
+        "someone decides it first), in Unix seconds; no sample when none awaits.",
+    )
+    if expiries:
+        soonest_expiry.add_metric([], min(expiries).timestamp())
+    return [by_bucket, oldest_age, soonest_expiry]
 
 
 def send_queue_families(now: datetime) -> list[Metric]:

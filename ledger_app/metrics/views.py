@@ -15,8 +15,10 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from ledger_app.metrics.database import DatabaseCollector
+from ledger_app.metrics.readiness import ReadinessCollector
 
 DATABASE = DatabaseCollector()
+READINESS = ReadinessCollector()
 
 
 @never_cache
@@ -47,7 +49,7 @@ def scrape_registry() -> CollectorRegistry:
     """What one scrape reports. With PROMETHEUS_MULTIPROC_DIR, the sum of every process's
     files there (this process's own registry would report only its share); without, this
     process's registry (with its process and GC collectors). Either way the database
-    figures once, from this process alone."""
+    figures once, and this process's readiness, from this process alone."""
     multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     registry = CollectorRegistry()
     if multiprocess_dir:
@@ -55,4 +57,5 @@ def scrape_registry() -> CollectorRegistry:
     else:
         registry.register(REGISTRY)
     registry.register(DATABASE)
+    registry.register(READINESS)
     return registry

@@ -1,5 +1,6 @@
 """GET /metrics: the token, the database figures against rows the test made (in doubt by
-state and age, the worker's and the webhooks' lag), provider calls timed and their errors
+state and age, the soonest approval expiry, the worker's and the webhooks' lag), readiness as
+/readyz reports it, provider calls timed and their errors
 counted, refunds created by source and outcome, API responses by status, a fixed number of
 queries per scrape, and several processes' counters added up in multiprocess mode."""
 
@@ -13,14 +14,17 @@ import sys
 import textwrap
 from datetime import timedelta
 from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 import requests
 from django.db import OperationalError, connection, transaction
+from django.db.migrations.recorder import MigrationRecorder
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from backoffice import health
 from ledger_app import errors
 from ledger_app.gateways.base import Gateway
 from ledger_app.gateways.instrumented import InstrumentedGateway
@@ -34,6 +38,7 @@ from ledger_app.models import (
 )
 from ledger_app.services import events
 from ledger_app.services.api_keys import create_api_key
+from ledger_app.services.approvals import approve_refund, reject_refund
 from ledger_app.services.charges import create_charge
 from ledger_app.services.dispatch.reconcile import reconcile_refund
 from ledger_app.services.refunds import create_refund
@@ -97,6 +102,12 @@ def over_limit_agent(django_user_model):
     agent = django_user_model.objects.create_user("agent", is_staff=True)
     RefundLimit.objects.create(user=agent, currency="usd", per_refund=1)
     return agent
+
+
+@pytest.fixture
+def approver(django_user_model):
+    """Someone who may approve or reject other people's refunds."""
+    return django_user_model.objects.create_superuser("approver", "approver@example.com", "x")
 
 
 @pytest.fixture
@@ -209,6 +220,41 @@ class TestRefundsInDoubt:
             for bucket, _ in AGE_BUCKETS:
                 assert value(samples, "ledger_refunds_in_doubt", state=state, age=bucket) == 0
 
+    def test_the_soonest_approval_expiry_is_the_first_refund_still_awaiting_approval(
+        self, client, settings, lease, over_limit_agent, approver
+    ):
+        settings.REFUND_DISPATCH = "worker"
+        now = timezone.now()
+        expiries = {
+            "later": now + timedelta(hours=30),
+            "soonest": now + timedelta(hours=2),
+            "approved": now + timedelta(minutes=10),  # pending now: no longer expires
+            "rejected": now + timedelta(minutes=20),  # canceled
+        }
+        made = {}
+        for name, expires_at in expiries.items():
+            made[name] = refund_on(actor=over_limit_agent)
+            Refund.objects.filter(pk=made[name].pk).update(approval_expires_at=expires_at)
+        approve_refund(refund_id=made["approved"].pk, approver=approver)
+        # Read by the same query as a stale pending refund, its old expiry still on the row.
+        dated(made["approved"], timedelta(hours=2))
+        reject_refund(refund_id=made["rejected"].pk, approver=approver, note="not owed")
+
+        samples = scrape(client)
+
+        soonest = value(samples, "ledger_refund_approval_soonest_expiry_timestamp_seconds")
+        assert soonest == pytest.approx(expiries["soonest"].timestamp(), abs=0.001)
+        waiting = value(samples, "ledger_refunds_in_doubt", state="awaiting_approval", age="0-5m")
+        assert waiting == 2
+        assert value(samples, "ledger_refunds_in_doubt", state="stale_pending", age="1h-24h") == 1
+
+    def test_no_approval_expiry_is_reported_when_none_awaits(self, client, lease):
+        refund_on("succeed")
+
+        samples = scrape(client)
+
+        assert not series(samples, "ledger_refund_approval_soonest_expiry_timestamp_seconds")
+
     def test_a_scrape_costs_the_same_few_queries_whatever_the_row_count(
         self, client, settings, lease, django_assert_max_num_queries
     ):
@@ -228,7 +274,9 @@ class TestRefundsInDoubt:
             scrape(client)
         make_rows(30)
 
-        with django_assert_max_num_queries(3), CaptureQueriesContext(connection) as many:
+        # Three for the database figures, three for readiness (/readyz's SELECT 1, and the
+        # migrations table's presence and rows): none grows with the rows.
+        with django_assert_max_num_queries(6), CaptureQueriesContext(connection) as many:
             samples = scrape(client)
 
         assert len(many) == len(few)
@@ -250,6 +298,45 @@ class TestRefundsInDoubt:
         assert value(samples, "ledger_metrics_database_up") == 0
         assert not series(samples, "ledger_refunds_in_doubt")
         assert series(samples, "ledger_refunds_created_total")  # the counters still report
+
+
+class TestReadiness:
+    """Each scrape reports what GET /readyz would answer from the process scraped."""
+
+    def readiness(self, client) -> tuple[dict, dict]:
+        """(what /metrics says, what /readyz says) at the same moment."""
+        samples = scrape(client)
+        probe = client.get("/readyz")
+        said = {
+            "ready": value(samples, "ledger_ready"),
+            "checks": {
+                check: value(samples, "ledger_readiness_check", check=check)
+                for check in ("database", "migrations")
+            },
+        }
+        return said, {"ready": probe.status_code == 200, **probe.json()}
+
+    def test_ready_when_the_database_answers_and_every_migration_is_applied(self, client):
+        said, probe = self.readiness(client)
+
+        assert said == {"ready": 1, "checks": {"database": 1, "migrations": 1}}
+        assert probe["ready"]
+
+    def test_not_ready_while_a_known_migration_is_not_recorded(self, client):
+        MigrationRecorder(connection).record_unapplied("ledger_app", "0001_initial")
+
+        said, probe = self.readiness(client)
+
+        assert said == {"ready": 0, "checks": {"database": 1, "migrations": 0}}
+        assert not probe["ready"] and probe["checks"]["migrations"] == "1 not applied"
+
+    def test_not_ready_when_the_readiness_query_fails_and_the_scrape_still_answers(self, client):
+        with mock.patch.object(health, "connection", wraps=connection) as broken:
+            broken.cursor.side_effect = OperationalError("server closed the connection")
+            said, probe = self.readiness(client)
+
+        assert said == {"ready": 0, "checks": {"database": 0, "migrations": 0}}
+        assert probe["checks"] == {"database": "unavailable", "migrations": "not checked"}
 
 
 class TestQueues:
