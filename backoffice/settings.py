@@ -26,6 +26,17 @@ def env_bool(name: str, default: bool = False) -> bool:
     raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
 
 
+def env_days(name: str, default: int) -> int:
+    """A whole number of days from the environment, 1 to 36500 (a century), or a clear
+    error that stops the settings from loading."""
+    value = os.environ.get(name, "").strip() or str(default)
+    if not (value.isascii() and value.isdigit() and 1 <= int(value) <= 36_500):
+        raise ImproperlyConfigured(
+            f"{name} must be a whole number of days from 1 to 36500, not {value[:40]!r}"
+        )
+    return int(value)
+
+
 def local_secret_key() -> str:
     """A per-checkout key kept out of git, so no shared default key exists anywhere."""
     path = BASE_DIR / ".secret_key"
@@ -282,6 +293,25 @@ REFUND_DISPATCH_LEASE_SECONDS = int(os.environ.get("REFUND_DISPATCH_LEASE_SECOND
 # The reconciler asks the provider again about refunds that succeeded this recently, in
 # case a later failure's webhook never arrived (0: it does not).
 RECONCILE_RECHECK_HOURS = int(os.environ.get("RECONCILE_RECHECK_HOURS", "72"))
+
+# What expires, and after how many days (`manage.py purge_expired`, which the refund worker
+# runs once a day; docs/operating/retention.md). Charges, refunds, ledger entries and the
+# admin's log are never removed, nor anything a refund in doubt or awaiting approval needs.
+# Events and their webhook deliveries (Stripe keeps events 30 days); a delivery still
+# pending or retrying is kept, and so is its event.
+EVENT_RETENTION_DAYS = env_days("EVENT_RETENTION_DAYS", 30)
+# Events the provider sent: their effect is in the ledger, the id is kept so that a late
+# duplicate (a retry, a resend from the provider's dashboard) is still refused.
+PROVIDER_EVENT_RETENTION_DAYS = env_days("PROVIDER_EVENT_RETENTION_DAYS", 90)
+# Idempotency keys whose refund or charge is final: within this a bulk file re-run or a
+# client's retry replays; after it the same key is a new request. A quarter, so that a
+# month-end or quarter-end file run again by mistake still replays (Stripe keeps 24 h).
+IDEMPOTENCY_KEY_RETENTION_DAYS = env_days("IDEMPOTENCY_KEY_RETENTION_DAYS", 90)
+# Admin sign-in records (django-axes: failed attempts, access logs); never one whose
+# lockout (LOGIN_LOCKOUT_MINUTES) is still running.
+LOGIN_RECORD_RETENTION_DAYS = env_days("LOGIN_RECORD_RETENTION_DAYS", 90)
+# The simulated provider's log of the requests it received.
+SIMULATED_PROVIDER_LOG_DAYS = env_days("SIMULATED_PROVIDER_LOG_DAYS", 7)
 
 # --- Production hardening, from the environment (docs/operating/production.md) ---------
 # Behind a TLS proxy that sets X-Forwarded-Proto: Django then knows a request came in over
