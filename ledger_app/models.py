@@ -751,3 +751,21 @@ class RateCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} {self.window_started_at:%Y-%m-%d %H:%M:%S}: {self.count}"
+
+
+class JobLease(models.Model):
+    """A job that one process at a time may run (purge_expired), whoever starts it: the
+    process that claims the row with one conditional UPDATE holds it until `leased_until`,
+    renews it while it works, and frees it when it ends; a process that dies leaves it to
+    run out. `last_finished_at` is when a whole run last ended (the refund worker's daily
+    schedule reads it). services/job_leases.py."""
+
+    name = models.CharField(primary_key=True, max_length=64)
+    holder = models.CharField(
+        max_length=200, blank=True, help_text="host:pid:token of the process that holds it."
+    )
+    leased_until = models.DateTimeField(null=True, blank=True)
+    last_finished_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name

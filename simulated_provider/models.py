@@ -54,6 +54,8 @@ class ProviderRequest(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        # purge_expired takes the oldest first, batch by batch (SIMULATED_PROVIDER_LOG_DAYS)
+        indexes = [models.Index(fields=["created_at"], name="provider_request_created")]
 
     def __str__(self) -> str:
         return f"{self.operation} {self.idempotency_key} -> {self.outcome}"
