@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.db import DatabaseError, connections
+from django.db.models import QuerySet
 
 from ledger_app.db import drop_broken_connection
 from ledger_app.models import RateCounter
@@ -99,10 +100,14 @@ def _increment_below(
     return None if row is None else row[0]
 
 
+def ended_windows(*, now: datetime) -> QuerySet[RateCounter]:
+    """The counters of windows that had ended by `now`: nothing reads them again."""
+    return RateCounter.objects.using(DATABASE).filter(window_ends_at__lte=now)
+
+
 def purge_ended_windows() -> int:
     """Deletes the counters of windows that have ended (nothing reads them again)."""
-    now = datetime.fromtimestamp(clock(), UTC)
-    deleted, _ = RateCounter.objects.using(DATABASE).filter(window_ends_at__lte=now).delete()
+    deleted, _ = ended_windows(now=datetime.fromtimestamp(clock(), UTC)).delete()
     return deleted
 
 
