@@ -31,7 +31,10 @@ CHARGE_POINTS = (
     "charge.settle_locked",
     "charge.settled",
 )
-POINTS = REFUND_POINTS + CHARGE_POINTS
+PURGE_POINTS = (
+    "purge.batch_committed",  # one batch deleted and committed, the lease still held
+)
+POINTS = REFUND_POINTS + CHARGE_POINTS + PURGE_POINTS
 
 
 def checkpoint(point: str) -> None:

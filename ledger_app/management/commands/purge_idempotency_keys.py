@@ -1,31 +1,38 @@
-"""Remove old idempotency keys whose outcome is final."""
+"""Remove old idempotency keys whose outcome is final: `purge_expired`, keys only."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.conf import settings
+from django.core.management.base import CommandError
 
-from ledger_app.counts import count_of
-from ledger_app.selectors import purgeable_keys
-from ledger_app.services.retention import purge_idempotency_keys
+from ledger_app.management.commands import purge_expired
+from ledger_app.services.retention import purge_expired as purge
 
 
-class Command(BaseCommand):
+class Command(purge_expired.Command):
     help = (
-        "Delete idempotency keys older than --older-than DAYS whose refund (or charge) is "
-        "final (succeeded or failed). Keys of pending or unknown refunds are always kept. "
-        "After a key is purged, a request that reuses it is treated as a new request."
+        "Delete idempotency keys older than --older-than DAYS (default "
+        "IDEMPOTENCY_KEY_RETENTION_DAYS) whose refund (or charge) is final (succeeded, failed "
+        "or canceled). Keys of pending, unknown or awaiting-approval refunds are always kept. "
+        "After a key is purged, a request that reuses it is treated as a new request. The "
+        "same code as `purge_expired`, for keys only (and under its one-run-at-a-time lease)."
     )
+    prefix = "purge_idempotency_keys"
 
     def add_arguments(self, parser):
-        parser.add_argument("--older-than", type=int, required=True, metavar="DAYS")
-        parser.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
+        super().add_arguments(parser)
+        parser.add_argument("--older-than", type=int, default=None, metavar="DAYS")
 
-    def handle(self, *args, older_than, dry_run, **options):
+    def handle(self, *args, dry_run, batch_size, older_than, **options):
+        if older_than is None:
+            older_than = settings.IDEMPOTENCY_KEY_RETENTION_DAYS
         if not 1 <= older_than <= 36_500:
             raise CommandError("--older-than must be 1 to 36500 days", returncode=2)
-        if dry_run:
-            count = purgeable_keys(older_than_days=older_than).count()
-            self.stdout.write(
-                f"purge_idempotency_keys (dry run): {count_of(count, 'key')} would be deleted"
-            )
-            return
-        count = purge_idempotency_keys(older_than_days=older_than)
-        self.stdout.write(f"purge_idempotency_keys: {count_of(count, 'key')} deleted")
+        if not 1 <= batch_size <= 100_000:
+            raise CommandError("--batch-size must be 1 to 100000", returncode=2)
+        result = purge(
+            kinds=["idempotency_keys"],
+            days={"idempotency_keys": older_than},
+            dry_run=dry_run,
+            batch_size=batch_size,
+            on_kind=self.say(dry_run),
+        )
+        self.finish(result)
