@@ -5,9 +5,9 @@ BIN := $(VENV)/bin
 AXE_CORE := ~4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: run demo test soak bench bench-quick worker reconcile backup-check lint format lock clean
+.PHONY: run demo test soak bench bench-quick worker reconcile purge backup-check lint format lock clean
 
-# `make run`, `make worker` and `make reconcile` are the demo: development mode
+# `make run`, `make worker`, `make reconcile` and `make purge` are the demo: development mode
 # (DJANGO_DEBUG=true: a per-checkout secret key in .secret_key) with the admin's second
 # factor off unless you set ADMIN_OTP_REQUIRED=true. Production never runs like this:
 # see docs/operating/production.md.
@@ -105,6 +105,11 @@ worker: $(VENV)/.installed
 
 reconcile: $(VENV)/.installed
 	$(DEMO_ENV) $(BIN)/python manage.py reconcile
+
+# What has expired, removed now rather than at the worker's daily run (docs/operating/
+# retention.md); PURGE_ARGS=--dry-run counts it instead.
+purge: $(VENV)/.installed
+	$(DEMO_ENV) $(BIN)/python manage.py purge_expired $(PURGE_ARGS)
 
 # The monthly restore drill (docs/operating/backups.md): dumps DATABASE_URL (PostgreSQL),
 # restores it into a fresh database, checks counts, migrations and verify_ledger there.

@@ -16,15 +16,23 @@ docs/operating/deploys.md).
 
 from __future__ import annotations
 
+import logging
+import time
+
 from django.core.management.base import CommandError
+from django.db import DatabaseError
 
 from ledger_app.counts import count_of
+from ledger_app.db import drop_broken_connection
 from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome
 from ledger_app.management.commands._polling import PollingWorker
 from ledger_app.models import Refund
 from ledger_app.services.approvals import expire_approvals
 from ledger_app.services.dispatch import process_pending_refunds
 from ledger_app.services.dispatch.worker import still_leased_refunds
+from ledger_app.services.retention import Purged, purge_expired_if_due
+
+log = logging.getLogger("ledger_app.retention")
 
 
 class Command(PollingWorker, ExitsByOutcome):
@@ -42,15 +50,24 @@ class Command(PollingWorker, ExitsByOutcome):
         "provider idempotency key, looked up first if an attempt may have reached the "
         "provider. Exit 1 when database errors interrupted some refunds, else 4 when some "
         "ended unknown (run "
-        "`manage.py reconcile`), else 3 when some failed (the provider declined), else 0."
+        "`manage.py reconcile`), else 3 when some failed (the provider declined), else 0. "
+        "With --loop it also runs purge_expired once a day (when a whole run last finished "
+        "a day ago, as the database records it), in slices between passes."
     )
+    # With --loop: how often this process asks whether the daily purge is due (a read), and
+    # how long it waits after a database error in the purge before trying again.
+    purge_check_seconds = 60.0
+    purge_retry_seconds = 300.0
 
     def handle(self, *args, **options):
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         if options["lease_seconds"] is not None and not 0 <= options["lease_seconds"] <= 604_800:
             raise CommandError("--lease-seconds must be 0 to 604800 (a week)", returncode=2)
-        total = self.run_passes(options, self._pass, on_refund=self._log_refund)
+        self._purge_check_at = 0.0  # time.monotonic(): ask at the first pass
+        total = self.run_passes(
+            options, self._pass, on_refund=self._log_refund, purge_daily=options["loop"]
+        )
         self.stdout.write(f"process_refunds: {total.summary()}")
         if options["loop"]:
             return  # a loop ends only when asked to: a clean stop is 0
@@ -63,11 +80,32 @@ class Command(PollingWorker, ExitsByOutcome):
     def still_leased(self, pk) -> bool:
         return bool(still_leased_refunds([pk]))
 
-    def _pass(self, **kwargs):
-        """One pass: refunds whose approval ran out are canceled, then pending ones sent."""
+    def _pass(self, *, purge_daily: bool, **kwargs):
+        """One pass: refunds whose approval ran out are canceled, then pending ones sent;
+        with --loop, then a slice of the daily purge if it is due."""
         for refund_id in expire_approvals():
             self.stdout.write(f"{refund_id} canceled (not approved in time)")
-        return process_pending_refunds(**kwargs)
+        tally = process_pending_refunds(**kwargs)
+        if purge_daily and time.monotonic() >= self._purge_check_at:
+            self._purge_slice(kwargs["should_stop"])
+        return tally
+
+    def _purge_slice(self, should_stop) -> None:
+        """A slice of the daily purge, if it is due; a database error is logged and the
+        purge tried again later: refunds never wait on it."""
+        try:
+            result = purge_expired_if_due(should_stop=should_stop, on_kind=self._log_purged)
+        except DatabaseError:
+            log.exception("purge_expired interrupted by a database error; tried again later")
+            drop_broken_connection()
+            self._purge_check_at = time.monotonic() + self.purge_retry_seconds
+            return
+        unfinished = result is not None and result.ran and not result.finished
+        # A slice that ran out of time goes on at the next pass; otherwise ask again later.
+        self._purge_check_at = 0.0 if unfinished else time.monotonic() + self.purge_check_seconds
+
+    def _log_purged(self, purged: Purged) -> None:
+        self.stdout.write(f"purge_expired: {purged.line(dry_run=False)}")
 
     def _log_refund(self, refund: Refund) -> None:
         detail = f" ({refund.status_detail})" if refund.status_detail else ""
