@@ -1,5 +1,8 @@
+import pytest
 from django.conf import settings
 from django.db import connection
+
+from tests.processes import manage_alone
 
 
 def test_sqlite_takes_the_write_lock_at_begin():
@@ -13,3 +16,65 @@ def test_sqlite_takes_the_write_lock_at_begin():
 
 def test_services_own_their_transactions():
     assert settings.DATABASES["default"]["ATOMIC_REQUESTS"] is False
+
+
+RETENTION_SETTINGS = {
+    "EVENT_RETENTION_DAYS": 30,
+    "PROVIDER_EVENT_RETENTION_DAYS": 90,
+    "IDEMPOTENCY_KEY_RETENTION_DAYS": 90,
+    "LOGIN_RECORD_RETENTION_DAYS": 90,
+    "SIMULATED_PROVIDER_LOG_DAYS": 7,
+}
+
+
+def test_retention_settings_default_to_their_documented_days():
+    assert {name: getattr(settings, name) for name in RETENTION_SETTINGS} == RETENTION_SETTINGS
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("EVENT_RETENTION_DAYS", "0"),
+        ("PROVIDER_EVENT_RETENTION_DAYS", "-5"),
+        ("IDEMPOTENCY_KEY_RETENTION_DAYS", "1.5"),
+        ("LOGIN_RECORD_RETENTION_DAYS", "ninety"),
+        ("SIMULATED_PROVIDER_LOG_DAYS", "36501"),
+    ],
+)
+def test_a_retention_that_is_not_a_positive_whole_number_of_days_stops_the_start(
+    tmp_path, name, value
+):
+    env = {
+        "DJANGO_DEBUG": "true",
+        "DJANGO_SECRET_KEY": "test-settings-key",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'never-written.sqlite3'}",
+        name: value,
+    }
+
+    result = manage_alone("check", env=env)
+
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr  # one line, no traceback
+    assert result.stderr.startswith(
+        f"error: {name} must be a whole number of days from 1 to 36500, not {value!r}"
+    )
+    assert not (tmp_path / "never-written.sqlite3").exists()
+
+
+def test_a_retention_setting_is_read_from_the_environment(tmp_path):
+    env = {
+        "DJANGO_DEBUG": "true",
+        "DJANGO_SECRET_KEY": "test-settings-key",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "EVENT_RETENTION_DAYS": " 45 ",
+    }
+
+    result = manage_alone(
+        "shell",
+        "-c",
+        "from django.conf import settings; print(settings.EVENT_RETENTION_DAYS)",
+        env=env,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "45"
