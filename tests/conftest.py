@@ -23,8 +23,9 @@ _skipped_for_postgres: list[str] = []
 # The SQLite pass, when a PostgreSQL pass runs beside it: what the demo and the embedded
 # default database use (the demo's commands and data, the money rules and their writes,
 # the API with the stripe client, the admin's refund form, exports and dashboard, the
-# batch commands, webhook delivery, rate counting, readiness), plus the `layout` tests. Everything
-# runs on PostgreSQL; without one, the SQLite pass runs every test that can.
+# batch commands, webhook delivery, rate counting, readiness, the purge of what expired),
+# plus the `layout` tests. Everything runs on PostgreSQL; without one, the SQLite pass runs
+# every test that can.
 SQLITE_PASS = (
     "tests/test_demo_commands.py",
     "tests/test_seed_demo.py",
@@ -39,6 +40,7 @@ SQLITE_PASS = (
     "tests/services/test_csv_files.py",
     "tests/services/test_bulk.py",
     "tests/services/test_import_files.py",
+    "tests/services/test_retention.py",
     "tests/api/test_stripe_client.py",
     "tests/api/test_create_charge.py",
     "tests/api/test_shared_rate_limits.py",
@@ -49,6 +51,7 @@ SQLITE_PASS = (
     "tests/commands/test_bulk_refund.py",
     "tests/commands/test_import_charges.py",
     "tests/commands/test_operations_commands.py",
+    "tests/commands/test_purge_expired.py",
     "tests/webhooks/test_delivery.py",
     "tests/ops/test_health.py",
 )
