@@ -74,6 +74,13 @@ class TestInAMakeRunCheckout:
         delivered = manage(demo_checkout, "deliver_webhooks")
         assert delivered.returncode == 0, delivered.stderr
 
+    def test_make_purge_runs_without_prefixes(self, demo_checkout):
+        made = run(["make", "-o", f"{VENV}/.installed", "purge", f"VENV={VENV}"], demo_checkout)
+
+        assert made.returncode == 0, made.stdout + made.stderr
+        assert "purge_expired: events, older than 30 days: 0 events" in made.stdout
+        assert "purge_expired: simulated provider requests, older than 7 days:" in made.stdout
+
     def test_a_bulk_refund_dry_run_runs_without_prefixes(self, demo_checkout):
         charge = manage(
             demo_checkout,
