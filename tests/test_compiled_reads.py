@@ -24,6 +24,7 @@ from ledger_app.selectors import (
     api_key_limits,
     charge_for_update,
     charges_for_update,
+    earlier_refund_like,
     idempotency_record,
     live_endpoints,
     made_with,
@@ -160,3 +161,43 @@ def test_each_threads_connection_keeps_its_own_compiled_queries():
     assert len(theirs) == 1 and theirs[0] is not mine
     assert _live_endpoints in mine._compiled_queries
     assert _live_endpoints in theirs[0]._compiled_queries
+
+
+def test_the_earlier_refund_a_repeat_would_repeat_is_the_orms():
+    charge = ChargeFactory(amount=10_000)
+    now = timezone.now()
+    made = {}
+    for name, amount, batch, age in [
+        ("old", 500, "", timedelta(days=9)),
+        ("same", 500, "", timedelta(hours=2)),
+        ("newer", 500, "b-7", timedelta(hours=1)),
+        ("other_amount", 700, "", timedelta(minutes=5)),
+    ]:
+        refund = create_refund(charge_id=charge.pk, amount=amount, batch_id=batch).item
+        Refund.objects.filter(pk=refund.pk).update(created_at=now - age)
+        made[name] = refund.pk
+    declined = create_refund(charge_id=charge.pk, amount=500).item
+    Refund.objects.filter(pk=declined.pk).update(status="failed")
+
+    def orm(amount, since, batch=""):
+        rows = Refund.objects.filter(
+            charge_id=charge.pk, amount=amount, status__in=Refund.LIVE_STATUSES
+        ).filter(created_at__gte=since)
+        if batch:
+            rows = rows.exclude(batch_id=batch)
+        return rows.order_by("-created_at", "-id").first()
+
+    week = now - timedelta(days=7)
+    for amount, since, batch, expected in [
+        (500, week, "", "newer"),
+        (500, week, "b-7", "same"),
+        (500, now - timedelta(minutes=90), "b-7", None),
+        (500, now - timedelta(days=30), "", "newer"),
+        (700, week, "b-7", "other_amount"),
+        (900, week, "", None),
+    ]:
+        found = earlier_refund_like(charge.pk, amount, since=since, other_than_batch=batch)
+        assert (found and found.pk) == (expected and made[expected])
+        assert (found and fields_of(found)) == (
+            orm(amount, since, batch) and fields_of(orm(amount, since, batch))
+        )

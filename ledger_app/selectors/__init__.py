@@ -81,16 +81,33 @@ def earlier_refund_like(
     """The newest live refund of this charge for exactly `amount` made since `since`, and
     not by the bulk run `other_than_batch` (a batch's own rows are not repeats of each
     other): what a second refund of the same amount would repeat. Declined and canceled
-    refunds gave nothing back, so they are not counted."""
-    earlier = Refund.objects.filter(
-        charge_id=charge_id,
-        amount=amount,
-        status__in=Refund.LIVE_STATUSES,
-        created_at__gte=since,
-    )
+    refunds gave nothing back, so they are not counted. (Every bulk row and admin form
+    asks, under its charge's lock: compiled once.)"""
     if other_than_batch:
-        earlier = earlier.exclude(batch_id=other_than_batch)
-    return earlier.order_by("-created_at", "-id").first()
+        found = compiled.run(
+            _earlier_refund_not_of_batch, charge_id, amount, since, other_than_batch
+        )
+    else:
+        found = compiled.run(_earlier_refund, charge_id, amount, since)
+    return found[0] if found else None
+
+
+def _earlier_refund() -> QuerySet[Refund]:
+    return _live_refunds_like().order_by("-created_at", "-id")[:1]
+
+
+def _earlier_refund_not_of_batch() -> QuerySet[Refund]:
+    not_of_batch = _live_refunds_like().exclude(batch_id=compiled.key(3))
+    return not_of_batch.order_by("-created_at", "-id")[:1]
+
+
+def _live_refunds_like() -> QuerySet[Refund]:
+    return Refund.objects.filter(
+        charge_id=compiled.KEY,
+        amount=compiled.key(1, int),
+        status__in=Refund.LIVE_STATUSES,
+        created_at__gte=compiled.key(2, datetime),
+    )
 
 
 def charges_refunded_since(charge_ids: list[str], since: datetime) -> set[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
@@ -17,8 +18,28 @@ from ledger_app.db import statement_cursor
 
 M = TypeVar("M", bound=models.Model)
 
-# Stands for the primary key while the query is compiled; replaced by the real one.
-KEY: Any = "\x00compiled-key\x00"
+
+def key(n: int, kind: type = str) -> Any:
+    """Stands for run()'s n-th key while a query is compiled (a text, a whole number or an
+    aware time, as the field it is compared with takes), and is replaced by it after."""
+    if kind is str:
+        return f"\x00compiled-key-{n}\x00"
+    if kind is int:
+        return -(2**60) - n  # no amount, count or id is ever this
+    if kind is datetime:
+        return datetime(1, 1, 1, 0, 0, n, 1, tzinfo=UTC)
+    raise TypeError(f"a compiled query's key is a str, an int or a datetime, not {kind}")
+
+
+# The first key, a text (a primary key, a prefix): what most compiled queries take.
+KEY: Any = key(0)
+
+
+def _adapter(kind: type) -> Callable[[Any], Any]:
+    """How a key of this kind becomes a parameter, as the ORM made its stand-in one."""
+    if kind is datetime:
+        return lambda value: connection.ops.adapt_datetimefield_value(value)
+    return lambda value: value
 
 
 @dataclass(frozen=True)
@@ -26,7 +47,7 @@ class _Compiled(Generic[M]):
     model: type[M]
     sql: str
     params: tuple[Any, ...]
-    key_at: int | None  # where the key goes among the params
+    keys_at: tuple[tuple[int, int, Callable[[Any], Any]], ...]  # (param, key, adapter)
     fields: list[str]  # the columns' attribute names, in the SELECT's order
     converters: list[tuple[int, tuple[list[Any], Any]]]  # the ORM's, per column (JSON, times)
 
@@ -45,25 +66,36 @@ def _compile(build: Callable[[], models.QuerySet[M]]) -> _Compiled[M]:
         fields = [f.attname for f in queryset.model._meta.concrete_fields]
         if len(columns) != len(fields):
             raise ValueError(f"{build.__name__} must select its model's own columns only")
+        stand_ins = {
+            _adapter(kind)(key(n, kind)): (n, _adapter(kind))
+            for n in range(8)
+            for kind in (str, int, datetime)
+        }
+        keys_at = tuple(
+            (at, *stand_ins[param])
+            for at, param in enumerate(params)
+            if isinstance(param, str | int | datetime) and param in stand_ins
+        )
         kept[build] = _Compiled(
             model=queryset.model,
             sql=sql,
             params=tuple(params),
-            key_at=params.index(KEY) if KEY in params else None,
+            keys_at=keys_at,
             fields=fields,
             converters=list(compiler.get_converters(columns).items()),
         )
     return kept[build]
 
 
-def run(build: Callable[[], models.QuerySet[M]], key: object = None) -> list[M]:
-    """The rows of build()'s query, with `key` in the place of KEY, as the ORM would make
-    them (its converters applied: JSON decoded, times made aware). build() selects a
-    model's own columns only (no values(), no select_related)."""
+def run(build: Callable[[], models.QuerySet[M]], *keys: object) -> list[M]:
+    """The rows of build()'s query, with each key in the place of its stand-in (`key(n)`,
+    KEY for the first), as the ORM would make them (its converters applied: JSON decoded,
+    times made aware). build() selects a model's own columns only (no values(), no
+    select_related)."""
     query = _compile(build)
     params = list(query.params)
-    if query.key_at is not None:
-        params[query.key_at] = key
+    for at, n, adapt in query.keys_at:
+        params[at] = adapt(keys[n])
     with statement_cursor() as cursor:  # prepared once per connection on PostgreSQL
         cursor.execute(query.sql, params)
         rows = cursor.fetchall()
