@@ -10,8 +10,8 @@ finished anyway, which is one more column on the same row.
 from __future__ import annotations
 
 import os
+import platform
 import secrets
-import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -52,7 +52,7 @@ def claim_lease(
         rows = rows.filter(
             Q(last_finished_at__isnull=True) | Q(last_finished_at__lte=finished_before)
         )
-    holder = f"{socket.gethostname()[:100]}:{os.getpid()}:{secrets.token_hex(4)}"
+    holder = f"{platform.node()[:100]}:{os.getpid()}:{secrets.token_hex(4)}"
     if rows.update(holder=holder, leased_until=now + timedelta(seconds=seconds)) != 1:
         return None
     return Lease(name=name, holder=holder, seconds=seconds)
