@@ -27,7 +27,9 @@ from ledger_app.selectors import (
     earlier_refund_like,
     idempotency_record,
     live_endpoints,
+    locked_refund,
     made_with,
+    refund_with_charge,
 )
 from ledger_app.services.api_keys import create_api_key, revoke_api_key
 from ledger_app.services.charges import create_charge
@@ -201,3 +203,29 @@ def test_the_earlier_refund_a_repeat_would_repeat_is_the_orms():
         assert (found and fields_of(found)) == (
             orm(amount, since, batch) and fields_of(orm(amount, since, batch))
         )
+
+
+def test_a_sends_refund_and_a_settles_locked_refund_are_the_orms():
+    charge = ChargeFactory(amount=5_000)
+    refund = create_refund(charge_id=charge.pk, amount=300, metadata={"a": "1"}).item
+    other = ChargeFactory()
+
+    with transaction.atomic():
+        locked = locked_refund(refund_id=refund.pk, charge_id=charge.pk)
+        with pytest.raises(Refund.DoesNotExist):
+            locked_refund(refund_id=refund.pk, charge_id=other.pk)
+    sent = refund_with_charge(refund.pk)
+
+    expected = Refund.objects.select_related("charge").get(pk=refund.pk)
+    assert fields_of(locked) == fields_of(sent) == fields_of(expected)
+    assert fields_of(sent.charge) == fields_of(expected.charge)
+    with pytest.raises(Refund.DoesNotExist):
+        refund_with_charge("re_missing")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refund_is_locked_only_inside_a_transaction():
+    refund = create_refund(charge_id=ChargeFactory().pk, amount=1).item
+
+    with pytest.raises(TransactionManagementError):
+        locked_refund(refund_id=refund.pk, charge_id=refund.charge_id)

@@ -26,7 +26,7 @@ from ledger_app.gateways import get_gateway
 from ledger_app.gateways.base import Gateway as Gateway  # the port, named for the callers
 from ledger_app.gateways.base import OutcomeUnknown, ProviderAnswer
 from ledger_app.models import Charge, ProviderMovement, Refund
-from ledger_app.selectors import lease_free
+from ledger_app.selectors import lease_free, refund_with_charge
 from ledger_app.services.dispatch.settle import (
     FAILED,
     SUCCEEDED,
@@ -260,7 +260,7 @@ def _charge_lookup(gateway: Gateway, charge: Charge) -> ProviderAnswer | None:
 _REFUND = _Kind(
     name="refund",
     model=Refund,
-    fetch=lambda pk: Refund.objects.select_related("charge").get(pk=pk),
+    fetch=refund_with_charge,
     call=_refund_call,
     lookup=_refund_lookup,
     settle=lambda refund, outcome, actor: settle_refund(

@@ -18,7 +18,12 @@ from ledger_app.models import (
     Refund,
     WebhookEndpoint,
 )
-from ledger_app.selectors import charge_for_update, charges_for_update, live_endpoints
+from ledger_app.selectors import (
+    charge_for_update,
+    charges_for_update,
+    live_endpoints,
+    locked_refund,
+)
 from ledger_app.services import events, sql_writes
 from ledger_app.services.ledger import new_entry
 
@@ -79,7 +84,7 @@ def refund_for_update(*, charge_id: str, refund_id: str) -> tuple[Charge, Refund
     charge = charge_for_update(charge_id)
     if charge is None:
         raise Charge.DoesNotExist(f"no charge {charge_id}")
-    return charge, Refund.objects.select_for_update().get(pk=refund_id, charge_id=charge_id)
+    return charge, locked_refund(refund_id=refund_id, charge_id=charge_id)
 
 
 def settle_locked_refund(
