@@ -65,7 +65,9 @@ def statement_cursor(*, numbered: bool = False) -> Iterator[Any]:
             yield cursor
         return
     import psycopg
-    from django.db.backends.postgresql.base import ServerBindingCursor
+    from django.db.backends.postgresql.base import (  # type: ignore[attr-defined]  # psycopg 3's, which PostgreSQL runs on here
+        ServerBindingCursor,
+    )
 
     connection.ensure_connection()
     with connection.wrap_database_errors:
@@ -73,7 +75,7 @@ def statement_cursor(*, numbered: bool = False) -> Iterator[Any]:
         raw = kind(connection.connection)
     # What Django's connection.cursor() does with the cursor it makes: the thread check,
     # and the wrapper that runs execute wrappers and logs queries when asked to.
-    with connection._prepare_cursor(raw) as cursor:
+    with connection._prepare_cursor(raw) as cursor:  # type: ignore[attr-defined]  # Django's own, unstubbed
         yield cursor
 
 

@@ -3,10 +3,11 @@ they must give what the ORM gives, field for field, on either database, and the 
 inside a transaction."""
 
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.db import connections, transaction
+from django.db.models import F
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
@@ -24,6 +25,7 @@ from ledger_app.selectors import (
     api_key_limits,
     charge_for_update,
     charges_for_update,
+    compiled,
     earlier_refund_like,
     idempotency_record,
     live_endpoints,
@@ -229,3 +231,27 @@ def test_a_refund_is_locked_only_inside_a_transaction():
 
     with pytest.raises(TransactionManagementError):
         locked_refund(refund_id=refund.pk, charge_id=refund.charge_id)
+
+
+def _add_to_note() -> compiled.Update[Refund]:
+    return compiled.Update(
+        Refund.objects.filter(pk=compiled.KEY, created_at__lt=compiled.key(1, datetime)),
+        {"note": compiled.key(2), "dispatch_attempts": F("dispatch_attempts") + 1},
+    )
+
+
+def test_a_compiled_update_changes_what_the_orms_would_and_says_how_many():
+    charge = ChargeFactory(amount=5_000)
+    first, second = (create_refund(charge_id=charge.pk, amount=1).item for _ in range(2))
+    later = timezone.now() + timedelta(seconds=1)
+
+    changed = [
+        compiled.update(_add_to_note, first.pk, later, "noted"),
+        compiled.update(_add_to_note, first.pk, later, "again"),
+        compiled.update(_add_to_note, second.pk, first.created_at, "too early"),
+    ]
+
+    assert changed == [1, 1, 0]
+    now_first, now_second = (Refund.objects.get(pk=r.pk) for r in (first, second))
+    assert (now_first.note, now_first.dispatch_attempts) == ("again", first.dispatch_attempts + 2)
+    assert (now_second.note, now_second.dispatch_attempts) == ("", second.dispatch_attempts)

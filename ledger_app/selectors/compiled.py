@@ -7,12 +7,13 @@ reads through the ORM as usual."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db.models.sql import UpdateQuery
 
 from ledger_app.db import statement_cursor
 
@@ -66,25 +67,66 @@ def _compile(build: Callable[[], models.QuerySet[M]]) -> _Compiled[M]:
         fields = [f.attname for f in queryset.model._meta.concrete_fields]
         if len(columns) != len(fields):
             raise ValueError(f"{build.__name__} must select its model's own columns only")
-        stand_ins = {
-            _adapter(kind)(key(n, kind)): (n, _adapter(kind))
-            for n in range(8)
-            for kind in (str, int, datetime)
-        }
-        keys_at = tuple(
-            (at, *stand_ins[param])
-            for at, param in enumerate(params)
-            if isinstance(param, str | int | datetime) and param in stand_ins
-        )
         kept[build] = _Compiled(
             model=queryset.model,
             sql=sql,
             params=tuple(params),
-            keys_at=keys_at,
+            keys_at=_keys_at(params),
             fields=fields,
             converters=list(compiler.get_converters(columns).items()),
         )
     return kept[build]
+
+
+def _keys_at(params: Sequence[Any]) -> tuple[tuple[int, int, Callable[[Any], Any]], ...]:
+    """Where each key's stand-in is among a compiled query's parameters: (place, key,
+    how the key becomes a parameter)."""
+    stand_ins = {
+        _adapter(kind)(key(n, kind)): (n, _adapter(kind))
+        for n in range(8)
+        for kind in (str, int, datetime)
+    }
+    return tuple(
+        (at, *stand_ins[param])
+        for at, param in enumerate(params)
+        if isinstance(param, str | int | datetime) and param in stand_ins
+    )
+
+
+def _with_keys(
+    params: tuple[Any, ...], keys_at: Sequence[tuple[int, int, Any]], keys: Sequence[object]
+) -> list[Any]:
+    given = list(params)
+    for at, n, adapt in keys_at:
+        given[at] = adapt(keys[n])
+    return given
+
+
+@dataclass(frozen=True)
+class Update(Generic[M]):
+    """An UPDATE to compile: the rows `queryset` selects are given `values` (as
+    QuerySet.update takes them: F() expressions too)."""
+
+    queryset: models.QuerySet[M]
+    values: dict[str, Any]
+
+
+def update(build: Callable[[], Update[Any]], *keys: object) -> int:
+    """How many rows build()'s UPDATE changed, with each key in its stand-in's place: the
+    SQL QuerySet.update would send, compiled once per connection, run as a prepared
+    statement on PostgreSQL."""
+    own = connections[DEFAULT_DB_ALIAS]
+    kept: dict[Any, Any] = own.__dict__.setdefault("_compiled_queries", {})
+    if build not in kept:
+        made = build()
+        query = cast(UpdateQuery, made.queryset.query.chain(UpdateQuery))
+        query.add_update_values(made.values)
+        sql, params = query.get_compiler(connection=connection).as_sql()
+        kept[build] = (sql, tuple(params), _keys_at(params))
+    sql, params, keys_at = kept[build]
+    with statement_cursor() as cursor:
+        cursor.execute(sql, _with_keys(params, keys_at, keys))
+        return int(cursor.rowcount)
 
 
 def run(build: Callable[[], models.QuerySet[M]], *keys: object) -> list[M]:
@@ -93,11 +135,8 @@ def run(build: Callable[[], models.QuerySet[M]], *keys: object) -> list[M]:
     times made aware). build() selects a model's own columns only (no values(), no
     select_related)."""
     query = _compile(build)
-    params = list(query.params)
-    for at, n, adapt in query.keys_at:
-        params[at] = adapt(keys[n])
     with statement_cursor() as cursor:  # prepared once per connection on PostgreSQL
-        cursor.execute(query.sql, params)
+        cursor.execute(query.sql, _with_keys(query.params, query.keys_at, keys))
         rows = cursor.fetchall()
     made = []
     for row in rows:
