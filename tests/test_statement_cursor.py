@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from ledger_app.db import numbered, statement_cursor
 from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
+from tests.processes import manage_alone
 
 pytestmark = pytest.mark.django_db
 
@@ -50,3 +51,46 @@ def test_a_refunds_statements_are_prepared_after_a_few_refunds():
     assert any("INSERT INTO ledger_app_idempotencyrecord" in s for s in prepared), prepared
     assert any("FOR UPDATE" in s and "ledger_app_charge" in s for s in prepared), prepared
     assert any(s.startswith("WITH w0 AS (INSERT INTO") for s in prepared), prepared
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)  # it opens a new connection
+def test_with_preparing_turned_off_nothing_is_prepared():
+    """What DATABASE_PREPARED_STATEMENTS=false sets (no prepare_threshold, below): the same
+    refunds leave no prepared statement on the connection, for a pooler that would hand
+    them to another session."""
+    options = connection.settings_dict["OPTIONS"]
+    threshold = options.pop("prepare_threshold", None)
+    assert threshold == 5  # this pass runs with the default
+    connection.close()
+    try:
+        charge = ChargeFactory(amount=100_000)
+        for _ in range(7):
+            create_refund(charge_id=charge.pk, amount=1, idempotency_key=uuid.uuid4().hex)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+            assert cursor.fetchone()[0] == 0
+    finally:
+        options["prepare_threshold"] = threshold
+        connection.close()  # the next test's connection prepares again
+
+
+@pytest.mark.parametrize(("value", "threshold"), [(None, 5), ("false", None), ("true", 5)])
+def test_database_prepared_statements_sets_the_threshold(tmp_path, value, threshold):
+    env = {
+        "DJANGO_DEBUG": "true",
+        "DJANGO_SECRET_KEY": "test-settings-key",
+        "DATABASE_URL": "postgres://root@127.0.0.1:5432/never-opened",
+        **({"DATABASE_PREPARED_STATEMENTS": value} if value else {}),
+    }
+
+    result = manage_alone(
+        "shell",
+        "-c",
+        "from django.conf import settings; "
+        "print(settings.DATABASES['default']['OPTIONS'].get('prepare_threshold'))",
+        env=env,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == str(threshold)
