@@ -111,9 +111,56 @@ def free_loopback_port() -> int:
         return sock.getsockname()[1]
 
 
-class GunicornServer:
+class ServerProcess:
+    """A server a test starts: its process, everything it prints in one file, and the ways
+    to wait until it answers, stop it and read what it said."""
+
+    name = "server"
+    process: subprocess.Popen
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+
+    def wait_answering(self, url: str, status: int, timeout: float) -> None:
+        """Until a GET of `url` answers `status`; the server's output if it exits first or
+        never does."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"{self.name} exited early:\n{self.log()}")
+            try:
+                if requests.get(url, timeout=2).status_code == status:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(
+            f"{self.name}: {url} did not answer {status} in {timeout}s:\n{self.log()}"
+        )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        if not self._log.closed:
+            self._log.close()
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+
+class GunicornServer(ServerProcess):
     """gunicorn as `make run` serves (gunicorn.conf.py: gthread workers), on a free
     loopback port, against the test database; `env` overrides its environment."""
+
+    name = "gunicorn"
 
     def __init__(
         self, tmp_path: Path, *, workers: int, threads: int, own_group: bool = False, **env: str
@@ -122,8 +169,7 @@ class GunicornServer:
         down at once, as a machine that loses power would."""
         self.port = free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.stderr_path = tmp_path / "gunicorn.stderr"
-        self._stderr = open(self.stderr_path, "w")  # noqa: SIM115 - closed in stop()
+        super().__init__(tmp_path / "gunicorn.stderr")
         environment = command_env(
             DJANGO_DEBUG="false",
             DJANGO_SECRET_KEY="test-server-secret-key-not-for-production",
@@ -155,44 +201,18 @@ class GunicornServer:
             cwd=ROOT,
             env=environment,
             stdin=subprocess.DEVNULL,
-            stdout=self._stderr,
-            stderr=self._stderr,
+            stdout=self._log,
+            stderr=self._log,
             start_new_session=own_group,
         )
         self.own_group = own_group
 
     def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"gunicorn exited early:\n{self.log()}")
-            try:
-                if requests.get(f"{self.url}/v1/charges", timeout=2).status_code == 401:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"gunicorn not ready after {timeout}s:\n{self.log()}")
+        self.wait_answering(f"{self.url}/v1/charges", 401, timeout)
 
     def kill(self) -> None:
         """SIGKILL to the whole server (own_group): no worker finishes what it was doing."""
         assert self.own_group, "kill() needs own_group=True"
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(10)
-        self._stderr.close()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        if not self._stderr.closed:
-            self._stderr.close()
-
-    def log(self) -> str:
-        if not self._stderr.closed:
-            self._stderr.flush()
-        return self.stderr_path.read_text(errors="replace")
+        self._log.close()

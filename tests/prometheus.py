@@ -13,7 +13,7 @@ from typing import Any
 import requests
 import yaml
 
-from tests.processes import ROOT, free_loopback_port
+from tests.processes import ROOT, ServerProcess, free_loopback_port
 
 DEPLOY = ROOT / "deploy" / "prometheus"
 ALERTS = DEPLOY / "alerts.yml"
@@ -65,9 +65,11 @@ def scrape_config(*, target: str, rule_file: str, every: str) -> dict[str, Any]:
     return config
 
 
-class PrometheusServer:
+class PrometheusServer(ServerProcess):
     """Prometheus on a free 127.0.0.1 port, its data in `directory`, with `config`
     (written there beside `files`, name -> text, which it may name relatively)."""
+
+    name = "prometheus"
 
     def __init__(
         self, executable: str, directory: Path, *, config: dict[str, Any], files: dict[str, str]
@@ -79,8 +81,7 @@ class PrometheusServer:
         config_file.write_text(yaml.safe_dump(config, sort_keys=False))
         self.port = free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = directory / "prometheus.log"
-        self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        super().__init__(directory / "prometheus.log")
         self.process = subprocess.Popen(
             [
                 executable,
@@ -96,17 +97,7 @@ class PrometheusServer:
         )
 
     def wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"prometheus exited early:\n{self.log()}")
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"prometheus not ready after {timeout}s:\n{self.log()}")
+        self.wait_answering(f"{self.url}/-/ready", 200, timeout)
 
     def api(self, path: str) -> Any:
         """The `data` of GET /api/v1/<path>, which must have succeeded."""
@@ -118,22 +109,6 @@ class PrometheusServer:
     def alerts(self) -> list[dict[str, Any]]:
         """The active alerts (pending or firing) as Prometheus's own API lists them."""
         return self.api("alerts")["alerts"]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        if not self._log.closed:
-            self._log.close()
-
-    def log(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text(errors="replace")
 
 
 def wait_for(condition, what: str, timeout: float, every: float = 0.25):

@@ -4,7 +4,6 @@ database port has nothing listening, a fresh database file never migrated."""
 
 from __future__ import annotations
 
-import time
 from unittest import mock
 
 import pytest
@@ -22,17 +21,7 @@ from tests.processes import GunicornServer, free_loopback_port, run_command
 def wait_healthy(server: GunicornServer, timeout: float = 60) -> None:
     """Started is when /healthz answers; GunicornServer.wait_ready asks the API, which a
     server without its database may not answer the way it expects."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise AssertionError(f"gunicorn exited early:\n{server.log()}")
-        try:
-            if requests.get(f"{server.url}/healthz", timeout=2).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"/healthz did not answer after {timeout}s:\n{server.log()}")
+    server.wait_answering(f"{server.url}/healthz", 200, timeout)
 
 
 @pytest.fixture
