@@ -30,6 +30,8 @@ TABLES = (
     "ledger_app.LedgerEntry",
     "ledger_app.IdempotencyRecord",
     "ledger_app.Event",
+    "ledger_app.WebhookDelivery",
+    "ledger_app.ProviderEvent",
 )
 NO_DEFAULT = None  # in the JSON: the loader must give this column
 

@@ -31,10 +31,12 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import columns
 import dj_database_url
+import expiry
 import psycopg
 from serving import (
     ConnectionWatch,
@@ -56,7 +58,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DB_SUFFIX = os.environ.get("BENCH_DB_SUFFIX", "")
 if not re.fullmatch(r"[a-z0-9_]{0,20}", DB_SUFFIX):
     raise SystemExit(f"BENCH_DB_SUFFIX must be up to 20 of a-z, 0-9 and _: {DB_SUFFIX!r}")
-MAIN_DB, SMALL_DB, BIG_DB = (f"bench_{name}{DB_SUFFIX}" for name in ("refunds", "small", "big"))
+MAIN_DB, SMALL_DB, BIG_DB, PURGE_DB = (
+    f"bench_{name}{DB_SUFFIX}" for name in ("refunds", "small", "big", "purge")
+)
 SPREAD_CHARGES = 100_000
 HOT = "ch_benchHotCharge0000000001"
 GROWN = "ch_benchGrownCharge00000001"
@@ -90,7 +94,7 @@ def db_url(server: dict, name: str) -> str:
 
 def drop_databases(server: dict) -> None:
     with psycopg.connect(dbname="postgres", autocommit=True, **server) as conn:
-        for name in (MAIN_DB, SMALL_DB, BIG_DB):
+        for name in (MAIN_DB, SMALL_DB, BIG_DB, PURGE_DB):
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
@@ -200,6 +204,60 @@ def load_ledger(url: str, rows: int) -> None:
             {"prefix": "b", "amount": 500, "rows": rows},
         )
         conn.execute(ENTRIES_SQL)
+        conn.execute("ANALYZE")
+
+
+# The purge phase's expired rows: charges and refunds of their own (final, so the rule
+# keeps none of their events), four events a refund (expiry.LIFE), one delivery each.
+EXPIRED = "x"  # ids: ch_x..., re_x..., evt_x...
+EXPIRED_EVENTS_SQL = expiry.events_sql(
+    event_id="'evt_x' || lpad(i::text, 20, '0')",
+    charge_id="'ch_x' || lpad(((i + 3) / 4)::text, 20, '0')",
+    refund_id="'re_x' || lpad(((i + 3) / 4)::text, 20, '0')",
+    # Oldest first, as a database fills: past the retention by a day, then a second apart.
+    created_at="now() - make_interval(days => %(days)s + 1, secs => %(rows)s - i)",
+    rest="FROM generate_series(1, %(rows)s) AS i, "
+    "LATERAL (SELECT (%(life)s::text[])[1 + (i - 1) %% 4] AS e_type) AS t",
+)
+EXPIRED_DELIVERIES_SQL = expiry.deliveries_sql("left(e.id, 5) = 'evt_x'")
+
+
+def load_expired(url: str, events: int, endpoint: str, days: int) -> None:
+    """`events` events older than `days` (EVENT_RETENTION_DAYS) with one delivered delivery
+    each to `endpoint`, on events / 4 refunded charges of their own whose books agree."""
+    refunds = (events + 3) // 4
+    sample = refund_object(expiry.REFUND_STAND_IN, expiry.CHARGE_STAND_IN, int(time.time()))
+    charge = {
+        "id": expiry.CHARGE_STAND_IN,
+        "amount": 10_000,
+        "currency": "usd",
+        "metadata": {},
+        "description": "Order 1",
+        "customer": "cus_1",
+        "created_at": datetime.now(UTC),
+    }
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            CHARGES_SQL,
+            {**CHARGE_ROWS, "prefix": f"ch_{EXPIRED}", "amount": 10_000, "refunded": 500}
+            | {"rows": refunds},
+        )
+        conn.execute(
+            REFUNDS_SQL.replace("%(charge)s", f"'ch_{EXPIRED}' || lpad(i::text, 20, '0')"),
+            {"prefix": EXPIRED, "amount": 500, "rows": refunds},
+        )
+        conn.execute(f"{ENTRIES_SQL} WHERE left(id, 4) = 're_{EXPIRED}'")
+        conn.execute(
+            EXPIRED_EVENTS_SQL,
+            {
+                "rows": events,
+                "days": days,
+                "life": list(expiry.LIFE),
+                "refund_json": json.dumps(sample),
+                "charge_json": json.dumps(charge_object(charge, 500, sample)),
+            },
+        )
+        conn.execute(EXPIRED_DELIVERIES_SQL, {"endpoints": [endpoint]})
         conn.execute("ANALYZE")
 
 
@@ -480,6 +538,39 @@ def service_worker(url, hot, seconds, barrier, results, dispatch):
     results.put((done, latencies))
 
 
+def paced_worker(url, rate, offset, ready, go, stop, results):
+    """create_refund (inline, as production runs: sent and settled before it returns, the
+    simulated provider answering at once) on spread charges at `rate` a second until `stop`, each
+    due `offset` seconds into its interval after `go`; 0: back to back. Each sample is
+    (due, seconds from due to done): a refund that started late because the one before it
+    was slow counts its wait, as a client on a schedule would feel it."""
+    import random
+
+    django_setup(url, "inline")
+    from ledger_app.services.refunds import create_refund
+
+    rng = random.Random()
+    create_refund(charge_id=charge_for(False, rng), amount=1, source="api")  # warm up
+    ready.put(os.getpid())
+    go.wait()
+    interval = 1 / rate if rate else 0.0
+    due, samples = time.monotonic() + offset, []
+    while not stop.is_set():
+        if (wait := due - time.monotonic()) > 0:
+            time.sleep(wait)
+        started = due if rate else time.monotonic()
+        create_refund(
+            charge_id=charge_for(False, rng),
+            amount=1,
+            idempotency_key=uuid.uuid4().hex,
+            source="api",
+        )
+        ended = time.monotonic()
+        samples.append((started, ended - started))
+        due = due + interval if rate else ended
+    results.put(samples)
+
+
 def http_worker(base, key, seconds, barrier, results):
     """POST /v1/refunds back to back on one kept-alive connection. The client is Python's
     own http.client rather than requests: the clients share the server's two cores, and
@@ -679,6 +770,52 @@ def changelist_ms() -> dict:
     return timings
 
 
+def webhook_endpoint() -> str:
+    """An enabled endpoint for every event: the refund load's events get a delivery each,
+    as the expired ones have (the secret is encrypted by the model's field)."""
+    from ledger_app.models import WebhookEndpoint
+
+    endpoint = WebhookEndpoint.objects.create(
+        url="https://hooks.example.com/bench", enabled_events=["*"], secret="whsec_bench"
+    )
+    return endpoint.pk
+
+
+def purge_batch_plans() -> list[dict]:
+    """One batch of purge_expired's events, through the service itself (it stops after
+    one), with every statement it sent to the event and delivery tables, its time, and its
+    plan: EXPLAIN ANALYZE for a SELECT (run again: it reads the next batch), EXPLAIN for a
+    DELETE (its rows are gone by then; the plan is what it was)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from ledger_app.services import retention
+
+    asked = []
+
+    def after_one_batch() -> bool:
+        asked.append(1)
+        return len(asked) > 1
+
+    with CaptureQueriesContext(connection) as seen:
+        retention.purge_expired(kinds=["events"], should_stop=after_one_batch)
+    plans = []
+    with connection.cursor() as cursor:
+        for query in seen.captured_queries:
+            sql = query["sql"]
+            verb = sql.split(None, 1)[0].upper()
+            tables = ("ledger_app_event", "ledger_app_webhookdelivery")
+            if verb not in ("SELECT", "DELETE") or not any(t in sql for t in tables):
+                continue
+            explain = "EXPLAIN (ANALYZE, BUFFERS) " if verb == "SELECT" else "EXPLAIN "
+            cursor.execute(explain + sql)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            # The statement with its 1,000 ids shortened, for reading.
+            shown = re.sub(r"IN \(('[^']*'(, )?){3,}\)", "IN (...)", sql)
+            plans.append({"sql": shown, "ms": float(query["time"]) * 1000, "plan": plan})
+    return plans
+
+
 def bulk_has_jobs(url: str) -> bool:
     """Whether bulk_refund takes --jobs yet (it is being added alongside this bench)."""
     shown = subprocess.run(
@@ -762,6 +899,23 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--admin-in-flight", type=int, default=16)
     parser.add_argument("--admin-latency-ms", type=int, default=5000)
     parser.add_argument("--admin-settle", type=float, default=2.5)
+    parser.add_argument(
+        "--purge-events",
+        type=int,
+        default=1_000_000,
+        help="Expired events (each with one delivery) purge_expired removes in the purge phase.",
+    )
+    parser.add_argument(
+        "--purge-rate",
+        type=float,
+        default=50,
+        help="Refunds a second during the purge phase, from --purge-clients processes; 0: "
+        "back to back.",
+    )
+    parser.add_argument("--purge-clients", type=int, default=2)
+    parser.add_argument(
+        "--purge-baseline", type=float, default=30, help="Seconds of refunds before the purge."
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results.json")
     parser.add_argument(
         "--markdown", action="store_true", help="Also print the summary as a Markdown table."
@@ -776,7 +930,7 @@ def parse_args() -> argparse.Namespace:
         type=lambda text: text.split(","),
         default=[],
         help="Run only these phases (comma-separated: throughput, http_worker, http_inline, "
-        "admin, single, bulk, growth, felt); figures needing a phase left out are left out.",
+        "admin, single, bulk, growth, felt, purge); figures needing a phase left out are left out.",
     )
     parser.add_argument(
         "--drop-databases",
@@ -789,7 +943,8 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="A smoke run (make test runs it): 1 s runs, no repeats, 20,000 rows for "
         "growth, 500 bulk rows, 1,000 slow charges, a 2 s inline window, 30 admin GETs, 20 "
-        "single requests, 5 admin form refunds. Every phase runs; the figures are too rough "
+        "single requests, 5 admin form refunds, 20,000 expired events and a 2 s window "
+        "before the purge. Every phase runs; the figures are too rough "
         "to judge by.",
     )
     args = parser.parse_args()
@@ -799,6 +954,7 @@ def parse_args() -> argparse.Namespace:
         args.seconds, args.repeats, args.big, args.bulk_rows = 1, 1, 20_000, 500
         args.inline_warm, args.inline_seconds, args.admin_gets = 0.5, 2, 30
         args.single_requests, args.slow_charges, args.form_refunds = 20, 1_000, 5
+        args.purge_events, args.purge_baseline = 20_000, 2
     return args
 
 
@@ -1153,6 +1309,164 @@ def measure_felt(run: Run) -> None:
     )
 
 
+PURGE_APPLICATION = "bench_purge_expired"  # the purge's backend in pg_stat_activity
+
+
+def measure_purge(run: Run) -> None:
+    """Refund p99 while `manage.py purge_expired` removes --purge-events expired events and
+    their deliveries, against the same load without it: --purge-clients processes of
+    create_refund (worker mode) at --purge-rate a second, --purge-baseline s without the
+    purge, then for as long as the purge runs, in its own process; pg_stat_activity and
+    pg_locks sampled every 0.1 s throughout (expiry.LockWatch).
+
+    In a database of its own (100,000 charges, as the main one has), with inline refunds,
+    as production runs them: the earlier phases leave every worker-mode refund pending in
+    the main one, and the events' rule reads the refunds that are not final in each batch
+    (a first try there, with about 700 pending, took 625 ms a batch)."""
+    args = run.args
+    events, rate, clients = args.purge_events, args.purge_rate, args.purge_clients
+    days = int(os.environ.get("EVENT_RETENTION_DAYS", "30"))
+    pace = f"{rate:g}/s" if rate else "back to back"
+    run.section(
+        f"purge_expired under refund load: {events:,} expired events each with a delivery; "
+        f"create_refund from {clients} processes at {pace}"
+    )
+    url = fresh_database(run.server, PURGE_DB)
+    endpoint = measure_in_django(url, "webhook_endpoint")
+    began = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(CHARGES_SQL, {**CHARGE_ROWS, "rows": SPREAD_CHARGES})
+    # One batch more than measured: the plans below take the first through the service.
+    load_expired(url, events + 1000, endpoint, days)
+    loaded_s = time.perf_counter() - began
+    plans = measure_in_django(url, "purge_batch_plans")
+    seq_scans = [p["sql"][:60] for p in plans if "Seq Scan" in p["plan"]]
+    print(
+        f"  loaded in {loaded_s:.0f} s; one batch of events: "
+        + "; ".join(f"{p['sql'].split()[0]} {p['ms']:.1f} ms" for p in plans)
+        + f"; sequential scans: {', '.join(seq_scans) or 'none'}",
+        flush=True,
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        before = expired_rows(conn, days)
+        deadlocks = conn.execute(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()[0]
+    ctx = multiprocessing.get_context("spawn")
+    ready, results, go, stop = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
+    interval = 1 / rate * clients if rate else 0
+    procs = [
+        ctx.Process(
+            target=paced_worker,
+            args=(url, rate / clients, n * interval / clients, ready, go, stop, results),
+        )
+        for n in range(clients)
+    ]
+    with expiry.LockWatch(run.server, PURGE_DB, PURGE_APPLICATION) as watch:
+        for proc in procs:
+            proc.start()
+        wait_ready(ready, procs)
+        go.set()
+        start = time.monotonic()
+        time.sleep(args.purge_baseline)
+        purge_start = time.monotonic()
+        purge = subprocess.run(
+            [sys.executable, "manage.py", "purge_expired"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "DATABASE_URL": url, "PGAPPNAME": PURGE_APPLICATION},
+            timeout=3600,
+        )
+        purge_end = time.monotonic()
+        stop.set()
+        gathered = gather(results, procs, "paced_worker")
+    samples = [sample for worker in gathered for sample in worker]
+    without = [s for due, s in samples if start <= due < purge_start]
+    during = [s for due, s in samples if purge_start <= due < purge_end]
+    with psycopg.connect(url, autocommit=True) as conn:
+        after = expired_rows(conn, days)
+        deadlocks = (
+            conn.execute(
+                "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchone()[0]
+            - deadlocks
+        )
+    purge_s = purge_end - purge_start
+    removed = before["total"] - after["total"]
+    result = {
+        "events": before["events"],
+        "deliveries": before["deliveries"],
+        "rate_per_second": rate,
+        "clients": clients,
+        "load_seconds": loaded_s,
+        "baseline_seconds": purge_start - start,
+        "purge_seconds": purge_s,
+        "purge_exit_code": purge.returncode,
+        "purge_output": (purge.stdout + purge.stderr)[-2000:],
+        "rows_removed": removed,
+        "rows_per_second": removed / purge_s if purge_s else 0,
+        "expired_left": after["total"],
+        "refunds_without": len(without),
+        "refunds_during": len(during),
+        "p50_without_ms": percentile(without, 0.50),
+        "p99_without_ms": percentile(without, 0.99),
+        "p50_during_ms": percentile(during, 0.50),
+        "p99_during_ms": percentile(during, 0.99),
+        "max_during_ms": max(during, default=0) * 1000,
+        "without": watch.window(start, purge_start),
+        "during": watch.window(purge_start, purge_end),
+        "deadlocks": deadlocks,
+        "plans": plans,
+    }
+    result["p99_ratio"] = ratio(result["p99_during_ms"], result["p99_without_ms"])
+    run.results["purge_under_load"] = result
+    said = " / ".join(line.split(": ", 1)[-1] for line in purge.stdout.splitlines()[:1])
+    during_watch, without_watch = result["during"], result["without"]
+    print(
+        f"  purge_expired exited {purge.returncode} after {purge_s:.1f} s (start-up included): "
+        f"{removed:,} rows removed, {result['rows_per_second']:,.0f} rows/s; {said}\n"
+        f"  refunds without: {len(without)}, p50 {result['p50_without_ms']:.1f} ms, p99 "
+        f"{result['p99_without_ms']:.1f} ms; during: {len(during)}, p50 "
+        f"{result['p50_during_ms']:.1f} ms, p99 {result['p99_during_ms']:.1f} ms "
+        f"({result['p99_ratio']:.2f}x), max {result['max_during_ms']:.0f} ms\n"
+        f"  sampled every 0.1 s ({during_watch['samples']} samples during): purge's longest "
+        f"transaction {during_watch['purge_longest_transaction_ms']:.0f} ms; longest lock "
+        f"wait {during_watch['longest_lock_wait_ms']:.0f} ms during, "
+        f"{without_watch['longest_lock_wait_ms']:.0f} ms without; deadlocks {deadlocks}; "
+        f"expired rows left {after['total']}",
+        flush=True,
+    )
+
+
+def wait_ready(ready, procs, timeout: float = 300) -> None:
+    """Until each of `procs` has said it is ready (they keep running: gather would join
+    them); fails fast if one dies first."""
+    count, deadline = 0, time.monotonic() + timeout
+    while count < len(procs):
+        try:
+            ready.get(timeout=1)
+            count += 1
+        except queue.Empty:
+            failed = [proc.exitcode for proc in procs if proc.exitcode not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                for proc in procs:
+                    proc.kill()
+                raise RuntimeError(f"paced_worker: processes failed ({failed})") from None
+
+
+def expired_rows(conn, days: int) -> dict:
+    """Events past the retention and their deliveries, as this moment counts them."""
+    events, deliveries = conn.execute(
+        "WITH old AS (SELECT id FROM ledger_app_event "
+        "WHERE created_at < now() - make_interval(days => %(days)s)) "
+        "SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM ledger_app_webhookdelivery "
+        "WHERE event_id IN (SELECT id FROM old))",
+        {"days": days},
+    ).fetchone()
+    return {"events": events, "deliveries": deliveries, "total": events + deliveries}
+
+
 PHASES = {
     "throughput": measure_throughput,
     "http_worker": measure_http_worker,
@@ -1162,6 +1476,7 @@ PHASES = {
     "bulk": measure_bulk,
     "growth": measure_growth,
     "felt": measure_felt,
+    "purge": measure_purge,
 }
 
 
@@ -1186,6 +1501,13 @@ def broken(res: dict) -> list[str]:
             f"what users wait for: {felt['api_non_200']} API answers not 200, "
             f"{felt['admin_failures']} admin form refunds not made"
         )
+    purge = res.get("purge_under_load")
+    if purge and purge["purge_exit_code"] != 0:
+        faults.append(
+            f"purge_expired exited {purge['purge_exit_code']}: {purge['purge_output'][-500:]}"
+        )
+    if purge and purge["expired_left"]:
+        faults.append(f"purge_expired left {purge['expired_left']} expired events and deliveries")
     return faults
 
 
@@ -1282,6 +1604,24 @@ def summary_rows(res: dict, wait_budget: float) -> list[tuple[str, float, str, s
             ),
             ("admin refund form: page p99 ms", felt["admin_form_p99_ms"], "ms", INFO),
             ("admin refund form: submit p99 ms", felt["admin_submit_p99_ms"], "ms", INFO),
+        ]
+    if "purge_under_load" in res:
+        purge = res["purge_under_load"]
+        rows += [
+            ("refund p99 during purge_expired / without", purge["p99_ratio"], "", at_most(1.5)),
+            ("purge_expired rows/s under refund load", purge["rows_per_second"], "count", INFO),
+            (
+                "purge: longest lock wait ms (sampled 0.1 s)",
+                purge["during"]["longest_lock_wait_ms"],
+                "ms",
+                INFO,
+            ),
+            (
+                "purge: its longest transaction ms (sampled 0.1 s)",
+                purge["during"]["purge_longest_transaction_ms"],
+                "ms",
+                INFO,
+            ),
         ]
     if "bulk_refund" in res and "service_spread_worker" in res:
         bulk = res["bulk_refund"]
