@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 AXE_CORE := ~4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: run demo test soak bench bench-quick worker reconcile purge backup-check lint format lock clean
+.PHONY: run demo test soak bench bench-quick bench-year worker reconcile purge backup-check lint format lock clean
 
 # `make run`, `make worker`, `make reconcile` and `make purge` are the demo: development mode
 # (DJANGO_DEBUG=true: a per-checkout secret key in .secret_key) with the admin's second
@@ -92,6 +92,15 @@ bench: $(VENV)/.installed-dev
 # phase fails or the books disagree, never on a ratio (those are for quiet runs).
 bench-quick: $(VENV)/.installed-dev
 	$(THROWAWAY_KEY) $(BIN)/python -W ignore tests/bench/run.py --quick $(BENCH_ARGS)
+
+# A simulated year of refunds in a database of its own (tests/bench/year.py; docs/benchmarks.md,
+# "Data that expires"): table sizes after loading, after purge_expired and after VACUUM, and
+# the admin's event and delivery lists, the dashboard, verify_ledger and the restore drill
+# before and after. 360,000 refunds by default (a tenth of issue 32's year; docs/benchmarks.md
+# gives a run's time); YEAR_ARGS="--refunds 36000" for a smaller one. make test runs it at
+# 2,000 (tests/ops/test_benchmarks_run.py).
+bench-year: $(VENV)/.installed-dev
+	$(THROWAWAY_KEY) $(BIN)/python -W ignore tests/bench/year.py $(YEAR_ARGS)
 
 # Both workers in a loop, side by side: refunds to the provider, webhooks to their
 # endpoints (a slow receiver never holds up a refund). Ctrl-C or SIGTERM stops both; each
