@@ -1,4 +1,4 @@
-"""The purge phase's PostgreSQL side: the raw-SQL loaders of expired events and their
+"""The purge phase's and the year's PostgreSQL side: raw-SQL loaders of events and their
 deliveries (column lists from the models, columns.py), and LockWatch, which samples
 pg_stat_activity and pg_locks while refunds and purge_expired share the database.
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 
 import columns
 import psycopg
@@ -76,15 +77,16 @@ def deliveries_sql(where: str) -> str:
 
 class LockWatch:
     """Samples, every `interval` seconds, in the database `dbname`: how long the backend
-    named `application` (the purge's, through PGAPPNAME) has been in its transaction, and
-    the longest any backend has been waiting for a lock (pg_locks.waitstart) and how many
-    wait. `window(start, end)` gives the figures of the samples taken between two
+    named `application` (the purge's, through PGAPPNAME) has been in its transaction, the
+    longest any backend has been waiting for a lock (pg_locks.waitstart) and how many
+    wait, and what each other active backend was waiting for (its wait event, or "CPU"
+    when it had none). `window(start, end)` gives the figures of the samples taken between two
     time.monotonic() readings."""
 
     def __init__(self, server: dict, dbname: str, application: str, interval: float = 0.1):
         self.server, self.dbname, self.application = server, dbname, application
         self.interval = interval
-        self.samples: list[tuple[float, float, float, int]] = []
+        self.samples: list[tuple[float, float, float, int, list[str]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -106,16 +108,22 @@ class LockWatch:
         WHERE NOT l.granted AND a.datname = current_database()),
       (SELECT count(DISTINCT l.pid)
          FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-        WHERE NOT l.granted AND a.datname = current_database())
+        WHERE NOT l.granted AND a.datname = current_database()),
+      (SELECT array_agg(coalesce(wait_event_type || ':' || wait_event, 'CPU'))
+         FROM pg_stat_activity
+        WHERE datname = current_database() AND state = 'active'
+          AND application_name <> %(application)s AND pid <> pg_backend_pid())
     """
 
     def _watch(self) -> None:
         with psycopg.connect(dbname=self.dbname, autocommit=True, **self.server) as conn:
             while True:
-                xact, wait, waiting = conn.execute(
+                xact, wait, waiting, others = conn.execute(
                     self.SAMPLE, {"application": self.application}
                 ).fetchone()
-                self.samples.append((time.monotonic(), float(xact or 0), float(wait or 0), waiting))
+                self.samples.append(
+                    (time.monotonic(), float(xact or 0), float(wait or 0), waiting, others or [])
+                )
                 if self._stop.wait(self.interval):
                     return
 
@@ -129,4 +137,7 @@ class LockWatch:
             ),
             "longest_lock_wait_ms": max((s[2] for s in inside), default=0) * 1000,
             "most_backends_waiting": max((s[3] for s in inside), default=0),
+            # What the other backends at work (the refunds') were doing when sampled: on a
+            # core ("CPU": no wait event), or waiting for what (IO:WALSync, LWLock:...).
+            "others_at_work": dict(Counter(w for s in inside for w in s[4]).most_common(6)),
         }
