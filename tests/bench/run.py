@@ -259,7 +259,9 @@ def load_expired(url: str, events: int, endpoint: str, days: int) -> None:
             },
         )
         conn.execute(EXPIRED_DELIVERIES_SQL, {"endpoints": [endpoint]})
-        conn.execute("ANALYZE")
+        # As autovacuum leaves a database: otherwise it comes for the million new rows
+        # in the middle of the windows measured (a first 1M run's baseline p99 was 55 ms).
+        conn.execute("VACUUM (ANALYZE)")
 
 
 # --- the limit: the refund's own SQL through raw psycopg --------------------------------
