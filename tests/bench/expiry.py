@@ -79,14 +79,14 @@ class LockWatch:
     """Samples, every `interval` seconds, in the database `dbname`: how long the backend
     named `application` (the purge's, through PGAPPNAME) has been in its transaction, the
     longest any backend has been waiting for a lock (pg_locks.waitstart) and how many
-    wait, and what each other active backend was waiting for (its wait event, or "CPU"
-    when it had none). `window(start, end)` gives the figures of the samples taken between two
-    time.monotonic() readings."""
+    wait, what each other active backend was waiting for (its wait event, or "CPU" when
+    it had none), and how many checkpoints the server has begun. `window(start, end)`
+    gives the figures of the samples taken between two time.monotonic() readings."""
 
     def __init__(self, server: dict, dbname: str, application: str, interval: float = 0.1):
         self.server, self.dbname, self.application = server, dbname, application
         self.interval = interval
-        self.samples: list[tuple[float, float, float, int, list[str]]] = []
+        self.samples: list[tuple[float, float, float, int, list[str], int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -112,17 +112,25 @@ class LockWatch:
       (SELECT array_agg(coalesce(wait_event_type || ':' || wait_event, 'CPU'))
          FROM pg_stat_activity
         WHERE datname = current_database() AND state = 'active'
-          AND application_name <> %(application)s AND pid <> pg_backend_pid())
+          AND application_name <> %(application)s AND pid <> pg_backend_pid()),
+      (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)
     """
 
     def _watch(self) -> None:
         with psycopg.connect(dbname=self.dbname, autocommit=True, **self.server) as conn:
             while True:
-                xact, wait, waiting, others = conn.execute(
+                xact, wait, waiting, others, checkpoints = conn.execute(
                     self.SAMPLE, {"application": self.application}
                 ).fetchone()
                 self.samples.append(
-                    (time.monotonic(), float(xact or 0), float(wait or 0), waiting, others or [])
+                    (
+                        time.monotonic(),
+                        float(xact or 0),
+                        float(wait or 0),
+                        waiting,
+                        others or [],
+                        checkpoints,
+                    )
                 )
                 if self._stop.wait(self.interval):
                     return
@@ -140,4 +148,7 @@ class LockWatch:
             # What the other backends at work (the refunds') were doing when sampled: on a
             # core ("CPU": no wait event), or waiting for what (IO:WALSync, LWLock:...).
             "others_at_work": dict(Counter(w for s in inside for w in s[4]).most_common(6)),
+            # Checkpoints begun in the window (pg_stat_bgwriter): each writes out what the
+            # writes before it dirtied, and the refunds' commits wait on that I/O.
+            "checkpoints": inside[-1][5] - inside[0][5] if inside else 0,
         }

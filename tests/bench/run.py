@@ -261,7 +261,10 @@ def load_expired(url: str, events: int, endpoint: str, days: int) -> None:
         conn.execute(EXPIRED_DELIVERIES_SQL, {"endpoints": [endpoint]})
         # As autovacuum leaves a database: otherwise it comes for the million new rows
         # in the middle of the windows measured (a first 1M run's baseline p99 was 55 ms).
+        # Then a checkpoint, so that writing out the load is not what the refunds without
+        # the purge wait on (a second run's baseline p99 was 208 ms).
         conn.execute("VACUUM (ANALYZE)")
+        conn.execute("CHECKPOINT")
 
 
 # --- the limit: the refund's own SQL through raw psycopg --------------------------------
@@ -926,6 +929,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--purge-baseline", type=float, default=30, help="Seconds of refunds before the purge."
     )
+    parser.add_argument(
+        "--purge-warm",
+        type=float,
+        default=10,
+        help="Seconds of refunds before the baseline, not measured.",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results.json")
     parser.add_argument(
         "--markdown", action="store_true", help="Also print the summary as a Markdown table."
@@ -964,7 +973,7 @@ def parse_args() -> argparse.Namespace:
         args.seconds, args.repeats, args.big, args.bulk_rows = 1, 1, 20_000, 500
         args.inline_warm, args.inline_seconds, args.admin_gets = 0.5, 2, 30
         args.single_requests, args.slow_charges, args.form_refunds = 20, 1_000, 5
-        args.purge_events, args.purge_baseline = 20_000, 2
+        args.purge_events, args.purge_baseline, args.purge_warm = 20_000, 2, 0.5
     return args
 
 
@@ -1325,9 +1334,9 @@ PURGE_APPLICATION = "bench_purge_expired"  # the purge's backend in pg_stat_acti
 def measure_purge(run: Run) -> None:
     """Refund p99 while `manage.py purge_expired` removes --purge-events expired events and
     their deliveries, against the same load without it: --purge-clients processes of
-    create_refund (worker mode) at --purge-rate a second, --purge-baseline s without the
-    purge, then for as long as the purge runs, in its own process; pg_stat_activity and
-    pg_locks sampled every 0.1 s throughout (expiry.LockWatch).
+    create_refund (inline) at --purge-rate a second, --purge-warm s not measured, then
+    --purge-baseline s without the purge, then for as long as the purge runs, in its own
+    process; pg_stat_activity and pg_locks sampled every 0.1 s throughout (LockWatch).
 
     In a database of its own (100,000 charges, as the main one has), with inline refunds,
     as production runs them: the earlier phases leave every worker-mode refund pending in
@@ -1382,6 +1391,10 @@ def measure_purge(run: Run) -> None:
             proc.start()
         wait_ready(ready, procs)
         go.set()
+        # Not measured: the first refunds read back what loading the million pushed out of
+        # shared buffers (a run without this had a baseline p99 of 108 ms, 13 to 17 ms
+        # once warm).
+        time.sleep(args.purge_warm)
         start = time.monotonic()
         time.sleep(args.purge_baseline)
         purge_start = time.monotonic()
@@ -1451,7 +1464,8 @@ def measure_purge(run: Run) -> None:
         f"{without_watch['longest_lock_wait_ms']:.0f} ms without; deadlocks {deadlocks}; "
         f"expired rows left {after['total']}\n"
         f"  other backends at work, by wait event: {during_watch['others_at_work']} during, "
-        f"{without_watch['others_at_work']} without",
+        f"{without_watch['others_at_work']} without; checkpoints begun "
+        f"{during_watch['checkpoints']} during, {without_watch['checkpoints']} without",
         flush=True,
     )
 
