@@ -4,13 +4,14 @@ the serving model, every figure from one run (ratios to baselines measured in th
     python tests/bench/run.py [--quick] [--markdown] [--url postgres://root@127.0.0.1:5432/postgres]
                               [--clients 4] [--seconds 4] [--repeats 3] [--big 1000000] ...
 
-Creates its own databases (bench_refunds, bench_small, bench_big) on the server, loads
-them with SQL, measures, prints a summary (each figure with its target, met or MISSED)
-and writes bench-results.json. Throughputs are medians of --repeats runs of --seconds
+Creates its own databases (bench_refunds, bench_small, bench_big, bench_purge) on the
+server, loads them with SQL, measures, prints a summary (each figure with its target, met
+or MISSED) and writes bench-results.json. Throughputs are medians of --repeats runs of --seconds
 each, from --clients processes. The HTTP figures start gunicorn as `make run` does
 (gunicorn.conf.py: gthread processes x threads): worker mode; inline with a provider
 answering in 500 ms under 32 clients (Little's law: 32 / 0.5 s = 64/s at best); and the
-admin's refunds changelist while 16 refunds wait on a provider answering in 5 s.
+admin's refunds changelist while 16 refunds wait on a provider answering in 5 s. The
+purge phase times refunds while purge_expired removes a million expired events.
 docs/benchmarks.md explains each figure and what limits it.
 """
 
@@ -546,8 +547,8 @@ def service_worker(url, hot, seconds, barrier, results, dispatch):
 
 def paced_worker(url, rate, offset, ready, go, stop, results):
     """create_refund (inline, as production runs: sent and settled before it returns, the
-    simulated provider answering at once) on spread charges at `rate` a second until `stop`, each
-    due `offset` seconds into its interval after `go`; 0: back to back. Each sample is
+    simulated provider answering at once) on spread charges at `rate` a second until
+    `stop`, each due `offset` seconds into its interval after `go`; 0: back to back. Each sample is
     (due, seconds from due to done): a refund that started late because the one before it
     was slow counts its wait, as a client on a schedule would feel it."""
     import random
