@@ -44,6 +44,11 @@ JOB = "purge_expired"  # its JobLease row
 # Rows per batch: one short transaction each (milliseconds), so no lock is held for long
 # and a stop request or a lost lease ends the run between two batches.
 BATCH_SIZE = 1000
+# After each batch the run waits PAUSE times as long as the batch took: it deletes at most
+# half of the time, so the WAL it writes does not queue refunds' commits behind it (they
+# wait on its flushes, not on its locks: docs/benchmarks.md, Data that expires). 0: as
+# fast as it goes.
+PAUSE = 1.0
 # A run renews its lease with every batch; a process that dies frees the job this long after.
 LEASE_SECONDS = 300.0
 # The refund worker's schedule: a run when a whole run last finished this long ago (or
@@ -316,13 +321,15 @@ def purge_expired(
     dry_run: bool = False,
     days: Mapping[str, int] | None = None,
     batch_size: int = BATCH_SIZE,
+    pause: float = PAUSE,
     should_stop: Callable[[], bool] = lambda: False,
     lease_seconds: float = LEASE_SECONDS,
     on_kind: Callable[[Purged], None] = lambda purged: None,
 ) -> PurgeResult:
     """Removes what has expired of each of `kinds` (all by default), each kind's tables in
     batches of `batch_size` rows, oldest first by an indexed column: select the batch's ids,
-    delete them, commit; nothing else is held between batches. A kind is kept its setting's
+    delete them, commit; nothing else is held between batches, and the run waits `pause`
+    times as long as a batch took before the next. A kind is kept its setting's
     number of days (`days` overrides some), counted back from the run's start.
 
     One run at a time over every process and machine: the run claims the job's lease
@@ -336,15 +343,15 @@ def purge_expired(
     lease: it changes nothing another run could trip on). `on_kind` hears each kind as it
     ends."""
     unknown = [kind for kind in kinds if kind not in KINDS]
-    if unknown or batch_size < 1 or any(n < 1 for n in (days or {}).values()):
+    if unknown or batch_size < 1 or pause < 0 or any(n < 1 for n in (days or {}).values()):
         raise ValueError(f"purge_expired: unknown kinds {unknown} or a bound below 1")
     if dry_run:
-        return _run(kinds, days or {}, batch_size, should_stop, None, on_kind)
+        return _run(kinds, days or {}, (batch_size, pause), should_stop, None, on_kind)
     lease = job_leases.claim_lease(name=JOB, seconds=lease_seconds)
     if lease is None:
         return PurgeResult(dry_run=False, held_by=job_leases.lease_state(name=JOB))
     whole = set(kinds) == set(KINDS) and not days
-    return _run_under(lease, kinds, days or {}, batch_size, should_stop, on_kind, whole)
+    return _run_under(lease, kinds, days or {}, (batch_size, pause), should_stop, on_kind, whole)
 
 
 def purge_expired_if_due(
@@ -374,21 +381,21 @@ def purge_expired_if_due(
     def stop() -> bool:
         return should_stop() or time.monotonic() >= deadline
 
-    return _run_under(lease, tuple(KINDS), {}, BATCH_SIZE, stop, on_kind, True)
+    return _run_under(lease, tuple(KINDS), {}, (BATCH_SIZE, PAUSE), stop, on_kind, True)
 
 
 def _run_under(
     lease: job_leases.Lease,
     kinds: Sequence[str],
     days: Mapping[str, int],
-    batch_size: int,
+    pace: tuple[int, float],
     should_stop: Callable[[], bool],
     on_kind: Callable[[Purged], None],
     whole: bool,
 ) -> PurgeResult:
     result = PurgeResult(dry_run=False)
     try:
-        result = _run(kinds, days, batch_size, should_stop, lease, on_kind)
+        result = _run(kinds, days, pace, should_stop, lease, on_kind)
     finally:
         try:
             job_leases.release_lease(lease, finished=whole and result.finished)
@@ -400,11 +407,12 @@ def _run_under(
 def _run(
     kinds: Sequence[str],
     days: Mapping[str, int],
-    batch_size: int,
+    pace: tuple[int, float],
     should_stop: Callable[[], bool],
     lease: job_leases.Lease | None,
     on_kind: Callable[[Purged], None],
 ) -> PurgeResult:
+    """`pace`: the batch size, and the pause after each batch as a multiple of its time."""
     now = timezone.now()
     done: list[Purged] = []
     for name in kinds:
@@ -420,9 +428,7 @@ def _run(
         finished = True
         try:
             for table in kind.tables:
-                counts, finished = _purge_table(
-                    table, kind_now, cutoff, batch_size, should_stop, lease
-                )
+                counts, finished = _purge_table(table, kind_now, cutoff, pace, should_stop, lease)
                 tallies.append(Tally(table.noun, table.plural, counts[0]))
                 if table.dependents is not None:
                     tallies.append(Tally(table.dependents.noun, table.dependents.plural, counts[1]))
@@ -457,7 +463,7 @@ def _purge_table(
     table: Table,
     now: datetime,
     cutoff: datetime,
-    batch_size: int,
+    pace: tuple[int, float],
     should_stop: Callable[[], bool],
     lease: job_leases.Lease | None,
 ) -> tuple[tuple[int, int], bool]:
@@ -467,9 +473,11 @@ def _purge_table(
     if lease is None:
         dependents = table.dependents.count(expired) if table.dependents else 0
         return (expired.count(), dependents), True
+    batch_size, pause = pace
     deleted = dependents_deleted = 0
     cursor = None
     while not should_stop():
+        began = time.monotonic()
         with transaction.atomic(durable=True):
             if not job_leases.renew_lease(lease):
                 raise LeaseLost()
@@ -496,4 +504,6 @@ def _purge_table(
         if removed == 0:  # selected yet not deleted: never loop on it
             log.warning("purge_expired: a batch of %s deleted nothing; next kind", table.plural)
             return (deleted, dependents_deleted), True
+        if pause:
+            time.sleep(pause * (time.monotonic() - began))
     return (deleted, dependents_deleted), False

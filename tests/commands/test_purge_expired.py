@@ -80,6 +80,34 @@ class TestPurgeExpired:
         assert code == 2 and "--batch-size must be 1 to 100000" in err
         assert out == "" and ProviderEvent.objects.count() == 4
 
+    @pytest.mark.parametrize("pause", ["-0.5", "101", "nan", "inf"])
+    @pytest.mark.parametrize("name", ["purge_expired", "purge_idempotency_keys"])
+    def test_a_pause_out_of_bounds_is_refused_and_changes_nothing(
+        self, old_provider_events, name, pause
+    ):
+        code, out, err = run(name, "--pause", pause)
+
+        assert code == 2 and "--pause must be 0 to 100" in err
+        assert out == "" and ProviderEvent.objects.count() == 4
+        assert not JobLease.objects.exists()
+
+    @pytest.mark.parametrize(("args", "pause"), [((), 1.0), (("--pause", "0"), 0.0)])
+    def test_pauses_after_each_batch_as_long_as_it_took_unless_told_not_to(
+        self, old_provider_events, monkeypatch, args, pause
+    ):
+        clock = iter(range(0, 10_000, 3))  # each reading of the clock 3 s after the last
+        monkeypatch.setattr(retention.time, "monotonic", lambda: float(next(clock)))
+        slept: list[float] = []
+        monkeypatch.setattr(retention.time, "sleep", slept.append)
+
+        code, _, _ = run("purge_expired", "--batch-size", "1", *args)
+
+        assert code == 0 and list(ProviderEvent.objects.values_list("pk", flat=True)) == [
+            "evt_recent"
+        ]
+        # three batches of one provider event, each read 3 s apart on the clock
+        assert slept == ([3.0 * pause] * 3 if pause else [])
+
     def test_while_another_run_holds_the_job_it_says_so_and_exits_0(self, old_provider_events):
         other = job_leases.claim_lease(name=retention.JOB, seconds=300)
 

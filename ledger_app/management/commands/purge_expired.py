@@ -3,7 +3,7 @@ rate counters, sign-in records, the simulated provider's request log."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger_app.services.retention import BATCH_SIZE, Purged, PurgeResult, purge_expired
+from ledger_app.services.retention import BATCH_SIZE, PAUSE, Purged, PurgeResult, purge_expired
 
 
 class Command(BaseCommand):
@@ -31,12 +31,27 @@ class Command(BaseCommand):
             metavar="ROWS",
             help=f"Rows per batch, each in its own short transaction (default {BATCH_SIZE}).",
         )
+        parser.add_argument(
+            "--pause",
+            type=float,
+            default=PAUSE,
+            metavar="RATIO",
+            help="After each batch, wait RATIO times as long as it took, so refunds' commits "
+            f"do not queue behind the purge's writes (default {PAUSE:g}; 0: no pause).",
+        )
 
-    def handle(self, *args, dry_run, batch_size, **options):
+    def handle(self, *args, dry_run, batch_size, pause, **options):
+        self.check_pace(batch_size, pause)
+        result = purge_expired(
+            dry_run=dry_run, batch_size=batch_size, pause=pause, on_kind=self.say(dry_run)
+        )
+        self.finish(result)
+
+    def check_pace(self, batch_size: int, pause: float) -> None:
         if not 1 <= batch_size <= 100_000:
             raise CommandError("--batch-size must be 1 to 100000", returncode=2)
-        result = purge_expired(dry_run=dry_run, batch_size=batch_size, on_kind=self.say(dry_run))
-        self.finish(result)
+        if not 0 <= pause <= 100:  # NaN fails this too
+            raise CommandError("--pause must be 0 to 100", returncode=2)
 
     def say(self, dry_run: bool):
         heading = f"{self.prefix} (dry run)" if dry_run else self.prefix

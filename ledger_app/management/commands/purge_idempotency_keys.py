@@ -21,18 +21,18 @@ class Command(purge_expired.Command):
         super().add_arguments(parser)
         parser.add_argument("--older-than", type=int, default=None, metavar="DAYS")
 
-    def handle(self, *args, dry_run, batch_size, older_than, **options):
+    def handle(self, *args, dry_run, batch_size, pause, older_than, **options):
         if older_than is None:
             older_than = settings.IDEMPOTENCY_KEY_RETENTION_DAYS
         if not 1 <= older_than <= 36_500:
             raise CommandError("--older-than must be 1 to 36500 days", returncode=2)
-        if not 1 <= batch_size <= 100_000:
-            raise CommandError("--batch-size must be 1 to 100000", returncode=2)
+        self.check_pace(batch_size, pause)
         result = purge(
             kinds=["idempotency_keys"],
             days={"idempotency_keys": older_than},
             dry_run=dry_run,
             batch_size=batch_size,
+            pause=pause,
             on_kind=self.say(dry_run),
         )
         self.finish(result)
