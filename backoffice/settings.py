@@ -255,6 +255,11 @@ if LEDGER_GATEWAY == "stripe" and not STRIPE_API_KEY:
 STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
 GATEWAY_TIMEOUT_SECONDS = float(os.environ.get("GATEWAY_TIMEOUT_SECONDS", "10"))
 SIMULATED_GATEWAY_LATENCY_MS = int(os.environ.get("SIMULATED_GATEWAY_LATENCY_MS", "200"))
+# The simulated card network gives a succeeded refund's reference (ARN) this many seconds
+# after the refund was made, as real networks take a while; 0: at once, in its answer.
+SIMULATED_ARN_DELAY_SECONDS = int(os.environ.get("SIMULATED_ARN_DELAY_SECONDS", "60"))
+if SIMULATED_ARN_DELAY_SECONDS < 0:
+    raise ImproperlyConfigured("SIMULATED_ARN_DELAY_SECONDS must be 0 or more")
 # Where the simulated provider sends its webhooks (advance_simulated_provider,
 # simulate_dispute), signed with STRIPE_WEBHOOK_SECRET, as Stripe sends them: the server
 # `make run` serves.
@@ -479,6 +484,18 @@ API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "100/second")
 # Failed API authentications per client address (wrong or revoked keys); past it the
 # address is answered 429 until the period ends.
 API_AUTH_FAILURE_LIMIT = os.environ.get("API_AUTH_FAILURE_LIMIT", "20/minute")
+# The account's default Stripe API version (ledger_app/api_versions): what new API keys
+# answer in, and webhook endpoints created without `api_version` render events in. Empty:
+# the newest published version the server knows. A version it does not know stops start-up.
+DEFAULT_API_VERSION = os.environ.get("DEFAULT_API_VERSION", "").strip()
+if DEFAULT_API_VERSION:
+    from ledger_app.api_versions.published import PUBLISHED
+
+    if DEFAULT_API_VERSION not in PUBLISHED:
+        raise ImproperlyConfigured(
+            f"DEFAULT_API_VERSION must be a published Stripe API version such as "
+            f"{PUBLISHED[-1]}, not {DEFAULT_API_VERSION[:40]!r}"
+        )
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["ledger_app.api.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["ledger_app.api.authentication.ApiKeyPermission"],

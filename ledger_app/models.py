@@ -293,6 +293,14 @@ class Refund(ProviderMovement):
     provider_refund_id = models.CharField(
         max_length=255, blank=True, help_text="The provider's id, once it has answered."
     )
+    destination_reference = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The card network's reference for the refund (its acquirer reference "
+        "number, ARN), once the provider has it: what the customer's bank traces it by.",
+    )
     handled_at = models.DateTimeField(
         null=True, blank=True, help_text="When support marked this declined refund handled."
     )
@@ -557,7 +565,7 @@ class ApiKey(models.Model):
     read_only = models.BooleanField(default=False)
     api_version = models.CharField(
         max_length=32,
-        default=api_versions.LATEST,
+        default=api_versions.account_default,
         help_text="The Stripe API version its requests get without a Stripe-Version header.",
     )
     created_at = models.DateTimeField(default=timezone.now)
@@ -651,7 +659,7 @@ class WebhookEndpoint(models.Model):
     enabled_events = models.JSONField(default=list, help_text='Event types, or ["*"] for all.')
     api_version = models.CharField(
         max_length=32,
-        default=api_versions.LATEST,
+        default=api_versions.account_default,
         help_text="The Stripe API version its events are rendered in.",
     )
     description = models.TextField(blank=True)
@@ -672,7 +680,12 @@ class WebhookEndpoint(models.Model):
         return f"{self.id} {self.url}"
 
     def wants(self, event_type: str) -> bool:
-        return "*" in self.enabled_events or event_type in self.enabled_events
+        """Whether it is sent an event recorded as `event_type`: under the name its API
+        version gives that event (api_versions.told_as; some are not sent to older ones)."""
+        told = api_versions.told_as(self.api_version, event_type)
+        if told is None:
+            return False
+        return "*" in self.enabled_events or told in self.enabled_events
 
 
 class WebhookDelivery(models.Model):

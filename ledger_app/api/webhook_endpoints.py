@@ -21,7 +21,7 @@ from ledger_app.api.fields import (
     could_be_an_id,
 )
 from ledger_app.api.params import ListParams, Params, RetrieveParams, create_body
-from ledger_app.api.versions import StripeView, version_of
+from ledger_app.api.versions import StripeView
 from ledger_app.api.views import ERRORS, checked_params, listing, read_schema
 from ledger_app.models import WebhookEndpoint
 from ledger_app.selectors import webhook_endpoint, webhook_endpoints
@@ -61,8 +61,8 @@ class WebhookEndpointCreateParams(Params):
     metadata = Metadata(required=False, null_as_absent=True)
     api_version = Text(
         required=False,
-        help_text="The Stripe API version its events are rendered in; omitted: the "
-        "request's (its Stripe-Version, else the key's default).",
+        help_text="The Stripe API version its events are rendered in: any published one; "
+        "omitted: the account's default (DEFAULT_API_VERSION), as Stripe's.",
     )
     connect = OnlyValue(
         False,
@@ -177,7 +177,7 @@ class WebhookEndpointsView(StripeView):
             enabled_events=params["enabled_events"],
             description=params.get("description"),
             metadata=params.get("metadata"),
-            api_version=params.get("api_version", version_of(request)),
+            api_version=params.get("api_version"),
         )
         return Response(WebhookEndpointSerializer(endpoint, context={"with_secret": True}).data)
 

@@ -25,11 +25,13 @@ from django.db.models.functions import Coalesce
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
+from ledger_app import api_versions
 from ledger_app.errors import ResourceMissing
 from ledger_app.models import (
     ApiKey,
     Charge,
     Event,
+    EventType,
     IdempotencyRecord,
     LedgerEntry,
     MovementStatus,
@@ -423,10 +425,13 @@ def events_listed(
     type_name: str | None = None,
     types: list[str] | None = None,
     created: dict[str, int] | None = None,
+    version: str | None = None,
 ) -> QuerySet[Event]:
     """Events of a type (`charge.*`: every type under charge; `*`: all) or of any of
     `types`, created within `created` (see created_in), each with `pending_webhooks`: how
-    many of its deliveries are still pending."""
+    many of its deliveries are still pending. Types are as the API `version` names them
+    (api_versions.told_as): an older one calls some events otherwise, and is told none of
+    some others."""
     events = Event.objects.filter(created_in(created)).annotate(
         pending_webhooks=Count(
             "deliveries", filter=Q(deliveries__status=WebhookDelivery.Status.PENDING)
@@ -435,6 +440,20 @@ def events_listed(
     asked = [*(types or []), *([type_name] if type_name is not None else [])]
     if any(has_unstorable_characters(name) for name in asked):
         return events.none()  # no event has such a type (and PostgreSQL cannot compare it)
+
+    def wanted(told: str) -> bool:
+        if types is not None and told not in types:
+            return False
+        if type_name is None or type_name == "*":
+            return True
+        if type_name.endswith(".*"):
+            return told.startswith(type_name[:-1])
+        return told == type_name
+
+    recorded = list(EventType.values)
+    chosen = recorded if version is None else api_versions.recorded_types(version, recorded, wanted)
+    if version is not None and chosen != recorded:
+        return events.filter(type__in=chosen)
     if types is not None:
         events = events.filter(type__in=types)
     if type_name is not None and type_name != "*":

@@ -25,13 +25,15 @@ def _digest(secret: str) -> str:
 
 
 def create_api_key(
-    *, name: str, read_only: bool = False, api_version: str = api_versions.LATEST
+    *, name: str, read_only: bool = False, api_version: str | None = None
 ) -> tuple[ApiKey, str]:
-    """Mint a key, answering in `api_version` unless a request says otherwise; returns
-    the row and the secret, which is never stored or shown again."""
+    """Mint a key, answering in `api_version` (the account default when None) unless a
+    request says otherwise; returns the row and the secret, which is never stored or
+    shown again."""
     if not isinstance(name, str) or not 0 < len(name.strip()) <= 100:
         raise ValueError("an API key needs a name of 1 to 100 characters")
-    if not api_versions.is_supported(api_version):
+    answered = api_versions.chosen(api_version)
+    if answered is None:
         raise ValueError(api_versions.unsupported_message(str(api_version)))
     secret = "sk_" + "".join(secrets.choice(ALPHABET) for _ in range(SECRET_LENGTH))
     key = ApiKey.objects.create(
@@ -39,7 +41,7 @@ def create_api_key(
         prefix=secret[:PREFIX_LENGTH],
         secret_hash=_digest(secret),
         read_only=read_only,
-        api_version=api_version,
+        api_version=answered,
     )
     return key, secret
 

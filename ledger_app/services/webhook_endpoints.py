@@ -60,14 +60,16 @@ def create_endpoint(
     enabled_events: list[str],
     description: str | None = None,
     metadata: dict[str, str] | None = None,
-    api_version: str = api_versions.LATEST,
+    api_version: str | None = None,
 ) -> WebhookEndpoint:
     """A new enabled endpoint, with its signing secret (shown to the client only now).
-    It receives the events recorded from now on, rendered in `api_version`."""
-    if not api_versions.is_supported(api_version):
+    It receives the events recorded from now on, rendered in `api_version`: any published
+    version, or the account default (DEFAULT_API_VERSION) when None, as Stripe's."""
+    answered = api_versions.chosen(api_version)
+    if answered is None:
         raise errors.InvalidApiVersion(api_versions.unsupported_message(str(api_version)))
     endpoint = WebhookEndpoint(
-        api_version=api_version,
+        api_version=answered,
         url=check_url(url),
         enabled_events=check_enabled_events(enabled_events),
         description=validate_text(description, errors.InvalidDescription),

@@ -7,6 +7,7 @@ from urllib.parse import urlencode
 import pytest
 import stripe
 
+from ledger_app import api_versions
 from ledger_app.models import EventType, WebhookDelivery, WebhookEndpoint
 from ledger_app.services.refunds import create_refund
 from ledger_app.stripe_event_types import STRIPE_EVENT_TYPES
@@ -57,7 +58,7 @@ class TestWithTheStripeClient:
         assert fetched.description == "Orders service"
         assert fetched.metadata.to_dict() == {"team": "orders"}
         assert fetched.livemode is False
-        assert fetched.api_version == stripe.api_version  # the version it was made with
+        assert fetched.api_version == api_versions.LATEST  # the account's default
         assert WebhookEndpoint.objects.get(pk=created.id).secret == created.secret
 
     def test_list_update_and_delete(self, stripe_client, receiver):

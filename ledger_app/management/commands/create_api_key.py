@@ -16,10 +16,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--api-version",
-            choices=api_versions.SUPPORTED,
-            default=api_versions.LATEST,
-            help="The Stripe API version its requests get without a Stripe-Version header "
-            f"(default {api_versions.LATEST}).",
+            help="The Stripe API version its requests get without a Stripe-Version header: "
+            f"any published one (default the account's, DEFAULT_API_VERSION, else "
+            f"{api_versions.LATEST}).",
         )
 
     def handle(self, *args, name, read_only, api_version, **options):
