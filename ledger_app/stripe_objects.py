@@ -125,12 +125,21 @@ class RefundSerializer(StripeObject):
     id = serializers.CharField()
     object = serializers.CharField(read_only=True)
     amount = serializers.IntegerField(help_text="Minor units.")
+    application = Fixed()
     balance_transaction = Fixed()
     charge = ExpandableId("Charge", source="charge_id")
     created = serializers.IntegerField(read_only=True)
     currency = serializers.CharField()
     customer = Fixed()
     customer_account = Fixed()
+    destination_details = Fixed(
+        schema={"type": "object"},
+        help_text="Where the money goes back: a card (`type: card`), with the card "
+        "network's reference for the refund (`card.reference`, the acquirer reference "
+        "number a customer's bank traces it by) once the provider has it "
+        "(`card.reference_status`: pending, available, or unavailable for a refund that "
+        "failed or was canceled).",
+    )
     failure_reason = serializers.CharField(
         read_only=True,
         allow_null=True,
@@ -175,12 +184,14 @@ def render_refund(refund: Refund) -> dict[str, Any]:
         "id": refund.id,
         "object": "refund",
         "amount": refund.amount,
+        "application": None,
         "balance_transaction": None,
         "charge": refund.charge_id or None,
         "created": unix(refund.created_at),
         "currency": refund.currency,
         "customer": None,
         "customer_account": None,
+        "destination_details": destination_details(refund),
     }
     if status == Refund.Status.CANCELED:  # as Stripe shows a canceled refund
         shown["failure_reason"] = "merchant_request"
@@ -200,6 +211,32 @@ def render_refund(refund: Refund) -> dict[str, Any]:
         shown["pending_reason"] = "processing"
     shown.update(transfer_reversal=None, ledger_status=str(status))
     return shown
+
+
+def destination_details(refund: Refund) -> dict[str, Any]:
+    """Where a card refund goes back, as Stripe shows it: the network's reference (the
+    acquirer reference number) once the provider has given it. Before the refund is sent
+    and answered it is `pending`; a failed or canceled one has none to give."""
+    status = refund.status
+    card: dict[str, Any]
+    if status in (Refund.Status.FAILED, Refund.Status.CANCELED):
+        card = {"reference_status": "unavailable", "type": "refund"}
+    elif status != Refund.Status.SUCCEEDED:
+        card = {"reference_status": "pending", "type": "pending"}
+    elif refund.destination_reference:
+        card = {
+            "reference": refund.destination_reference,
+            "reference_status": "available",
+            "reference_type": "acquirer_reference_number",
+            "type": "refund",
+        }
+    else:
+        card = {
+            "reference_status": "pending",
+            "reference_type": "acquirer_reference_number",
+            "type": "refund",
+        }
+    return {"card": card, "type": "card"}
 
 
 def _metadata(metadata: dict[str, Any]) -> dict[str, Any]:
@@ -273,6 +310,7 @@ class ChargeSerializer(StripeObject):
     )
     review = Fixed()
     shipping = Fixed(schema=NULL_OBJECT)
+    source = Fixed(schema=NULL_OBJECT)
     source_transfer = Fixed()
     statement_descriptor = Fixed()
     statement_descriptor_suffix = Fixed()
@@ -348,6 +386,7 @@ def render_charge(charge: Charge, *, refunds: dict[str, Any] | None = None) -> d
     shown.update(
         review=None,
         shipping=None,
+        source=None,
         source_transfer=None,
         statement_descriptor=None,
         statement_descriptor_suffix=None,
@@ -373,47 +412,6 @@ def refund_list(charge: Charge, refunds: list[Refund], size: int) -> dict[str, A
         "has_more": len(refunds) > size,
         "url": f"/v1/charges/{charge.id}/refunds",
     }
-
-
-# A PaymentIntent's status from its latest charge's.
-INTENT_STATUS = {
-    MovementStatus.SUCCEEDED: "succeeded",
-    MovementStatus.FAILED: "requires_payment_method",  # declined: the customer tries again
-    MovementStatus.PENDING: "processing",
-    MovementStatus.UNKNOWN: "processing",
-}
-
-
-class PaymentIntentSerializer(serializers.Serializer):
-    """A PaymentIntent as the ledger knows it, read from its latest charge (the succeeded
-    one, else the newest): Stripe's id, amount, currency, status, latest_charge and
-    metadata (the charge's)."""
-
-    id = serializers.CharField(source="payment_intent")
-    object = serializers.SerializerMethodField()
-    amount = serializers.IntegerField(help_text="Minor units.")
-    amount_received = serializers.SerializerMethodField()
-    created = serializers.SerializerMethodField()
-    currency = serializers.CharField()
-    latest_charge = serializers.CharField(source="id")
-    livemode = Fixed(False, FALSE)
-    metadata = serializers.DictField(child=serializers.CharField())
-    status = serializers.SerializerMethodField(
-        help_text="succeeded, processing (its charge's outcome not known yet), or "
-        "requires_payment_method (its charge was declined)."
-    )
-
-    def get_object(self, charge) -> str:
-        return "payment_intent"
-
-    def get_amount_received(self, charge) -> int:
-        return charge.amount if charge.status == Charge.Status.SUCCEEDED else 0
-
-    def get_created(self, charge) -> int:
-        return unix(charge.created_at)
-
-    def get_status(self, charge) -> str:
-        return INTENT_STATUS[charge.status]
 
 
 class ChargeListSerializer(StripeList):
@@ -504,8 +502,8 @@ class EventListSerializer(StripeList):
 def current_shape(snapshot: dict[str, Any]) -> dict[str, Any]:
     """A snapshot as the API shows objects now. Events recorded before `ledger_status`
     existed showed our own statuses in `status` (unknown; pending with pending_reason
-    awaiting_approval), null failure and pending reasons, `destination_details: null`
-    and a charge's `source: null`: they are shown in Stripe's values."""
+    awaiting_approval), null failure and pending reasons and `destination_details:
+    null`: they are shown in Stripe's values."""
     if snapshot.get("object") not in ("refund", "charge") or "ledger_status" in snapshot:
         return snapshot
     shown = dict(snapshot)
@@ -522,7 +520,6 @@ def current_shape(snapshot: dict[str, Any]) -> dict[str, Any]:
         if shown.get("destination_details", "") is None:
             del shown["destination_details"]
     else:
-        shown.pop("source", None)
         refunds = shown.get("refunds")
         if isinstance(refunds, dict) and isinstance(refunds.get("data"), list):
             shown["refunds"] = {**refunds, "data": [current_shape(r) for r in refunds["data"]]}
@@ -592,7 +589,8 @@ MOVABLE_FIELDS = frozenset({"status", "status_detail", "amount_refunded", "metad
 def event_body(event: Event, version: str) -> str:
     """An event as a webhook delivery sends it, in its endpoint's API version
     (pending_webhooks as it is now)."""
-    return json.dumps(EventSerializer(event, context={"version": version}).data)
+    shown = EventSerializer(event, context={"version": version}).data
+    return json.dumps(api_versions.shown_in(shown, version))
 
 
 def in_version(

@@ -4,6 +4,7 @@ the ledger holds.
 - a refund: `charge` (the charge, as GET /v1/charges/{id} shows it) and `payment_intent`;
 - a charge: `refunds` (its 100 newest, rather than 10; stripe_objects.ChargeSerializer)
   and `payment_intent`;
+- a PaymentIntent: `latest_charge`;
 - a list: `data.<field>`, the same for every object of the page, fetched in one query per
   field for the page.
 
@@ -19,10 +20,12 @@ from django.db import DEFAULT_DB_ALIAS
 
 from ledger_app import api_versions
 from ledger_app.models import Charge
+from ledger_app.payment_intents import payment_intent_in
 from ledger_app.selectors import latest_charges_of, with_first_refunds
-from ledger_app.stripe_objects import EMBEDDED_REFUNDS, PaymentIntentSerializer, plain
+from ledger_app.stripe_objects import EMBEDDED_REFUNDS, plain
 
 REFUND_FIELDS = frozenset({"charge", "payment_intent"})
+INTENT_FIELDS = frozenset({"latest_charge"})
 CHARGE_FIELDS = frozenset({"refunds", "payment_intent"})
 # `refunds` is the serializer's own: it reads 100 refunds rather than 10.
 SERIALIZER_EXPANDS = frozenset({"refunds"})
@@ -48,26 +51,30 @@ def expand(
     objects, shown in the API `version` (in place; also returned)."""
     if "charge" in asked:
         _expand_charges(items, using, api_versions.embeds_refunds(version))
+    if "latest_charge" in asked:
+        _expand_charges(items, using, api_versions.embeds_refunds(version), "latest_charge")
     if "payment_intent" in asked:
-        _expand_intents(items, using)
+        _expand_intents(items, using, version)
     return items
 
 
-def _expand_charges(items: list[dict[str, Any]], using: str, embed_refunds: bool) -> None:
-    ids = {item["charge"] for item in items if isinstance(item.get("charge"), str)}
+def _expand_charges(
+    items: list[dict[str, Any]], using: str, embed_refunds: bool, field: str = "charge"
+) -> None:
+    ids = {item[field] for item in items if isinstance(item.get(field), str)}
     charges = list(Charge.objects.using(using).filter(pk__in=ids))
     if embed_refunds:
         charges = with_first_refunds(charges, EMBEDDED_REFUNDS + 1)
     shown = {c.pk: plain(c, embed_refunds=embed_refunds) for c in charges}
     for item in items:
-        if isinstance(item.get("charge"), str):
-            item["charge"] = shown[item["charge"]]
+        if isinstance(item.get(field), str):
+            item[field] = shown[item[field]]
 
 
-def _expand_intents(items: list[dict[str, Any]], using: str) -> None:
+def _expand_intents(items: list[dict[str, Any]], using: str, version: str) -> None:
     ids = {item["payment_intent"] for item in items if isinstance(item.get("payment_intent"), str)}
     latest = latest_charges_of(ids, using)
     for item in items:
         intent = item.get("payment_intent")
         if isinstance(intent, str) and intent in latest:
-            item["payment_intent"] = PaymentIntentSerializer(latest[intent]).data
+            item["payment_intent"] = payment_intent_in(latest[intent], version, using)

@@ -25,7 +25,7 @@ from rest_framework.fields import empty
 
 from ledger_app.api import parsing
 from ledger_app.api.errors import ApiError
-from ledger_app.api.expansion import CHARGE_FIELDS, REFUND_FIELDS, in_list
+from ledger_app.api.expansion import CHARGE_FIELDS, INTENT_FIELDS, REFUND_FIELDS, in_list
 from ledger_app.api.fields import (
     Amount,
     Choice,
@@ -148,6 +148,10 @@ class ChargeRetrieveParams(Params):
 
 class RefundRetrieveParams(Params):
     expand = Expand(allowed=REFUND_FIELDS)
+
+
+class PaymentIntentRetrieveParams(Params):
+    expand = Expand(allowed=INTENT_FIELDS)
 
 
 class RetrieveParams(Params):

@@ -26,6 +26,7 @@ from ledger_app.api.params import (
     ChargeRetrieveParams,
     EventListParams,
     Params,
+    PaymentIntentRetrieveParams,
     RefundCancelParams,
     RefundCreateParams,
     RefundListParams,
@@ -38,6 +39,7 @@ from ledger_app.api.params import (
 from ledger_app.api.versions import StripeView, version_of
 from ledger_app.errors import InvalidIdempotencyKey, ResourceMissing
 from ledger_app.models import PAYMENT_INTENT_ID, Charge, Event, Refund
+from ledger_app.payment_intents import PaymentIntentSerializer, payment_intent_in
 from ledger_app.replica import stale_ok
 from ledger_app.selectors import (
     charge_of_payment_intent,
@@ -63,7 +65,6 @@ from ledger_app.stripe_objects import (
     ErrorSerializer,
     EventListSerializer,
     EventSerializer,
-    PaymentIntentSerializer,
     RefundListSerializer,
     RefundSerializer,
     refunds_now_for,
@@ -400,7 +401,10 @@ class EventsView(StripeView):
     def get(self, request):
         params = checked_params(EventListParams, request.query_params)
         events = events_listed(
-            type_name=params.get("type"), types=params.get("types"), created=params.get("created")
+            type_name=params.get("type"),
+            types=params.get("types"),
+            created=params.get("created"),
+            version=version_of(request),
         )
         return stale_listing(
             request, events, params, EventSerializer, "/v1/events", prepare=refunds_now
@@ -420,9 +424,10 @@ class PaymentIntentView(StripeView):
 
     path_param = "payment_intent"
 
-    @read_schema("payment_intents_retrieve", PaymentIntentSerializer, RetrieveParams)
+    @read_schema("payment_intents_retrieve", PaymentIntentSerializer, PaymentIntentRetrieveParams)
     def get(self, request, intent_id: str):
-        checked_params(RetrieveParams, request.query_params)
+        params = checked_params(PaymentIntentRetrieveParams, request.query_params)
+        version = version_of(request)
 
         def intent(alias: str) -> dict:
             charge_id = (
@@ -433,7 +438,8 @@ class PaymentIntentView(StripeView):
             if charge_id is None:
                 raise not_found(intent_id, "payment_intent")
             charge = Charge.objects.using(alias).get(pk=charge_id)
-            return PaymentIntentSerializer(charge).data
+            shown = payment_intent_in(charge, version, alias)
+            return expansion.expand([shown], params.get("expand", set()), alias, version)[0]
 
         return Response(stale_ok(intent, missing=(ApiError,)))
 

@@ -24,10 +24,11 @@ REFERENCE = json.loads(
 SCHEMAS: dict[str, dict[str, Any]] = REFERENCE["schemas"]
 PARAMS: dict[str, list[str]] = SCHEMAS["params"]  # type: ignore[assignment]
 
-# Fields of our own, beside Stripe's (docs/api.md, "Fields of our own").
+# Fields of our own, beside Stripe's (docs/api.md, "Fields of our own"), and Stripe's own
+# fields newer than this file (stripe_fields_2026-11-18.json has them: stripe_fields.py).
 EXTENSIONS = {
-    "refund": {"ledger_status"},
-    "charge": {"ledger_status"},
+    "refund": {"ledger_status", "application"},
+    "charge": {"ledger_status", "source"},
 }
 
 

@@ -190,6 +190,10 @@ class TestEventsOfApiRequests:
         assert updated[0].data.object.id == refund.id
         assert updated[0].data.object.status == "succeeded"
         assert updated[0].data.previous_attributes.to_dict() == {
+            "destination_details": {
+                "card": {"reference_status": "pending", "type": "pending"},
+                "type": "card",
+            },
             "status": "pending",
             "ledger_status": "pending",
             "pending_reason": "processing",

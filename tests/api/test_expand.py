@@ -94,7 +94,7 @@ class TestLists:
             ("/v1/charges/{charge}", "charge"),
             ("/v1/refunds/{refund}", "charge.refunds"),  # one level only
             ("/v1/events", "data.object"),
-            ("/v1/payment_intents/{intent}", "latest_charge"),
+            ("/v1/payment_intents/{intent}", "latest_charge.refunds"),  # one level only
         ],
     )
     def test_anything_else_cannot_be_expanded(self, api, path, asked):

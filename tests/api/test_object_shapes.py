@@ -76,7 +76,9 @@ class TestValuesOfFieldsThatMeanNothingHere:
 
         assert refund.payment_intent == charge.payment_intent  # its charge's
         assert refund.balance_transaction is None
-        assert "destination_details" not in refund and "failure_reason" not in refund
+        assert "failure_reason" not in refund
+        assert refund.destination_details.type == "card"  # its acquirer reference to come
+        assert refund.destination_details.card.reference_status == "pending"
         assert "pending_reason" not in refund  # succeeded
         assert (fetched.livemode, fetched.disputed, fetched.fraud_details.to_dict()) == (
             False,

@@ -9,6 +9,7 @@ import stripe
 
 from ledger_app.models import Charge, IdempotencyRecord, Refund
 from ledger_app.services.charges import record_charge
+from tests.api.stripe_fields import problems
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.usefixtures("inline_dispatch", "ledger_invariants")
@@ -175,16 +176,22 @@ class TestListsAndLookups:
 
         intent = api.get(f"/v1/payment_intents/{charge.payment_intent}").json()
 
-        assert intent == {
+        known = {name: intent[name] for name in intent if intent[name] is not None}
+        assert known == {
             "id": charge.payment_intent,
             "object": "payment_intent",
             "amount": 1_500,
+            "amount_capturable": 0,
             "amount_received": 1_500,
+            "capture_method": "automatic",
+            "confirmation_method": "automatic",
             "created": int(charge.created_at.timestamp()),
             "currency": "eur",
             "latest_charge": charge.id,
             "livemode": False,
             "metadata": {"order": "A-1"},
+            "payment_method_types": ["card"],
             "status": "succeeded",
         }
+        assert problems(intent, "payment_intent") == []  # every field of Stripe's
         assert api.get(f"/v1/payment_intents/{charge.payment_intent}?x=1").status_code == 400

@@ -63,6 +63,10 @@ class TestCancel:
         assert waiting.decided_by == waiting.actor  # the requester took it back
         update = Event.objects.get(refund=waiting, type="refund.updated")
         assert update.previous_attributes == {
+            "destination_details": {
+                "card": {"reference_status": "pending", "type": "pending"},
+                "type": "card",
+            },
             "failure_reason": None,
             "ledger_status": "awaiting_approval",
             "status": "pending",
