@@ -29,7 +29,7 @@ LATEST = PUBLISHED[-1]
 LEGACY = "2020-08-27"
 ORDER = {version: index for index, version in enumerate(PUBLISHED)}
 # A version's form since 2024-09: a date and a release's name.
-NAMED_FORM = re.compile(r"(\d{4})-(\d{2})-(\d{2})\.[a-z]{1,20}\Z")
+NAMED_FORM = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})\.[a-z]{1,20}\Z")
 
 
 def resolve(asked: object) -> str | None:
