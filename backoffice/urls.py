@@ -41,4 +41,5 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),  # Prometheus (docs/operating/metrics.md)
 ]
 
+handler400 = "ledger_app.api.errors.bad_request"
 handler500 = "backoffice.request_id.server_error"

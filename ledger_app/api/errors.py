@@ -5,7 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
+from django.core.exceptions import (
+    DisallowedHost,
+    RequestDataTooBig,
+    SuspiciousOperation,
+    TooManyFieldsSent,
+)
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -170,6 +175,20 @@ DJANGO_ERRORS = [
     (TooManyFieldsSent, 400, "too_many_parameters", "Too many parameters."),
     (SuspiciousOperation, 400, "request_invalid", "The request was refused."),
 ]
+
+
+def bad_request(request, exception: Exception | None = None) -> Any:
+    """Django's own 400, for a request refused before any view (a `Host` not in
+    ALLOWED_HOSTS, say): Stripe's envelope on the API's paths, Django's page elsewhere."""
+    if not request.path.startswith("/v1/"):
+        from django.views.defaults import bad_request as page
+
+        return page(request, exception)
+    message = "The request was refused."
+    if isinstance(exception, DisallowedHost):
+        message = "The request's Host header names no host this server answers to."
+    answer = body(type=INVALID_REQUEST, code="request_invalid", message=message)
+    return JsonResponse(answer, status=400)
 
 
 def exception_handler(exc: Exception, context: dict) -> Response:

@@ -236,3 +236,27 @@ def test_json_nested_up_to_the_limit_is_parsed(api, path):
     error = assert_envelope(response, "POST", path)
     assert (response.status_code, error["code"]) == (400, "parameter_invalid")
     assert Refund.objects.count() == 0 and Charge.objects.count() == 1
+
+
+@pytest.mark.parametrize("path", ["/v1/refunds", "/v1/charges/ch_x", "/v1/nowhere"])
+def test_a_host_not_allowed_is_a_json_400_on_the_api(client, api_key, path):
+    response = client.post(
+        path,
+        "amount=1",
+        content_type="application/x-www-form-urlencoded",
+        HTTP_HOST="evil.example",
+        HTTP_AUTHORIZATION=f"Bearer {api_key}",
+    )
+
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/json"
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "request_invalid")
+    assert "Host" in error["message"]
+    assert Refund.objects.count() == 0
+
+
+def test_a_host_not_allowed_is_djangos_page_elsewhere(client):
+    response = client.get("/admin/login/", HTTP_HOST="evil.example")
+
+    assert response.status_code == 400 and "application/json" not in response["Content-Type"]
