@@ -4,6 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 AXE_CORE := ~4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
+# The client matrix's official stripe clients (tests/clients/), each from its lock file.
+CLIENTS := $(VENV)/clients
+NODE_CLIENTS := $(CLIENTS)/node/.installed
+PYTHON_CLIENT_OLDER := $(CLIENTS)/python-stripe-older/.installed
 
 .PHONY: run demo test soak bench bench-quick bench-year worker reconcile purge backup-check lint format lock clean
 
@@ -33,12 +37,15 @@ $(VENV)/.installed-dev: requirements/dev.txt pyproject.toml
 
 # The lock files from pyproject.toml's ranges: the newest versions they allow, for Python
 # 3.11 on any platform, with hashes. Run it after changing a dependency in pyproject.toml,
-# or to take new releases (then `make test`, and commit requirements/). LOCK_DIR writes
-# them elsewhere (the test of this target does).
+# or to take new releases (then `make test`, and commit requirements/ and
+# tests/clients/package-lock.json). It locks the client matrix's stripe clients too: the
+# older Python major (requirements/clients/) and both Node majors (tests/clients/, npm).
+# LOCK_DIR writes them all elsewhere (the test of this target does).
 UV_VERSION := 0.13.9
 LOCK_DIR ?= requirements
 LOCK_VENV ?= $(VENV)-lock
 LOCK_ARGS = --generate-hashes --universal --python-version 3.11 --quiet
+NODE_LOCK_DIR = $(if $(filter requirements,$(LOCK_DIR)),tests/clients,$(LOCK_DIR)/clients/node)
 lock:
 	$(PYTHON) -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/pip install --quiet uv==$(UV_VERSION)
@@ -47,6 +54,13 @@ lock:
 		--no-emit-package refund-backoffice -o $(LOCK_DIR)/base.txt
 	$(LOCK_VENV)/bin/uv pip compile pyproject.toml requirements/build.in --extra dev $(LOCK_ARGS) \
 		--no-emit-package refund-backoffice -o $(LOCK_DIR)/dev.txt
+	mkdir -p $(LOCK_DIR)/clients $(NODE_LOCK_DIR)
+	$(LOCK_VENV)/bin/uv pip compile requirements/clients/stripe-python-older.in $(LOCK_ARGS) \
+		-o $(LOCK_DIR)/clients/stripe-python-older.txt
+	@command -v npm >/dev/null || { echo "npm not found: it locks the Node clients (tests/clients/)"; exit 1; }
+	[ tests/clients -ef $(NODE_LOCK_DIR) ] || cp tests/clients/package.json $(NODE_LOCK_DIR)/
+	rm -f $(NODE_LOCK_DIR)/package-lock.json
+	cd $(NODE_LOCK_DIR) && npm install --package-lock-only --no-audit --no-fund --ignore-scripts --silent
 
 # axe-core (npm) for the browser accessibility tests, tests/browser/test_accessibility.py.
 # Its own target, so that a dev install made before it existed gets it too.
@@ -54,6 +68,22 @@ $(AXE):
 	@if command -v npm >/dev/null; then \
 		npm install --silent --no-audit --no-fund --prefix $(VENV)/node axe-core@$(AXE_CORE); \
 	else echo "npm not found: the accessibility tests will skip (and fail under CI=true)"; fi
+
+# The client matrix's stripe clients (tests/clients/test_client_matrix.py), from their
+# locks: both Node majors with `npm ci` (integrity hashes), the older Python major with
+# --require-hashes into a folder of its own (the newest is the project's own, in the venv).
+$(NODE_CLIENTS): tests/clients/package.json tests/clients/package-lock.json
+	@if command -v npm >/dev/null; then \
+		rm -rf $(CLIENTS)/node && mkdir -p $(CLIENTS)/node && \
+		cp tests/clients/package.json tests/clients/package-lock.json $(CLIENTS)/node/ && \
+		(cd $(CLIENTS)/node && npm ci --silent --no-audit --no-fund --ignore-scripts) && touch $@; \
+	else echo "npm not found: the Node clients of the client matrix will skip (and fail under CI=true)"; fi
+
+$(PYTHON_CLIENT_OLDER): requirements/clients/stripe-python-older.txt $(VENV)/.installed-dev
+	rm -rf $(@D)
+	$(BIN)/pip install --quiet --require-hashes --no-deps --target $(@D) \
+		-r requirements/clients/stripe-python-older.txt
+	touch $@
 
 # The demo's set-up, without serving: `.env` with the demo's switches (so that every
 # `manage.py` command in this checkout runs as the demo server does; the environment wins
@@ -74,7 +104,7 @@ run: demo
 	PROMETHEUS_MULTIPROC_DIR=$${PROMETHEUS_MULTIPROC_DIR:-$(CURDIR)/.prometheus} \
 	$(BIN)/gunicorn -c gunicorn.conf.py backoffice.wsgi --access-logfile -
 
-test: $(VENV)/.installed-dev $(AXE)
+test: $(VENV)/.installed-dev $(AXE) $(NODE_CLIENTS) $(PYTHON_CLIENT_OLDER)
 	scripts/run-tests
 
 # The reliability suites with soak sizes on PostgreSQL (about 35 minutes), and a summary
