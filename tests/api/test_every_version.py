@@ -17,6 +17,7 @@ from ledger_app.services.webhook_endpoints import create_endpoint
 from tests.api import test_stripe_conformance
 from tests.api.stripe_fields import problems
 from tests.factories import ChargeFactory
+from tests.processes import manage_alone
 from tests.webhooks.receiver import Receiver
 
 FORM = "application/x-www-form-urlencoded"
@@ -316,3 +317,14 @@ class TestTheCheckerCatches:
         assert "charge.card: always there in 2014-01-31, missing" in old
         assert any(line.startswith("charge.status: 'succeeded'") for line in old)
         assert any(line.startswith("charge.refunds: null") for line in old)
+
+
+@pytest.mark.parametrize("value", ["banana", "2027-01-27.fig", "2024-10-28"])
+def test_an_account_default_that_is_not_published_stops_start_up(value):
+    env = {"DJANGO_DEBUG": "true", "DJANGO_DOTENV": "false", "DEFAULT_API_VERSION": value}
+
+    result = manage_alone("check", env=env)
+
+    assert result.returncode != 0
+    assert "DEFAULT_API_VERSION must be a published Stripe API version" in result.stderr
+    assert manage_alone("check", env={**env, "DEFAULT_API_VERSION": "2024-06-20"}).returncode == 0
