@@ -103,6 +103,15 @@ def ledger_error_response(exc: errors.LedgerError, *, path_param: str | None = N
     return response
 
 
+# A card error's `code` where Stripe's is not `card_declined`: these decline codes are
+# codes of their own.
+CARD_ERROR_CODES = {
+    "expired_card": "expired_card",
+    "incorrect_cvc": "incorrect_cvc",
+    "processing_error": "processing_error",
+}
+
+
 def card_error_response(charge) -> Response:
     """Stripe's answer to a declined charge: 402 `card_error`, naming the charge (which
     stays retrievable, `status: failed`), `card_declined` with the provider's decline code
@@ -110,12 +119,13 @@ def card_error_response(charge) -> Response:
     from ledger_app.stripe_objects import FAILURE_CODE
 
     detail = charge.status_detail
+    decline = detail if FAILURE_CODE.match(detail) else "generic_decline"
     error = body(
         type="card_error",
-        code="card_declined",
+        code=CARD_ERROR_CODES.get(decline, "card_declined"),
         message=f"Your card was declined. The charge {charge.pk} failed.",
     )["error"]
-    error["decline_code"] = detail if FAILURE_CODE.match(detail) else "generic_decline"
+    error["decline_code"] = decline
     error["charge"] = charge.pk
     return Response({"error": error}, status=402)
 
