@@ -1,4 +1,5 @@
 import base64
+import json
 
 import pytest
 import stripe
@@ -6,7 +7,11 @@ from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 
 from ledger_app import api_versions
-from ledger_app.services.api_keys import create_api_key
+from ledger_app.models import ApiKey, Refund, RefundLimit
+from ledger_app.services.api_keys import PREFIX_LENGTH, create_api_key
+from ledger_app.services.approvals import reject_refund
+from tests.factories import LEADS_MIGRATION, migration_group
+from tests.services.people import staff
 
 
 @pytest.fixture
@@ -73,3 +78,47 @@ def wsgi_in_test_transaction(db, settings):
 @pytest.fixture
 def auth(api_key) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"}
+
+
+@pytest.fixture
+def every_refund_status(api, api_key, django_user_model, settings):
+    """A refund in each status the ledger has, made through the API (one waiting for
+    approval, one rejected), returned by ledger status."""
+    made = {}
+    for behaviour, status in (
+        ("succeed", "succeeded"),
+        ("decline", "failed"),
+        ("timeout", "unknown"),
+        ("pending_then_succeed", "unknown_provider_pending"),
+    ):
+        charge = _new_charge(api, simulate_refund=behaviour)
+        made[status] = _post(api, "/v1/refunds", {"charge": charge["id"], "amount": 100}).json()
+    settings.REFUND_DISPATCH = "worker"  # left for the worker to send: pending
+    charge = _new_charge(api)
+    made["pending"] = _post(api, "/v1/refunds", {"charge": charge["id"], "amount": 100}).json()
+    settings.REFUND_DISPATCH = "inline"
+    key = ApiKey.objects.get(prefix=api_key[:PREFIX_LENGTH])
+    RefundLimit.objects.create(api_key=key, currency="usd", per_refund=500, per_day=500)
+    charge = _new_charge(api)
+    made["awaiting_approval"] = _post(
+        api, "/v1/refunds", {"charge": charge["id"], "amount": 1_000}
+    ).json()
+    rejected = _post(api, "/v1/refunds", {"charge": charge["id"], "amount": 2_000}).json()
+    lead = staff(django_user_model, "conformance-lead", migration_group(LEADS_MIGRATION))
+    reject_refund(refund_id=rejected["id"], approver=lead, note="not ours")
+    made["canceled"] = api.get(f"/v1/refunds/{rejected['id']}").json()
+    stored = dict(
+        Refund.objects.filter(pk__in=[r["id"] for r in made.values()]).values_list("id", "status")
+    )
+    assert {stored[r["id"]] for r in made.values()} == set(made) - {"unknown_provider_pending"}
+    return made
+
+
+def _post(api, path: str, body: dict):
+    return api.post(path, json.dumps(body), content_type="application/json")
+
+
+def _new_charge(api, **metadata) -> dict:
+    return _post(
+        api, "/v1/charges", {"amount": 10_000, "currency": "usd", "metadata": metadata}
+    ).json()

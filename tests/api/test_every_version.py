@@ -14,14 +14,12 @@ from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.refunds import create_refund
 from ledger_app.services.webhook_delivery import deliver_due
 from ledger_app.services.webhook_endpoints import create_endpoint
-from tests.api import test_stripe_conformance
 from tests.api.stripe_fields import problems
 from tests.factories import ChargeFactory
 from tests.processes import manage_alone
 from tests.webhooks.receiver import Receiver
 
 FORM = "application/x-www-form-urlencoded"
-every_refund_status = test_stripe_conformance.every_refund_status  # a fixture
 NEWEST = api_versions.LATEST
 
 

@@ -9,12 +9,7 @@ import json
 import pytest
 from django.test import Client
 
-from ledger_app.models import ApiKey, Refund, RefundLimit
-from ledger_app.services.api_keys import PREFIX_LENGTH
-from ledger_app.services.approvals import reject_refund
 from tests.api.stripe_conformance import problems
-from tests.factories import LEADS_MIGRATION, migration_group
-from tests.services.people import staff
 
 pytestmark = pytest.mark.usefixtures("inline_dispatch", "ledger_invariants")
 JSON = "application/json"
@@ -27,40 +22,6 @@ def post(api, path: str, body: dict, **headers):
 def new_charge(api, **metadata) -> dict:
     response = post(api, "/v1/charges", {"amount": 10_000, "currency": "usd", "metadata": metadata})
     return response.json()
-
-
-@pytest.fixture
-def every_refund_status(api, api_key, django_user_model, settings):
-    """A refund in each status the ledger has, made through the API (one waiting for
-    approval, one rejected), returned by ledger status."""
-    made = {}
-    for behaviour, status in (
-        ("succeed", "succeeded"),
-        ("decline", "failed"),
-        ("timeout", "unknown"),
-        ("pending_then_succeed", "unknown_provider_pending"),
-    ):
-        charge = new_charge(api, simulate_refund=behaviour)
-        made[status] = post(api, "/v1/refunds", {"charge": charge["id"], "amount": 100}).json()
-    settings.REFUND_DISPATCH = "worker"  # left for the worker to send: pending
-    charge = new_charge(api)
-    made["pending"] = post(api, "/v1/refunds", {"charge": charge["id"], "amount": 100}).json()
-    settings.REFUND_DISPATCH = "inline"
-    key = ApiKey.objects.get(prefix=api_key[:PREFIX_LENGTH])
-    RefundLimit.objects.create(api_key=key, currency="usd", per_refund=500, per_day=500)
-    charge = new_charge(api)
-    made["awaiting_approval"] = post(
-        api, "/v1/refunds", {"charge": charge["id"], "amount": 1_000}
-    ).json()
-    rejected = post(api, "/v1/refunds", {"charge": charge["id"], "amount": 2_000}).json()
-    lead = staff(django_user_model, "conformance-lead", migration_group(LEADS_MIGRATION))
-    reject_refund(refund_id=rejected["id"], approver=lead, note="not ours")
-    made["canceled"] = api.get(f"/v1/refunds/{rejected['id']}").json()
-    stored = dict(
-        Refund.objects.filter(pk__in=[r["id"] for r in made.values()]).values_list("id", "status")
-    )
-    assert {stored[r["id"]] for r in made.values()} == set(made) - {"unknown_provider_pending"}
-    return made
 
 
 @pytest.mark.django_db(transaction=True)
