@@ -26,7 +26,7 @@ from ledger_app.stripe_objects import (
 )
 
 # A PaymentIntent's status from its latest charge's.
-INTENT_STATUS = {
+INTENT_STATUS: dict[str, str] = {
     MovementStatus.SUCCEEDED: "succeeded",
     MovementStatus.FAILED: "requires_payment_method",  # declined: the customer tries again
     MovementStatus.PENDING: "processing",
@@ -170,7 +170,7 @@ class PaymentIntentSerializer(serializers.Serializer):
     review = Fixed()
     setup_future_usage = Fixed()
     shipping = Fixed(schema=NULL_OBJECT)
-    source = Fixed()
+    source = Fixed()  # type: ignore[assignment]  # Stripe's field, declared (the metaclass takes it off the class)
     statement_descriptor = Fixed()
     statement_descriptor_suffix = Fixed()
     status = serializers.CharField(

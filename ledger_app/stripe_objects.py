@@ -310,7 +310,7 @@ class ChargeSerializer(StripeObject):
     )
     review = Fixed()
     shipping = Fixed(schema=NULL_OBJECT)
-    source = Fixed(schema=NULL_OBJECT)
+    source = Fixed(schema=NULL_OBJECT)  # type: ignore[assignment]  # Stripe's field, declared (the metaclass takes it off the class)
     source_transfer = Fixed()
     statement_descriptor = Fixed()
     statement_descriptor_suffix = Fixed()

@@ -187,7 +187,7 @@ DJANGO_ERRORS = [
 ]
 
 
-def bad_request(request, exception: Exception | None = None) -> Any:
+def bad_request(request, exception: Exception) -> Any:
     """Django's own 400, for a request refused before any view (a `Host` not in
     ALLOWED_HOSTS, say): Stripe's envelope on the API's paths, Django's page elsewhere."""
     if not request.path.startswith("/v1/"):

@@ -61,7 +61,7 @@ def _intent_before_payment_methods(intent: dict[str, Any]) -> dict[str, Any]:
         ("next_source_action" if name == "next_action" else name): value
         for name, value in intent.items()
     }
-    status = shown.get("status")
+    status = str(shown.get("status"))
     shown["status"] = INTENT_STATUSES_BEFORE_2019_02_11.get(status, status)
     return shown
 
