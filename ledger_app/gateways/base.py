@@ -32,11 +32,15 @@ class IdempotencyKeyConflict(OutcomeUnknown):
 
 @dataclass(frozen=True)
 class ProviderAnswer:
-    """The provider's own word on a refund or a capture."""
+    """The provider's own word on a refund or a capture. `reference`: a succeeded card
+    refund's acquirer reference number (ARN), once the card network has given it (some
+    time after the refund succeeded); empty before, and for anything else. Adapters pass
+    what the provider said through `ledger_app.card_references`."""
 
     verdict: Verdict
     provider_id: str = ""
     decline_reason: str = ""
+    reference: str = ""
 
 
 class RefundParams(TypedDict):

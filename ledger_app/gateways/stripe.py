@@ -21,6 +21,9 @@ How Stripe's answers map onto the port (only Stripe's own "no" is a decline):
 | AuthenticationError, PermissionError, any other |                                      |
 | StripeError                                     |                                      |
 
+A succeeded refund's answer carries its `destination_details.card.reference` (the ARN),
+when Stripe has it and it passes `card_references.card_reference`; else none.
+
 Lookups (the reconciler's questions) list the charge's refunds, or search charges, by the
 ledger id in their metadata. No match is None: Stripe never applied it. Any error at all,
 including a 400/404, raises OutcomeUnknown: a lookup never concludes "not applied" from a
@@ -35,11 +38,13 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any, Unpack, cast
 
 import requests
 import stripe
 
+from ledger_app.card_references import card_reference
 from ledger_app.gateways.base import (
     ChargeLookupParams,
     ChargeParams,
@@ -218,7 +223,18 @@ def _answer(obj: Any, what: str, declined: set[str], reason_field: str) -> Provi
 
 
 def _refund_answer(refund: Any) -> ProviderAnswer:
-    return _answer(refund, "refund", REFUND_DECLINED, "failure_reason")
+    answer = _answer(refund, "refund", REFUND_DECLINED, "failure_reason")
+    if answer.verdict != "succeeded":
+        return answer
+    return replace(answer, reference=_destination_reference(refund))
+
+
+def _destination_reference(refund: Any) -> str:
+    """The refund's card reference (ARN), guarded; "" when Stripe gives none."""
+    details = _field(refund, "destination_details")
+    if isinstance(details, stripe.StripeObject):
+        details = details.to_dict()  # plain JSON, as the guard reads it
+    return card_reference(details)
 
 
 def _charge_answer(charge: Any) -> ProviderAnswer:

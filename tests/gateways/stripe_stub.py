@@ -37,6 +37,7 @@ class StripeStub:
         self.requests: list[dict] = []
         self.charges: dict[str, dict] = {}
         self.refunds: dict[str, dict] = {}
+        self.destination_details: object = None  # put on each refund made, when set
         self._idempotency: dict[str, tuple[str, int, dict]] = {}
         self._scripts: dict[tuple[str, str], deque] = defaultdict(deque)
         self._ids = itertools.count(1)
@@ -133,6 +134,8 @@ class StripeStub:
             "status": status,
             "failure_reason": "expired_or_canceled_card" if status == "failed" else None,
         }
+        if self.destination_details is not None:
+            refund["destination_details"] = self.destination_details
         if status not in ("failed", "canceled"):
             charge["amount_refunded"] += refund["amount"]
         self.refunds[refund["id"]] = refund
