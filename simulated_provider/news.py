@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from ledger_app.models import OPEN_DISPUTE_STATUSES, Charge
 from ledger_app.services.webhook_delivery import signature_header
+from simulated_provider.card_network import destination_details
 from simulated_provider.models import ProviderRefund
 
 Status = ProviderRefund.Status
@@ -63,6 +64,7 @@ def event_about(record: ProviderRefund, event_type: str) -> dict:
             "currency": record.currency,
             "status": str(record.status),
             "failure_reason": record.decline_reason or None,
+            "destination_details": destination_details(record),
             "metadata": record.metadata,
         },
     )

@@ -12,6 +12,9 @@ Behaviours come from metadata, for demos and tests:
   Stripe-shaped events through the inbound webhook path;
 - the charge request's `simulate_charge`: the same values, for captures;
 - the charge's `simulate_lookup`: answer (default) or unavailable (lookups cannot say).
+A succeeded refund's answer carries its card network reference (ARN) once the simulated
+card network has given it, SIMULATED_ARN_DELAY_SECONDS after the refund was made
+(simulated_provider/card_network.py): so a lookup after that has it, the first answer not.
 A real provider knows its own charges; this one reads the charge's metadata from the ledger.
 """
 
@@ -41,6 +44,7 @@ from ledger_app.gateways.base import (
     Verdict,
 )
 from ledger_app.models import Charge, new_id
+from simulated_provider.card_network import acquirer_reference
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 
 Status = ProviderRefund.Status
@@ -177,7 +181,8 @@ def _answer(record: ProviderRefund | ProviderCharge) -> ProviderAnswer:
     if record.status == Status.PENDING:
         raise OutcomeUnknown(f"simulated provider: {record.provider_id} is still pending")
     verdict: Verdict = "succeeded" if record.status == Status.SUCCEEDED else "declined"
-    return ProviderAnswer(verdict, record.provider_id, record.decline_reason)
+    reference = acquirer_reference(record) if isinstance(record, ProviderRefund) else ""
+    return ProviderAnswer(verdict, record.provider_id, record.decline_reason, reference)
 
 
 def _lookup(
