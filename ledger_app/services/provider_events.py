@@ -11,7 +11,9 @@ one cannot move a refund backwards. Charges likewise.
 Which refund an object is (`_not_this`, under the rows' locks): the one holding its
 provider id; or, while a refund has no provider id yet, the one its
 `metadata.ledger_refund_id` names, if the object's charge, amount and currency are that
-refund's. An event about anything else is acknowledged, stored and changes nothing. The
+refund's. A succeeded refund's event may carry its card reference (ARN) in
+`destination_details`: a refund that has none yet keeps it (`settle_locked_refund`). An
+event about anything else is acknowledged, stored and changes nothing. The
 event is stored in the same transaction as its effect, so it is applied at most once and
 a failed effect leaves it to be sent again.
 """
@@ -27,6 +29,7 @@ from typing import Any, cast
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from ledger_app.card_references import card_reference
 from ledger_app.models import (
     DISPUTE_STATUSES,
     Charge,
@@ -155,21 +158,26 @@ def _apply(obj: dict[str, Any]) -> Applied:
     status = kind.final.get(said) if isinstance(said, str) else None
     if status is None:
         return Applied(f"{kind.name} {item.pk}: provider says {_shown(said)}; nothing changes")
-    outcome = Outcome(status, provider_id, _reason(obj, kind.reason_field))
-    before = item.status
+    # A refund's card reference (ARN), guarded there: refund.updated carries it when the
+    # card network gives it; the settle records it on a succeeded refund that has none.
+    reference = card_reference(obj.get("destination_details")) if kind.names_charge else ""
+    outcome = Outcome(status, provider_id, _reason(obj, kind.reason_field), reference)
+    before, noted = item.status, ""
     after: Refund | Charge
-    if kind.names_charge:
+    if isinstance(item, Refund):
+        had = item.destination_reference
         after = settle_locked_refund(
             charge=charge,
-            refund=cast(Refund, item),
+            refund=item,
             outcome=outcome,
             actor=ACTOR,
             reversal=True,
             endpoints=endpoints,
         )
+        noted = ", card reference recorded" if after.destination_reference != had else ""
     else:
         after = settle_locked_charge(charge=charge, outcome=outcome, actor=ACTOR)
-    return Applied(f"{kind.name} {item.pk}: {before} -> {after.status}")
+    return Applied(f"{kind.name} {item.pk}: {before} -> {after.status}{noted}")
 
 
 def _apply_dispute(obj: dict[str, Any]) -> Applied:

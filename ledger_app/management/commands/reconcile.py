@@ -18,7 +18,8 @@ class Command(BaseCommand):
         "stale, by asking the provider. What the provider has no record of is sent again "
         "with its same key; what it cannot answer stays as it is. Then ask again about "
         "refunds that succeeded within RECONCILE_RECHECK_HOURS: one the provider now says "
-        "failed moves to failed and its amount is released."
+        "failed moves to failed and its amount is released; one it now gives a card "
+        "reference (ARN) for records it."
     )
 
     def add_arguments(self, parser):

@@ -154,8 +154,9 @@ def recheck_refund(refund_id: str, *, gateway: Gateway | None = None) -> Refund:
     """Ask the provider again about a refund it accepted, in case it failed since (a closed
     or expired card) and the webhook saying so never arrived. Only asks, never sends: its
     record saying declined moves the refund to failed and releases the amount
-    (`settle_refund(reversal=True)`); anything else (still succeeded, no record, no
-    answer) leaves it as it is."""
+    (`settle_refund(reversal=True)`); its record saying succeeded with a card reference
+    (ARN) the refund does not hold yet records it (written once, never replaced);
+    anything else (still succeeded, no record, no answer) leaves it as it is."""
     refund = _REFUND.fetch(refund_id)
     if refund.status != SUCCEEDED:
         return refund
@@ -164,15 +165,17 @@ def recheck_refund(refund_id: str, *, gateway: Gateway | None = None) -> Refund:
     except OutcomeUnknown as exc:
         log.info("refund %s: provider cannot say (%s); left succeeded", refund_id, exc)
         return refund
-    if answer is None or answer.verdict == "succeeded":
+    if answer is None:
         return refund
+    if answer.verdict == "succeeded" and answer.reference in ("", refund.destination_reference):
+        return refund  # nothing new: no lock taken
     outcome = _outcome_of(answer)
     return settle_refund(refund_id=refund_id, outcome=outcome, actor="reconcile", reversal=True)
 
 
 def _outcome_of(answer: ProviderAnswer) -> Outcome:
     if answer.verdict == "succeeded":
-        return Outcome(SUCCEEDED, answer.provider_id)
+        return Outcome(SUCCEEDED, answer.provider_id, reference=answer.reference)
     return Outcome(FAILED, answer.provider_id, answer.decline_reason or "declined")
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from ledger_app import faults
+from ledger_app.card_references import guarded_reference
 from ledger_app.models import (
     Charge,
     EventType,
@@ -47,6 +48,7 @@ class Outcome:
     status: str  # succeeded, failed or unknown
     provider_id: str = ""
     detail: str = ""
+    reference: str = ""  # a succeeded card refund's ARN, when the provider gave one
 
 
 def settle_refund(
@@ -62,7 +64,9 @@ def settle_refund(
     amount stays reserved. Each move appends `refund.updated` (and `refund.failed`).
     `reversal`: the provider's own later word (a webhook, a re-check) may also move a
     succeeded refund to failed, which releases its amount the same way. `charge_id`, when
-    the caller has the refund already (a refund's charge never changes), saves reading it."""
+    the caller has the refund already (a refund's charge never changes), saves reading it.
+    A succeeded refund also takes the outcome's card reference, if it has none yet
+    (`_note_reference`), with or without a move."""
     if charge_id is None:
         charge_id = Refund.objects.values_list("charge_id", flat=True).get(pk=refund_id)
     with transaction.atomic(durable=True):
@@ -101,11 +105,14 @@ def settle_locked_refund(
     event is about this refund at all, and store the event with its effect)."""
     faults.checkpoint("refund.settle_locked")
     previous = _move(refund, outcome, REVERSIBLE if reversal else FORWARD)
+    noted = ["destination_reference"] if _note_reference(refund, outcome) else []
     if previous is None:
+        if noted:  # the reference alone: not a move, so no ledger entry and no event
+            sql_writes.execute_together([sql_writes.update(refund, noted)])
         return refund
     refund.charge = charge
     statements: list[sql_writes.Statement | None] = [
-        sql_writes.update(refund, MOVED_FIELDS[Refund])
+        sql_writes.update(refund, MOVED_FIELDS[Refund] + noted)
     ]
     if outcome.status == SUCCEEDED:
         statements.append(_book(charge, refund, LedgerEntry.Kind.REFUND_SUCCEEDED, actor))
@@ -121,6 +128,27 @@ def settle_locked_refund(
     statements += events.event_writes(told, endpoints=endpoints)
     sql_writes.execute_together(statements)  # one round trip on PostgreSQL
     return refund
+
+
+def _note_reference(refund: Refund, outcome: Outcome) -> bool:
+    """Put the provider's card reference (ARN) on the locked refund if it succeeded and has
+    none yet: written once, never replaced. The caller writes `destination_reference`
+    (without `updated_at`, which says when the refund was last settled: the re-check's
+    window counts from it). Whether it was put there."""
+    reference = guarded_reference(outcome.reference)
+    if not reference or outcome.status != SUCCEEDED or refund.status != SUCCEEDED:
+        return False
+    if refund.destination_reference:
+        if refund.destination_reference != reference:
+            log.warning(
+                "refund %s: the provider now gives card reference %s; it keeps %s",
+                refund.pk,
+                reference,
+                refund.destination_reference,
+            )
+        return False
+    refund.destination_reference = reference
+    return True
 
 
 def _book(
