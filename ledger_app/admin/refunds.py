@@ -30,6 +30,7 @@ FIELDS = (
     "created_by",
     "provider_idempotency_key",
     "provider_refund_id",
+    "destination_reference",
     "dispatch_attempts",
     "leased_until",
     "handled_at",
@@ -42,9 +43,11 @@ FIELDS = (
     "created_at",
     "updated_at",
 )
-# The page shows the amount in its currency's format; the export writes it both in minor
-# units and formatted, and leaves out the lease (a sender's moment, not the refund's).
-SHOWN = ["amount_display" if name == "amount" else name for name in FIELDS]
+# The page shows the amount in its currency's format and the card reference with what it
+# waits for; the export writes the amount both in minor units and formatted, the reference
+# as stored, and leaves out the lease (a sender's moment, not the refund's).
+ON_PAGE = {"amount": "amount_display", "destination_reference": "reference_display"}
+SHOWN = [ON_PAGE.get(name, name) for name in FIELDS]
 EXPORTED = tuple(
     column
     for name in FIELDS
@@ -98,6 +101,16 @@ class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     @admin.display(description="By", ordering="actor")
     def actor_display(self, obj: Refund) -> str:
         return clipped(obj.actor, "text")
+
+    @admin.display(description="Card network reference (ARN)")
+    def reference_display(self, obj: Refund) -> str:
+        """What support reads out to a customer whose bank traces the refund: the card
+        network's acquirer reference number, once the provider has given it."""
+        if obj.destination_reference:
+            return obj.destination_reference
+        if obj.status == Refund.Status.SUCCEEDED:
+            return "pending from the card network"
+        return self.get_empty_value_display()  # no card reference to wait for
 
     @admin.display(description="Status detail")
     def detail_display(self, obj: Refund) -> str:
