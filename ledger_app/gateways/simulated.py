@@ -10,7 +10,10 @@ Behaviours come from metadata, for demos and tests:
   (succeeds; it fails later, as a refund to a closed card does). "Later" is when
   `manage.py advance_simulated_provider` runs: it settles them and sends the news as
   Stripe-shaped events through the inbound webhook path;
-- the charge request's `simulate_charge`: the same values, for captures;
+- the charge request's `simulate_charge`: the same values, for captures; and its
+  `source`, when it is one of Stripe's test tokens that decline (tok_chargeDeclined,
+  tok_chargeDeclinedInsufficientFunds, ...: simulated_provider/decline_tokens.py), is
+  declined with that token's decline code;
 - the charge's `simulate_lookup`: answer (default) or unavailable (lookups cannot say).
 A succeeded refund's answer carries its card network reference (ARN) once the simulated
 card network has given it, SIMULATED_ARN_DELAY_SECONDS after the refund was made
@@ -45,6 +48,7 @@ from ledger_app.gateways.base import (
 )
 from ledger_app.models import Charge, new_id
 from simulated_provider.card_network import acquirer_reference
+from simulated_provider.decline_tokens import decline_code
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 
 Status = ProviderRefund.Status
@@ -91,6 +95,9 @@ class SimulatedGateway(Gateway):
     def charge(self, **request: Unpack[ChargeParams]) -> ProviderAnswer:
         metadata, description = request["metadata"], request["description"]
         behaviour = metadata.get("simulate_charge", "succeed")
+        declined = decline_code(metadata.get("source"))  # Stripe's test tokens that decline
+        if declined is not None:
+            behaviour = "decline"
         record = self._apply(
             ProviderCharge,
             "charge",
@@ -104,6 +111,7 @@ class SimulatedGateway(Gateway):
                 "metadata": metadata,
             },
             description=description,
+            **({"decline_reason": declined} if declined else {}),
         )
         return _answer(record)
 
@@ -159,6 +167,7 @@ def _record(
 ) -> ProviderRefund | ProviderCharge:
     """What the provider applies under this key: made once; the same key again finds it."""
     status = {"decline": Status.DECLINED, "pending_then_succeed": Status.PENDING}
+    reason = fields.pop("decline_reason", "simulated_decline")
     try:
         with transaction.atomic():
             return model.objects.create(
@@ -168,7 +177,7 @@ def _record(
                 amount=params["amount"],
                 currency=params["currency"],
                 status=status.get(behaviour, Status.SUCCEEDED),
-                decline_reason="simulated_decline" if behaviour == "decline" else "",
+                decline_reason=reason if behaviour == "decline" else "",
                 metadata=params["metadata"],
                 **fields,
             )
