@@ -13,7 +13,15 @@ from ledger_app.services.refunds import create_refund, update_refund_metadata
 from tests.factories import ChargeFactory
 
 # What a refund that was pending showed, in the API's terms.
-PENDING_BEFORE = {"status": "pending", "ledger_status": "pending", "pending_reason": "processing"}
+PENDING_BEFORE = {
+    "status": "pending",
+    "ledger_status": "pending",
+    "pending_reason": "processing",
+    "destination_details": {
+        "card": {"reference_status": "pending", "type": "pending"},
+        "type": "card",
+    },
+}
 
 
 def types(**filters) -> list[str]:

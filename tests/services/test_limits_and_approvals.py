@@ -623,6 +623,10 @@ class TestReject:
         assert "pending_reason" not in event.data_object
         assert event.data_object["failure_reason"] == "merchant_request"  # as Stripe's
         assert event.previous_attributes == {
+            "destination_details": {
+                "card": {"reference_status": "pending", "type": "pending"},
+                "type": "card",
+            },
             "failure_reason": None,
             "ledger_status": "awaiting_approval",
             "status": "pending",

@@ -120,6 +120,14 @@ class TestInboundWebhook:
             "status": "succeeded",
             "ledger_status": "succeeded",
             "failure_reason": None,  # left out while it had not failed
+            "destination_details": {  # its card's reference, to come
+                "card": {
+                    "reference_status": "pending",
+                    "reference_type": "acquirer_reference_number",
+                    "type": "refund",
+                },
+                "type": "card",
+            },
         }
         assert failed.data_object["status"] == "failed"
 
