@@ -565,10 +565,11 @@ def shown_previous(
     """Stripe's `previous_attributes` for a change that moved `moved` (model fields, as
     they were) on `obj`, now shown as `shown_now`: the fields the API shows differently,
     as it showed them before (null for a field it left out). A status move can change
-    several fields (status, ledger_status, pending_reason) or, from one pending to another,
-    only ledger_status. Other moves (amount_refunded, metadata) are already in the API's
+    several fields (status, ledger_status, pending_reason, destination_details) or, from
+    one pending to another, only ledger_status; a card reference given, only
+    destination_details. Other moves (amount_refunded, metadata) are already in the API's
     terms and are passed on as they are."""
-    if "status" not in moved:
+    if not {"status", "destination_reference"} & set(moved):
         return moved
     before = copy.copy(obj)
     for name, value in moved.items():
@@ -583,7 +584,9 @@ def shown_previous(
     }
 
 
-MOVABLE_FIELDS = frozenset({"status", "status_detail", "amount_refunded", "metadata"})
+MOVABLE_FIELDS = frozenset(
+    {"status", "status_detail", "amount_refunded", "metadata", "destination_reference"}
+)
 
 
 def event_body(event: Event, version: str) -> str:

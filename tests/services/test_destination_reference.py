@@ -3,7 +3,7 @@ the provider about a refund after the fact: the reconciler's re-check and the pr
 webhooks (and the first answer, when it carries one). Under the refund's lock, once: a
 different reference later is logged and never replaces it. Recording it moves no money,
 writes no ledger entry and leaves `updated_at` (when the refund was last settled) as it
-was."""
+was; a `refund.updated` event tells of the new destination_details, as Stripe's does."""
 
 from __future__ import annotations
 
@@ -84,9 +84,23 @@ class TestTheReconcilersRecheck:
         arn = network_gave_it(succeeded_refund)
         reconcile()
 
-        assert state(succeeded_refund) == (arn, *before[1:])
+        told = (arn, *before[1:4], before[4] + 1)  # and one refund.updated, as Stripe's
+        assert state(succeeded_refund) == told
         reconcile()
-        assert state(succeeded_refund) == (arn, *before[1:])
+        assert state(succeeded_refund) == told
+        event = Event.objects.filter(refund=succeeded_refund).latest("created_at")
+        assert event.type == "refund.updated"
+        assert event.data_object["destination_details"]["card"]["reference"] == arn
+        assert event.previous_attributes == {
+            "destination_details": {
+                "card": {
+                    "reference_status": "pending",
+                    "reference_type": "acquirer_reference_number",
+                    "type": "refund",
+                },
+                "type": "card",
+            }
+        }
 
     def test_a_different_reference_later_never_replaces_it(self, succeeded_refund, caplog):
         Refund.objects.filter(pk=succeeded_refund.pk).update(destination_reference=OTHER_ARN)
@@ -154,7 +168,7 @@ class TestTheProvidersWebhooks:
         answer = post_event(client, reference_event(succeeded_refund, card(ARN), event_id="evt_1"))
 
         assert answer.status_code == 200
-        assert state(succeeded_refund) == (ARN, *before[1:])
+        assert state(succeeded_refund) == (ARN, *before[1:4], before[4] + 1)  # refund.updated
         assert ProviderEvent.objects.get(pk="evt_1").outcome.endswith("card reference recorded")
 
     def test_charge_refund_updated_records_it_too(self, client, succeeded_refund):

@@ -107,8 +107,12 @@ def settle_locked_refund(
     previous = _move(refund, outcome, REVERSIBLE if reversal else FORWARD)
     noted = ["destination_reference"] if _note_reference(refund, outcome) else []
     if previous is None:
-        if noted:  # the reference alone: not a move, so no ledger entry and no event
-            sql_writes.execute_together([sql_writes.update(refund, noted)])
+        if noted:  # the reference alone: not a move, so no ledger entry; refund.updated
+            refund.charge = charge  # tells of its destination_details, as Stripe's
+            told = [(EventType.REFUND_UPDATED, refund, {"destination_reference": ""})]
+            sql_writes.execute_together(
+                [sql_writes.update(refund, noted), *events.event_writes(told, endpoints=endpoints)]
+            )
         return refund
     refund.charge = charge
     statements: list[sql_writes.Statement | None] = [
