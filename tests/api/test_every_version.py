@@ -93,6 +93,10 @@ class TestWhichVersionsAreAnswered:
             "2027-01-27.Fig",
             "2027-01-27.fig ",
             "２０２７-01-27.fig",
+            "2099-01-01",
+            "2022-11-15.nope",
+            "",
+            "x" * 300,
         ],
     )
     def test_what_is_not_a_version_is_refused_with_stripes_error(self, asked):
@@ -102,6 +106,7 @@ class TestWhichVersionsAreAnswered:
             f"charge={charge.id}&amount=100",
             content_type=FORM,
             HTTP_STRIPE_VERSION=asked,
+            HTTP_IDEMPOTENCY_KEY="v-1",
         )
 
         assert response.status_code == 400
