@@ -42,6 +42,14 @@ def _refunds_as_array(charge: dict[str, Any]) -> dict[str, Any]:
     return {**charge, "refunds": refunds.get("data", [])}
 
 
+def _statement_description(charge: dict[str, Any]) -> dict[str, Any]:
+    """A charge before 2014-12-17: `statement_description` where `statement_descriptor` is."""
+    return {
+        ("statement_description" if name == "statement_descriptor" else name): value
+        for name, value in charge.items()
+    }
+
+
 def _before_sources(charge: dict[str, Any]) -> dict[str, Any]:
     """A charge before 2015-02-18: `paid` for succeeded, and `card` where `source` is."""
     shown = {("card" if name == "source" else name): value for name, value in charge.items()}
@@ -77,6 +85,12 @@ CHANGES: tuple[Change, ...] = (
         "a charge's embedded `refunds` is a list object (`data`, `has_more`, `url`); "
         "before, an array of refunds",
         older=_refunds_as_array,
+    ),
+    Change(
+        "2014-12-17",
+        "charge",
+        "a charge's `statement_descriptor`; before, `statement_description`",
+        older=_statement_description,
     ),
     Change(
         "2015-02-18",

@@ -63,6 +63,8 @@ def fields_in(name: str, version: str) -> dict[str, dict[str, Any]]:
             fields["refunds"] = dict(LIST)
         if _before(version, "2014-06-17"):  # an array of refunds, not a list object
             fields["refunds"] = {"optional": False, "type": "Array<Refund>", "nullable": False}
+        if _before(version, "2014-12-17"):  # statement_description
+            fields["statement_description"] = fields.pop("statement_descriptor")
         if _before(version, "2015-02-18"):  # `card`, and `paid` for succeeded
             fields["card"] = {**fields.pop("source"), "type": "card"}
             fields["status"] = {**fields["status"], "enum": ["failed", "paid", "pending"]}

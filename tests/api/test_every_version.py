@@ -222,7 +222,8 @@ class TestVersionChanges:
         new_events = api.get("/v1/events").json()["data"]
 
         assert old_charge["status"] == "paid" and old_charge["card"] is None
-        assert "source" not in old_charge
+        assert "source" not in old_charge and "statement_descriptor" not in old_charge
+        assert old_charge["statement_description"] is None
         assert [r["amount"] for r in old_charge["refunds"]] == [100]  # an array then
         created = next(e for e in new_events if e["type"] == "charge.refunded")
         assert created["request"]["idempotency_key"] == "v-old-1"
