@@ -109,9 +109,9 @@ def settle_locked_refund(
     if previous is None:
         if noted:  # the reference alone: not a move, so no ledger entry; refund.updated
             refund.charge = charge  # tells of its destination_details, as Stripe's
-            told = [(EventType.REFUND_UPDATED, refund, {"destination_reference": ""})]
+            given = [(EventType.REFUND_UPDATED, refund, {"destination_reference": ""})]
             sql_writes.execute_together(
-                [sql_writes.update(refund, noted), *events.event_writes(told, endpoints=endpoints)]
+                [sql_writes.update(refund, noted), *events.event_writes(given, endpoints=endpoints)]
             )
         return refund
     refund.charge = charge
