@@ -49,10 +49,10 @@ def expand(
 ) -> list[dict[str, Any]]:
     """Replace, in these rendered refunds or charges, the ids `asked` names by their
     objects, shown in the API `version` (in place; also returned)."""
-    if "charge" in asked:
-        _expand_charges(items, using, api_versions.embeds_refunds(version))
-    if "latest_charge" in asked:
-        _expand_charges(items, using, api_versions.embeds_refunds(version), "latest_charge")
+    embed_refunds = api_versions.embeds_refunds(version)
+    for field in ("charge", "latest_charge"):
+        if field in asked:
+            _expand_charges(items, using, embed_refunds, field)
     if "payment_intent" in asked:
         _expand_intents(items, using, version)
     return items

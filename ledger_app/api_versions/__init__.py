@@ -50,11 +50,6 @@ def resolve(asked: object) -> str | None:
     return LATEST if day.isoformat() > LATEST[:10] else None
 
 
-def is_supported(version: object) -> bool:
-    """Whether `version` is one a request may ask for (published, or newer in form)."""
-    return resolve(version) is not None
-
-
 def account_default() -> str:
     """The version new keys and webhook endpoints answer in when none is given: the
     DEFAULT_API_VERSION setting (the newest, unless set), as Stripe's account default."""
@@ -71,14 +66,20 @@ def _read_before(touches: str) -> str:
     return next(c.version for c in CHANGES if c.touches == touches and c.read_when_rendered)
 
 
+# The first versions without a charge's refunds and a PaymentIntent's charges (read once:
+# every refund asks, for each webhook endpoint).
+REFUNDS_NOT_EMBEDDED_FROM = _read_before("charge")
+CHARGES_NOT_EMBEDDED_FROM = _read_before("payment_intent")
+
+
 def embeds_refunds(version: str) -> bool:
     """Whether a charge shown in this version carries its `refunds` unasked."""
-    return _comes_before(version, _read_before("charge"))
+    return _comes_before(version, REFUNDS_NOT_EMBEDDED_FROM)
 
 
 def embeds_charges(version: str) -> bool:
     """Whether a PaymentIntent shown in this version carries its `charges`."""
-    return _comes_before(version, _read_before("payment_intent"))
+    return _comes_before(version, CHARGES_NOT_EMBEDDED_FROM)
 
 
 def _comes_before(version: str, first: str) -> bool:
