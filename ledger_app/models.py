@@ -671,6 +671,16 @@ class WebhookEndpoint(models.Model):
     deleted_at = models.DateTimeField(
         null=True, blank=True, help_text="Deleted endpoints receive nothing more."
     )
+    api_key = models.ForeignKey(
+        "ApiKey",
+        null=True,
+        blank=True,
+        editable=False,
+        on_delete=models.SET_NULL,
+        related_name="webhook_endpoints",
+        help_text="The API key that made it (none: the back office itself); it counts "
+        "against that key's WEBHOOK_ENDPOINTS_PER_KEY.",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
