@@ -1,5 +1,6 @@
 """The client's address: the one place that reads it, for the admin lockout, the API's
-failed-authentication limit and the logs (docs/operating/rate-limits.md)."""
+failed-authentication limit and the logs (docs/operating/rate-limits.md); and what the
+lockout and the limits count a client by (`counted_address`)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,33 @@ def client_address(request) -> str:
             if address is not None:
                 return address
     return _parse(str(meta.get("REMOTE_ADDR", ""))) or UNKNOWN_ADDRESS
+
+
+def counted_address(request) -> str:
+    """What the admin lockout and the API's limits count the client by: its address
+    (`client_address`), except that an IPv6 client is counted by its whole network of
+    CLIENT_IPV6_PREFIX_LENGTH bits (64: one LAN, what a provider hands one customer), written
+    as the network's first address. One host gets a whole /64, and its operating system
+    picks a new address in it whenever asked, so counting each address alone would let it
+    try without end. IPv4 addresses (IPv4-mapped IPv6 ones included) count alone. Still one
+    IP address, so django-axes can store it and `axes_reset_ip` can name it."""
+    return network_of(client_address(request))
+
+
+def network_of(address: str) -> str:
+    """An address as `counted_address` counts it (`2001:db8:1:2:a:b:c:d` ->
+    `2001:db8:1:2::` with a /64); an IPv4 address, or anything that is not an address,
+    as it is."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        prefix = settings.CLIENT_IPV6_PREFIX_LENGTH
+        return str(ipaddress.IPv6Network((ip, prefix), strict=False).network_address)
+    return address
 
 
 def _parse(entry: str) -> str | None:

@@ -360,6 +360,16 @@ if SECURE_PROXY_SSL_HEADER and not TRUSTED_PROXY_COUNT:
         "DJANGO_BEHIND_TLS_PROXY=true needs DJANGO_TRUSTED_PROXY_COUNT (1 for one proxy): "
         "with 0 every client would share the proxy's address for lockouts and limits"
     )
+# Login lockouts and the API's failed-authentication limit count an IPv6 client by its
+# network of this many bits (backoffice/client_address.py: counted_address): one host gets
+# a whole /64 and can take a new address in it at will. 128 counts each address alone.
+_ipv6_prefix = os.environ.get("DJANGO_CLIENT_IPV6_PREFIX_LENGTH", "").strip() or "64"
+if not (_ipv6_prefix.isascii() and _ipv6_prefix.isdigit() and 1 <= int(_ipv6_prefix) <= 128):
+    raise ImproperlyConfigured(
+        "DJANGO_CLIENT_IPV6_PREFIX_LENGTH must be the bits of an IPv6 client's network to "
+        f"count it by (1 to 128; 64 is one LAN), not {_ipv6_prefix!r}"
+    )
+CLIENT_IPV6_PREFIX_LENGTH = int(_ipv6_prefix)
 
 # Content Security Policy (django-csp) on every response: the admin and the API docs load
 # scripts and styles from this site only, and nothing may frame them.
@@ -401,7 +411,8 @@ AXES_VERBOSE = False
 AXES_CLIENT_STR_CALLABLE = "ledger_app.admin.sign_in.attempt_str"
 AXES_ENABLE_ADMIN = False  # the admin shows failed attempts read-only (admin/sign_in.py)
 AXES_LOCKOUT_CALLABLE = "ledger_app.admin.sign_in.locked_out"
-AXES_CLIENT_IP_CALLABLE = "backoffice.client_address.client_address"
+# The client as the lockout counts it: its address, or its IPv6 network (counted_address).
+AXES_CLIENT_IP_CALLABLE = "backoffice.client_address.counted_address"
 
 # A second factor (TOTP, django-otp) for every admin write and every page that moves money,
 # asked again after ADMIN_OTP_IDLE_MINUTES without one. Only the development and demo

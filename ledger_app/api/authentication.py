@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from rest_framework import authentication, exceptions, permissions, throttling
 
-from backoffice.client_address import client_address
+from backoffice.client_address import client_address, counted_address, network_of
 from backoffice.logs import bind
 from ledger_app.models import ApiKey
 from ledger_app.services.api_keys import authenticate_api_key
@@ -35,7 +35,8 @@ log = logging.getLogger("ledger_app.api.authentication")
 
 class FailedAuthentications:
     """Wrong or revoked keys per client address (backoffice/client_address.py, the one
-    the admin sign-in lockout and the logs use too), in fixed windows of
+    the admin sign-in lockout and the logs use too; an IPv6 client counted by its network, as
+    the lockout counts it: counted_address), in fixed windows of
     API_AUTH_FAILURE_LIMIT's period, counted in the database every process and machine
     shares (services/rate_counters.py). Past the limit a wrong key from that address is
     answered 429 (Stripe's rate_limit) until the window ends. A right key is never held
@@ -48,17 +49,23 @@ class FailedAuthentications:
             None, settings.API_AUTH_FAILURE_LIMIT
         )
         self.address = client_address(request)
+        self.counted = network_of(self.address)
 
     def refuse(self) -> None:
         """A wrong key: counted, then 401, or 429 once the address is over the limit (that
         one is not counted). If the counter fails it is a 401: a wrong key is refused
         either way, only the address's flood goes uncounted meanwhile."""
         window = count_in_window(
-            key=f"api-auth-failures:{self.address}", limit=self.limit, period_seconds=self.period
+            key=f"api-auth-failures:{self.counted}", limit=self.limit, period_seconds=self.period
         )
         if not window.within_limit:
             raise exceptions.Throttled(wait=window.seconds_left)
-        log.warning("API authentication failed from %s", self.address)
+        if self.counted == self.address:
+            log.warning("API authentication failed from %s", self.address)
+        else:
+            log.warning(
+                "API authentication failed from %s (counted as %s)", self.address, self.counted
+            )
         raise exceptions.AuthenticationFailed()
 
 
@@ -119,8 +126,8 @@ class ApiKeyThrottle(throttling.SimpleRateThrottle):
 
     def get_ident(self, request):
         # DRF's own reads X-Forwarded-For by its NUM_PROXIES setting, and the whole header
-        # when that is unset: a request without a key is counted by the one address instead.
-        return client_address(request)
+        # when that is unset: a request without a key is counted as the lockout counts it.
+        return counted_address(request)
 
     def get_cache_key(self, request, view):
         client = request.user

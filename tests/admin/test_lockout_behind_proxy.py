@@ -127,3 +127,19 @@ class TestASpoofingClient:
 
         assert response.status_code == 200
         assert list(AccessAttempt.objects.values_list("ip_address", flat=True)) == [STRANGER]
+
+
+class TestAnIpv6ClientBehindTheProxy:
+    def test_twelve_addresses_of_one_64_lock_it_whatever_it_writes(self, client, lead, kim):
+        for n in range(1, 13):
+            sign_in(client, "lead", WRONG, f"2001:db8:9:1::{n:x}", sent=f"2001:db8:{n:x}::1")
+
+        assert sign_in(client, "kim", PASSWORD, "[2001:db8:9:1::ffff]:443").status_code == 429
+        assert set(AccessAttempt.objects.values_list("ip_address", flat=True)) == {"2001:db8:9:1::"}
+
+    def test_a_client_in_another_64_is_not_locked(self, client, lead):
+        for n in range(1, 13):
+            sign_in(client, "lead", WRONG, f"2001:db8:9:1::{n:x}")
+
+        assert sign_in(client, "lead", PASSWORD, "2001:db8:9:2::1").status_code == 302
+        assert "_auth_user_id" in client.session

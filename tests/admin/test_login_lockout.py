@@ -107,3 +107,31 @@ def test_the_limit_comes_from_the_settings(client, staff, settings):
     sign_in(client, "sam", WRONG)
 
     assert sign_in(client, "sam", PASSWORD).status_code == 429
+
+
+class TestAnIpv6Client:
+    """One host has a whole /64 and can take a new address in it for every guess: the lock
+    counts the /64 (DJANGO_CLIENT_IPV6_PREFIX_LENGTH)."""
+
+    def test_twelve_wrong_passwords_from_twelve_addresses_of_one_64_lock_it(self, client, staff):
+        for n in range(1, 13):
+            sign_in(client, "sam", WRONG, address=f"2001:db8:5:6::{n:x}")
+
+        assert sign_in(client, "sam", PASSWORD, address="2001:db8:5:6::abcd").status_code == 429
+        assert not signed_in(client)
+
+    def test_a_client_in_another_64_is_not_locked(self, client, staff):
+        for n in range(1, 13):
+            sign_in(client, "sam", WRONG, address=f"2001:db8:5:6::{n:x}")
+
+        assert sign_in(client, "sam", PASSWORD, address="2001:db8:5:7::1").status_code == 302
+        assert signed_in(client)
+
+    def test_ipv4_addresses_still_count_alone_and_ipv4_mapped_ones_as_ipv4(
+        self, client, staff, settings
+    ):
+        for _ in range(settings.AXES_FAILURE_LIMIT):
+            sign_in(client, "sam", WRONG, address="::ffff:10.0.0.1")
+
+        assert sign_in(client, "sam", PASSWORD, address="10.0.0.1").status_code == 429
+        assert sign_in(client, "sam", PASSWORD, address="10.0.0.2").status_code == 302

@@ -17,7 +17,7 @@ from django.test import RequestFactory
 from django.urls import reverse
 from rest_framework.request import Request
 
-from backoffice.client_address import UNKNOWN_ADDRESS, client_address
+from backoffice.client_address import UNKNOWN_ADDRESS, client_address, counted_address
 from backoffice.logs import LogContextFilter
 from ledger_app.api.authentication import ApiKeyThrottle
 from ledger_app.models import RateCounter
@@ -153,6 +153,53 @@ class TestBehindTwoProxies:
         assert address_of({"REMOTE_ADDR": PROXY, "HTTP_X_FORWARDED_FOR": SPOOFER}) == PROXY
 
 
+# --- what the lockout and the limits count a client by -----------------------------------
+
+
+def counted_as(meta: dict[str, str]) -> str:
+    return counted_address(RequestFactory().get("/", **meta))
+
+
+class TestAnIpv6ClientIsCountedByItsNetwork:
+    @pytest.mark.parametrize(
+        ("address", "counted"),
+        [
+            ("2001:db8:1:2::1", "2001:db8:1:2::"),
+            ("2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::"),
+            ("2001:db8:1:3::1", "2001:db8:1:3::"),
+            ("::ffff:198.51.100.7", HONEST),  # IPv4-mapped: the IPv4 address alone
+            (HONEST, HONEST),
+            ("10.0.5.5", "10.0.5.5"),
+        ],
+    )
+    def test_with_no_proxy(self, proxies, address, counted):
+        proxies(0)
+
+        assert counted_as({"REMOTE_ADDR": address}) == counted
+
+    def test_behind_the_proxy_it_is_the_network_of_the_entry_the_proxy_appended(self, proxies):
+        proxies(1)
+
+        assert counted_as(forwarded("[2001:db8:1:2:a:b:c:d]:443", sent="192.0.2.1")) == (
+            "2001:db8:1:2::"
+        )
+        assert counted_as(forwarded(HONEST, sent="2001:db8:1:2::1")) == HONEST
+
+    def test_the_prefix_length_comes_from_the_settings(self, proxies, settings):
+        proxies(0)
+        meta = {"REMOTE_ADDR": "2001:db8:1:2:a:b:c:d"}
+
+        settings.CLIENT_IPV6_PREFIX_LENGTH = 48
+        assert counted_as(meta) == "2001:db8:1::"
+        settings.CLIENT_IPV6_PREFIX_LENGTH = 128
+        assert counted_as(meta) == "2001:db8:1:2:a:b:c:d"
+
+    def test_a_client_with_no_ip_address_is_still_the_unknown_address(self, proxies):
+        proxies(0)
+
+        assert counted_as({"REMOTE_ADDR": "unix:/run/gunicorn.sock"}) == UNKNOWN_ADDRESS
+
+
 # --- every caller, through the real views ---------------------------------------------
 
 
@@ -189,6 +236,14 @@ class TestTheApiLimitBehindTheProxy:
 
         assert answers == [401] * 3 + [429] * 27
         assert wrong_key(client, HONEST, sent=SPOOFER).status_code == 401
+
+    def test_an_ipv6_client_rotating_through_its_64_gets_429(self, client, proxies):
+        proxies(1)
+
+        answers = [wrong_key(client, f"2001:db8:1:2::{n:x}").status_code for n in range(1, 31)]
+
+        assert answers == [401] * 3 + [429] * 27
+        assert wrong_key(client, "2001:db8:1:3::1").status_code == 401
 
 
 class CapturedLines(logging.Handler):
@@ -258,7 +313,9 @@ class TestEveryCallerAgrees:
         assert ApiKeyThrottle().get_ident(Request(request)) == HONEST
 
     def test_django_axes_asks_the_one_function(self):
-        assert django_settings.AXES_CLIENT_IP_CALLABLE == "backoffice.client_address.client_address"
+        assert (
+            django_settings.AXES_CLIENT_IP_CALLABLE == "backoffice.client_address.counted_address"
+        )
 
     def test_nothing_else_reads_the_address_from_the_request(self):
         reads = re.compile(
@@ -292,6 +349,14 @@ class TestTheSettingRefusesToStart:
         assert done.returncode == 2
         assert done.stderr.count("\n") == 1, done.stderr
         assert done.stderr.startswith("error: DJANGO_TRUSTED_PROXY_COUNT must be")
+
+    @pytest.mark.parametrize("value", ["0", "129", "-64", "sixty-four", "64.0", "６４"])
+    def test_an_ipv6_prefix_length_that_is_not_1_to_128(self, value):
+        done = run_command("check", DJANGO_CLIENT_IPV6_PREFIX_LENGTH=value)
+
+        assert done.returncode == 2
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith("error: DJANGO_CLIENT_IPV6_PREFIX_LENGTH must be")
 
     @pytest.mark.parametrize("count", ["", "0"])
     def test_a_tls_proxy_in_front_with_no_proxy_counted(self, count):
