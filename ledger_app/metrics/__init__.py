@@ -79,5 +79,11 @@ def observe_provider_call(operation: str, seconds: float, error: str | None) -> 
         PROVIDER_CALL_ERRORS.labels(operation=operation, error=error).inc()
 
 
-def count_api_response(status: int, view: str) -> None:
-    API_RESPONSES.labels(status=str(status), view=view).inc()
+def count_api_response(status: str, view: str) -> None:
+    """`status` and `view` from a closed set (middleware.status_label, view_label)."""
+    API_RESPONSES.labels(status=status, view=view).inc()
+
+
+# The deploy check that /metrics is not left open (registered on import, as Django loads
+# the app: the admin's modules import this package).
+from ledger_app.metrics import checks as _checks  # noqa: E402, F401
