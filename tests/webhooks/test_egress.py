@@ -355,15 +355,27 @@ class TestTls:
 
 
 class TestTheEgressProxy:
-    def test_deliveries_go_through_the_proxy_which_resolves_names(self, settings, resolver):
+    def test_deliveries_go_through_the_proxy_to_the_address_checked_here(self, settings, resolver):
         Recording.seen = []
 
         with _server(Recording) as port:
             settings.WEBHOOK_PROXY_URL = f"http://127.0.0.1:{port}"
-            answer = egress.post("http://unresolved.example.com/h", b"{}", {}, timeout=5)
+            answer = egress.post("http://hooks.example.com/h", b"{}", {}, timeout=5)
 
         assert answer.status == 204
-        assert Recording.seen == [("http://unresolved.example.com/h", "unresolved.example.com")]
+        assert Recording.seen == [(f"http://{PUBLIC}:80/h", "hooks.example.com")]
+
+    def test_a_name_that_does_not_resolve_here_is_not_handed_to_the_proxy(self, settings, resolver):
+        """The proxy would resolve it itself, to whatever its resolver says."""
+        Recording.seen = []
+
+        with _server(Recording) as port:
+            settings.WEBHOOK_PROXY_URL = f"http://127.0.0.1:{port}"
+            with pytest.raises(egress.Refused) as refused:
+                egress.post("http://unresolved.example.com/h", b"{}", {}, timeout=5)
+
+        assert Recording.seen == []
+        assert refused.value.reason == "the host unresolved.example.com could not be resolved"
 
     @pytest.mark.parametrize(
         "url",
