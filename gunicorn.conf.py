@@ -31,6 +31,43 @@ timeout = 60
 # usual 30 s grace period (docs/operating/deploys.md).
 graceful_timeout = 25
 
+# The access log (off unless --access-logfile is given; `make run` gives it) names no
+# credential: not the HTTP Basic user name (%(u)s: a client sending its API key the way
+# `curl -u sk_...:` does would have the key written there), not the query string (%(r)s and
+# %(q)s carry it, and a client may put anything there), not the Referer. What is left: the
+# client address, time, method, path, protocol, status, bytes, milliseconds, the answer's
+# Request-Id (the one the app's own log lines carry) and the user agent.
+access_log_format = '%(h)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s %(M)sms %({request-id}o)s "%(a)s"'
+
+
+# Linux's prctl(2) option: "send me this signal when my parent dies" (<linux/prctl.h>).
+PR_SET_PDEATHSIG = 1
+
+
+def post_fork(server, worker):
+    """A worker dies with its master. When the master is SIGKILLed (an OOM kill, a
+    supervisor that signals only the main process), its workers would notice only at their
+    next second's check and then stop gracefully, holding the listening socket for up to
+    graceful_timeout, so a new master fails with "Connection in use". Linux sends the worker
+    SIGKILL the moment its master is gone instead: what it was answering is cut off, as a
+    crash of the master cuts it off anyway, and its sends in flight stay leased and counted
+    for process_refunds (docs/operating/serving.md). A normal stop never sets it off: the
+    master outlives its workers. Elsewhere than Linux, nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        server.log.warning(
+            "worker %s: prctl(PR_SET_PDEATHSIG) failed: %s",
+            worker.pid,
+            os.strerror(ctypes.get_errno()),
+        )
+    elif os.getppid() != worker.ppid:
+        os._exit(1)  # the master died between the fork and the prctl: no signal will come
+
 
 def when_ready(server):
     """The demo (DEBUG) says where it serves, from the sockets gunicorn has bound

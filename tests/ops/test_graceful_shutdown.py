@@ -7,6 +7,7 @@ bound, say so, exit 0, and leave everything else claimable at once; the books ag
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -26,6 +27,7 @@ from ledger_app.services.webhook_endpoints import create_endpoint
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees
+from tests.ops.serving import ShippedGunicorn
 from tests.processes import GunicornServer, run_command, start_command
 from tests.webhooks.receiver import Answer, Receiver
 
@@ -325,3 +327,46 @@ def test_deliver_webhooks_finishes_the_delivery_in_hand_and_hands_back_its_batch
         status="pending", attempts=0, leased_until__isnull=True, next_attempt_at__lte=timezone.now()
     ).count() == (DUE - 4)
     assert set(WebhookDelivery.objects.values_list("event_id", flat=True)) == recorded
+
+
+# --- (d) gunicorn's master SIGKILLed --------------------------------------------------
+
+
+def test_workers_die_with_a_sigkilled_master_and_a_new_master_binds_at_once(
+    transactional_db, tmp_path
+):
+    """An OOM kill or a supervisor that signals only the main process: the workers go with
+    their master (gunicorn.conf.py's post_fork), so the port is free for the next master
+    at once. Before, orphaned workers holding connections kept the listening socket for
+    the shipped graceful_timeout (25 s) and a new master gave up with "Connection in use"."""
+    old = ShippedGunicorn(tmp_path / "old.log", workers=2, threads=4)
+    new = None
+    held: list[socket.socket] = []
+    try:
+        old.wait_ready()
+        wait_until(lambda: len(old.group()) == 3, what="the master and its 2 workers")
+        workers = old.group() - {old.process.pid}
+        # Connections each worker holds a thread for, as a busy server does.
+        held = [socket.create_connection(("127.0.0.1", old.port)) for _ in range(4)]
+        time.sleep(0.5)
+
+        old.process.send_signal(signal.SIGKILL)
+        old.process.wait(10)
+        deadline = time.monotonic() + 3
+        while workers & old.group() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        orphans = workers & old.group()
+
+        began = time.monotonic()
+        new = ShippedGunicorn(tmp_path / "new.log", workers=1, threads=4, port=old.port)
+        new.wait_ready(timeout=30)  # before: exited, "Connection in use" five times
+        took = time.monotonic() - began
+        assert "Connection in use" not in new.log(), new.log()
+        assert orphans == set(), "workers outlived their master by 3 s"
+        print(f"a new master answered on the same port {took:.1f} s after the old one died")
+    finally:
+        for connection in held:
+            connection.close()
+        for server in (old, new):
+            if server is not None:
+                server.stop()
