@@ -587,3 +587,10 @@ WEBHOOK_BACKOFF_MAX_SECONDS = float(os.environ.get("WEBHOOK_BACKOFF_MAX_SECONDS"
 WEBHOOK_LEASE_SECONDS = int(os.environ.get("WEBHOOK_LEASE_SECONDS", "120"))
 if not 0 < WEBHOOK_TIMEOUT_SECONDS < WEBHOOK_LEASE_SECONDS:
     raise ImproperlyConfigured("WEBHOOK_TIMEOUT_SECONDS must be above 0 and below the lease")
+# How many deliveries one deliver_webhooks process has in flight at most: lanes (threads),
+# each claiming batches of its own and holding a database connection of its own (given
+# back to a DATABASE_POOL_MAX_SIZE pool while it waits on a receiver). PostgreSQL only;
+# SQLite runs one. --threads overrides it.
+WEBHOOK_DELIVERY_THREADS = int(os.environ.get("WEBHOOK_DELIVERY_THREADS", "8"))
+if not 1 <= WEBHOOK_DELIVERY_THREADS <= 64:
+    raise ImproperlyConfigured("WEBHOOK_DELIVERY_THREADS must be from 1 to 64")

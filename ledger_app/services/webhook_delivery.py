@@ -3,10 +3,12 @@ them with their change) goes to its endpoint, signed as Stripe signs, at least o
 
 A worker claims a batch of due deliveries in one short transaction (SKIP LOCKED on
 PostgreSQL) and leases them; it then sends each with no transaction open and records
-the outcome in one conditional UPDATE. A worker that dies mid-send leaves its lease,
-which runs out, and another sends the delivery again. Nothing here holds a lock a refund
-needs, so a slow or dead receiver delays only other deliveries. The endpoints themselves
-are managed in services/webhook_endpoints.py.
+the outcome in one conditional UPDATE. On PostgreSQL a worker runs several lanes at once
+(WEBHOOK_DELIVERY_THREADS threads), each claiming batches of its own as separate workers
+would, so one process keeps several requests in flight. A worker that dies mid-send
+leaves its lease, which runs out, and another sends the delivery again. Nothing here
+holds a lock a refund needs, so a slow or dead receiver delays only other deliveries.
+The endpoints themselves are managed in services/webhook_endpoints.py.
 """
 
 from __future__ import annotations
@@ -15,18 +17,21 @@ import hashlib
 import hmac
 import logging
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from ledger_app import errors
+from ledger_app.db import release_connection
 from ledger_app.errors import DeliveryNotResendable
 from ledger_app.models import Event, WebhookDelivery
 from ledger_app.selectors import due_deliveries
@@ -108,27 +113,144 @@ def deliver_due(
     *,
     batch_size: int = 10,
     lease_seconds: int | None = None,
+    threads: int | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     on_attempt: Callable[[Attempt], None] = lambda attempt: None,
     hand: ItemInHand | None = None,
 ) -> RunOutcomes:
     """Send every delivery due when the run starts, a claimed batch at a time. A delivery
     that fails is due again later, so one run tries each delivery at most once. Once
-    `should_stop()`, the delivery in hand is finished and the rest of the batch handed back."""
-    lease_seconds = lease_seconds or settings.WEBHOOK_LEASE_SECONDS
-    hand = hand or ItemInHand()
+    `should_stop()`, the deliveries in hand are finished and the rest of each batch handed
+    back.
+
+    Up to `threads` lanes (default WEBHOOK_DELIVERY_THREADS) send at once, each claiming
+    its own batches with SKIP LOCKED, as separate workers do, on a database connection of
+    its own that it closes when the run ends; the others start only when the first claim
+    comes back full (there is a backlog), and only where SKIP LOCKED exists (not SQLite:
+    one lane there). `on_attempt` is called from one lane at a time."""
+    run = _Run(
+        due_at=timezone.now(),
+        batch_size=batch_size,
+        lease_seconds=lease_seconds or settings.WEBHOOK_LEASE_SECONDS,
+        should_stop=should_stop,
+        on_attempt=on_attempt,
+        hand=_SharedHand(hand or ItemInHand()),
+    )
     tally = RunOutcomes()
-    due_at = timezone.now()
-    while not should_stop():
+    first = run.claim_next(tally)
+    lanes = threads or settings.WEBHOOK_DELIVERY_THREADS
+    if not connection.features.has_select_for_update_skip_locked:
+        lanes = 1  # SQLite: one writer at a time, and claims that would wait on each other
+    helpers: list[tuple[threading.Thread, RunOutcomes]] = []
+    if first is not None and len(first[1]) >= batch_size:
+        for number in range(1, lanes):
+            helper_tally = RunOutcomes()
+            helper = threading.Thread(
+                target=run.helper_lane, args=(helper_tally,), name=f"deliver-{number}"
+            )
+            helper.start()
+            helpers.append((helper, helper_tally))
+    try:
+        run.lane(tally, first)
+    finally:
+        for helper, _ in helpers:
+            helper.join()
+    for _, helper_tally in helpers:
+        _add(tally, helper_tally)
+    if run.crashed:
+        raise run.crashed[0]
+    return tally
+
+
+def _add(total: RunOutcomes, part: RunOutcomes) -> None:
+    total.statuses.update(part.statuses)
+    total.errors += part.errors
+    total.handed_back += part.handed_back
+    total.left_leased += part.left_leased
+
+
+Claimed = tuple[datetime, list[WebhookDelivery]]
+
+
+@dataclass
+class _Run:
+    """What the lanes of one deliver_due share: the moment that decides what is due, how
+    they claim, when to stop, and the worker's hand (which sees every lane's items)."""
+
+    due_at: datetime
+    batch_size: int
+    lease_seconds: int
+    should_stop: Callable[[], bool]
+    on_attempt: Callable[[Attempt], None]
+    hand: _SharedHand
+
+    def __post_init__(self) -> None:
+        self._said = threading.Lock()
+        self.crashed: list[BaseException] = []
+
+    def claim_next(self, tally: RunOutcomes) -> Claimed | None:
+        """The next batch this lane leases; None when nothing is due, stopped, or the
+        database failed (counted)."""
+        if self.should_stop():
+            return None
         try:
-            lease, batch = claim(due_at=due_at, size=batch_size, lease_seconds=lease_seconds)
+            lease, batch = claim(
+                due_at=self.due_at, size=self.batch_size, lease_seconds=self.lease_seconds
+            )
         except DatabaseError:
             tally.survive_database_error("claiming webhook deliveries")
-            break
-        if not batch:
-            break
-        _send_batch(batch, lease, tally, should_stop, on_attempt, hand)
-    return tally
+            return None
+        return (lease, batch) if batch else None
+
+    def lane(self, tally: RunOutcomes, claimed: Claimed | None = None) -> None:
+        """Send batch after batch until nothing due is left or a stop is asked for."""
+        if claimed is None:
+            claimed = self.claim_next(tally)
+        while claimed is not None:
+            lease, batch = claimed
+            _send_batch(batch, lease, tally, self.should_stop, self.said, self.hand)
+            claimed = self.claim_next(tally)
+
+    def helper_lane(self, tally: RunOutcomes) -> None:
+        """A lane in a thread of its own: its own connection, closed (or given back to
+        the pool) when it ends; what it cannot survive is raised in the caller's thread."""
+        try:
+            self.lane(tally)
+        except BaseException as exc:
+            log.exception("a webhook delivery lane stopped")
+            self.crashed.append(exc)
+        finally:
+            connection.close()
+
+    def said(self, attempt: Attempt) -> None:
+        with self._said:
+            self.on_attempt(attempt)
+
+
+class _SharedHand:
+    """The worker's ItemInHand, held by several lanes at once: it names one of the
+    deliveries in hand (None when no lane holds one) and counts every one finished."""
+
+    def __init__(self, hand: ItemInHand) -> None:
+        self.hand = hand
+        self._held: list[str | int] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def holding(self, pk: str | int) -> Iterator[None]:
+        with self._lock:
+            self._held.append(pk)
+            self.hand.pk = pk
+        try:
+            yield
+        except BaseException:
+            with self._lock:  # as ItemInHand: one whose send raised stays in hand, leased
+                self._held.remove(pk)
+            raise
+        with self._lock:
+            self._held.remove(pk)
+            self.hand.pk = self._held[-1] if self._held else None
+            self.hand.finished += 1
 
 
 def claim(
@@ -156,7 +278,7 @@ def _send_batch(
     tally: RunOutcomes,
     should_stop: Callable[[], bool],
     on_attempt: Callable[[Attempt], None],
-    hand: ItemInHand,
+    hand: _SharedHand,
 ) -> None:
     """Send each while the lease leaves time for a whole request; hand the rest back."""
     unsent = list(batch)
@@ -206,6 +328,7 @@ def send(delivery: WebhookDelivery, lease: datetime) -> Attempt:
     checks the URL again first: what a host resolves to may have changed since it was saved."""
     endpoint = delivery.endpoint
     body = render(delivery.event, endpoint.api_version)
+    release_connection()  # with DATABASE_POOL_MAX_SIZE, a lane waiting on a receiver holds none
     status_code, error = post(endpoint.url, body, endpoint.secret)
     return record(delivery, lease, status_code, error)
 

@@ -91,6 +91,8 @@ def test_a_refused_receiver_through_the_real_command(endpoint, receiver):
         (("--batch-size", "0"), "--batch-size must be at least 1"),
         (("--lease-seconds", "10"), "--lease-seconds must be more than WEBHOOK_TIMEOUT_SECONDS"),
         (("--poll-seconds", "-1"), "--poll-seconds must not be negative"),
+        (("--threads", "0"), "--threads must be from 1 to 64"),
+        (("--threads", "65"), "--threads must be from 1 to 64"),
     ],
 )
 def test_bad_arguments_are_a_command_error(db, args, message):

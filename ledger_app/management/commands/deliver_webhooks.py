@@ -18,6 +18,7 @@ from ledger_app.management.commands._polling import PollingWorker
 from ledger_app.services.webhook_delivery import REFUSED, Attempt, deliver_due
 
 MAX_LEASE_SECONDS = 86_400
+MAX_THREADS = 64
 
 
 class Command(PollingWorker):
@@ -35,16 +36,32 @@ class Command(PollingWorker):
     help = (
         "Send pending webhook deliveries, signed with each endpoint's secret (Stripe-Signature). "
         "Deliveries are claimed in batches with a lease (SKIP LOCKED on PostgreSQL), so any "
-        "number of workers can run side by side; a delivery whose worker died is sent again "
+        "number of workers can run side by side, each with --threads lanes sending at once; "
+        "a delivery whose worker died is sent again "
         "after its lease. Errors, non-2xx answers, timeouts and refused URLs (private "
         "addresses unless WEBHOOK_ALLOW_PRIVATE_URLS=true) are retried with exponential "
         "backoff until the delivery is WEBHOOK_RETRY_HOURS old, then it is marked failed. "
         "Exit 0 whatever the receivers answered; 1 on bad arguments or database errors."
     )
 
+    def add_arguments(self, parser):
+        super().add_arguments(parser)
+        parser.add_argument(
+            "--threads",
+            type=int,
+            default=None,
+            help=(
+                "Deliveries in flight at most (default WEBHOOK_DELIVERY_THREADS): lanes that "
+                "each claim batches of their own, with a database connection each; more "
+                "start only while a claim comes back full. PostgreSQL only; SQLite runs one."
+            ),
+        )
+
     def handle(self, *args, **options):
         self._check(options)
-        total = self.run_passes(options, deliver_due, on_attempt=self._log_attempt)
+        total = self.run_passes(
+            options, deliver_due, threads=options["threads"], on_attempt=self._log_attempt
+        )
         self.stdout.write(f"deliver_webhooks: {total.summary()}")
         if total.errors and not options["loop"]:  # a loop ends only when asked to: exit 0
             raise CommandError("some deliveries were interrupted; they will be sent again")
@@ -60,6 +77,9 @@ class Command(PollingWorker):
             )
         if options["poll_seconds"] < 0:
             raise CommandError("--poll-seconds must not be negative")
+        threads = options["threads"]
+        if threads is not None and not 1 <= threads <= MAX_THREADS:
+            raise CommandError(f"--threads must be from 1 to {MAX_THREADS}")
 
     def still_leased(self, pk) -> bool:
         return False  # recording an attempt always ends this worker's lease on it
