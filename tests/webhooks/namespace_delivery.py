@@ -1,7 +1,12 @@
 """Run inside a network namespace of its own by tests/webhooks/test_egress_namespace.py:
 loopback receivers on ports 80 and 8790 (IPv4 and IPv6), then one `deliver_webhooks
 --once` (or, with --raw URL..., a bare requests.post of each URL); prints as JSON what the
-receivers got and what else this process could reach."""
+receivers got and what else this process could reach.
+
+`--own ADDRESS` (repeatable, first) gives the namespace's machine that address on an
+interface of its own that is not loopback (one end of a veth pair), with receivers on it
+too. `--added-later ADDRESS` runs egress.check on the address's URL, adds the address to
+that interface, and checks again."""
 
 from __future__ import annotations
 
@@ -9,23 +14,42 @@ import contextlib
 import http.server
 import io
 import json
+import shutil
 import socket
+import subprocess
 import sys
 import threading
 
 PORTS = (80, 8790)
+OWN_INTERFACE = "own0"  # a veth pair's end; its peer is own1
 
 
 class _IPv6Server(http.server.ThreadingHTTPServer):
     address_family = socket.AF_INET6
 
 
-def receivers(hits: list[dict]) -> list[http.server.ThreadingHTTPServer]:
+def add_own_address(address: str) -> None:
+    """`address` on OWN_INTERFACE, a non-loopback interface of this machine."""
+    ip = shutil.which("ip") or "ip"
+    if subprocess.run([ip, "link", "show", OWN_INTERFACE], capture_output=True).returncode:
+        subprocess.run(
+            [ip, "link", "add", OWN_INTERFACE, "type", "veth", "peer", "name", "own1"], check=True
+        )
+        for name in ("own1", OWN_INTERFACE):
+            subprocess.run([ip, "link", "set", name, "up"], check=True)
+    prefix, nodad = ("128", ["nodad"]) if ":" in address else ("32", [])
+    subprocess.run(
+        [ip, "address", "add", f"{address}/{prefix}", "dev", OWN_INTERFACE, *nodad], check=True
+    )
+
+
+def receivers(hits: list[dict], own: tuple[str, ...] = ()) -> list[http.server.ThreadingHTTPServer]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 - http.server's name
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             hits.append(
                 {
+                    "address": self.server.server_address[0],
                     "port": self.server.server_address[1],
                     "path": self.path,
                     "host": self.headers.get("Host", ""),
@@ -47,6 +71,7 @@ def receivers(hits: list[dict]) -> list[http.server.ThreadingHTTPServer]:
     for server_class, host in (
         (http.server.ThreadingHTTPServer, "127.0.0.1"),
         (_IPv6Server, "::1"),
+        *((_IPv6Server if ":" in a else http.server.ThreadingHTTPServer, a) for a in own),
     ):
         for port in PORTS:
             server = server_class((host, port), Handler)
@@ -65,8 +90,13 @@ def reachable(address: tuple[str, int]) -> bool:
 
 
 def main(argv: list[str]) -> None:
+    own: list[str] = []
+    while argv[:1] == ["--own"]:
+        own.append(argv[1])
+        add_own_address(argv[1])
+        argv = argv[2:]
     hits: list[dict] = []
-    receivers(hits)
+    receivers(hits, tuple(own))
     report: dict = {
         "reach": {
             "receiver": reachable(("127.0.0.1", 8790)),  # the harness itself works
@@ -80,6 +110,25 @@ def main(argv: list[str]) -> None:
         for url in argv[1:]:
             with contextlib.suppress(requests.RequestException):
                 requests.post(url, data=b"{}", timeout=5, allow_redirects=False)
+    elif argv[:1] == ["--added-later"]:
+        import django
+
+        django.setup()
+        from ledger_app.services import egress
+
+        address = argv[1]
+        url = f"http://[{address}]/hooks" if ":" in address else f"http://{address}/hooks"
+
+        def outcome() -> str:
+            try:
+                egress.check(url)
+            except egress.Refused as refused:
+                return refused.reason
+            return "allowed"
+
+        before = outcome()
+        add_own_address(address)
+        report["checks"] = [before, outcome()]
     else:
         import django
 

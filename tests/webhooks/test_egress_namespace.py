@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 
 from ledger_app.models import WebhookDelivery, WebhookEndpoint
 from ledger_app.services.webhook_endpoints import create_endpoint
@@ -76,10 +77,13 @@ def in_namespace(*args: str, **env: str) -> dict:
 
 
 def endpoints_at(urls: list[str]) -> None:
-    """An endpoint per URL, stored as is: past the creation check, as if it had changed."""
-    for url in urls:
-        made = create_endpoint(url=RECEIVER, enabled_events=["*"])
-        WebhookEndpoint.objects.filter(pk=made.pk).update(url=url)
+    """An endpoint per URL, stored as is: past the creation check, as if it had changed.
+    The corpus is larger than the default endpoint limits, which are lifted for it."""
+    room = len(urls) + WebhookEndpoint.objects.count()
+    with override_settings(WEBHOOK_ENDPOINTS_PER_KEY=room, WEBHOOK_ENDPOINTS_TOTAL=room):
+        for url in urls:
+            made = create_endpoint(url=RECEIVER, enabled_events=["*"])
+            WebhookEndpoint.objects.filter(pk=made.pk).update(url=url)
 
 
 class TestInANamespaceOfItsOwn:
@@ -120,3 +124,47 @@ class TestInANamespaceOfItsOwn:
             expected = hmac.new(endpoint.secret.encode(), signed, hashlib.sha256).hexdigest()
             assert (hit["path"], hit["host"], v1) == ("/hooks", "127.0.0.1:8790", expected)
         assert set(WebhookDelivery.objects.values_list("status", flat=True)) == {"delivered"}
+
+
+# Public addresses (by the registries) that the namespace's machine holds as its own, on an
+# interface that is not loopback: a service there is this machine's, reached directly.
+OWN = ("93.184.215.14", "2606:2800:21f:cb07:6820:80da:af6b:8b2c")
+OWN_URLS = [
+    f"http://{host}:{port}/hooks" for host in (OWN[0], f"[{OWN[1]}]") for port in (80, 8790)
+]
+OWN_ARGS = ("--own", OWN[0], "--own", OWN[1])
+
+
+class TestThisMachinesOwnAddresses:
+    def test_a_public_address_of_its_own_is_refused_and_its_receivers_get_nothing(self, settings):
+        settings.WEBHOOK_ALLOW_PRIVATE_URLS = True  # only to store them
+        endpoints_at(OWN_URLS)
+        record_events(1)
+
+        report = in_namespace(*OWN_ARGS, WEBHOOK_ALLOW_PRIVATE_URLS="false")
+
+        assert report["hits"] == []
+        errors = sorted(set(WebhookDelivery.objects.values_list("last_error", flat=True)))
+        assert errors == [
+            f"refused: address {address} is one of this machine's own addresses "
+            "(set WEBHOOK_ALLOW_PRIVATE_URLS=true to allow it)"
+            for address in sorted(OWN)
+        ]
+        assert report["output"].count("refused (not sent) attempt 1: ") == 2 * len(OWN_URLS)
+
+    def test_the_receivers_on_its_own_addresses_are_live(self):
+        """The control: sent unchecked, each of those URLs is answered."""
+        report = in_namespace(*OWN_ARGS, "--raw", *OWN_URLS)
+
+        got = sorted((hit["address"], hit["port"]) for hit in report["hits"])
+        assert got == sorted((address, port) for address in OWN for port in (80, 8790))
+
+    @pytest.mark.parametrize("address", OWN)
+    def test_an_address_added_a_moment_ago_counts(self, address):
+        report = in_namespace("--added-later", address, WEBHOOK_ALLOW_PRIVATE_URLS="false")
+
+        assert report["checks"] == [
+            "allowed",
+            f"address {address} is one of this machine's own addresses "
+            "(set WEBHOOK_ALLOW_PRIVATE_URLS=true to allow it)",
+        ]
