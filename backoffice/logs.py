@@ -1,7 +1,9 @@
 """Log lines that name what they concern (the request, the API key's prefix, the staff
 member, the refund, the charge and the client's address), as plain text or as JSON lines
 (LOG_FORMAT=json), and never a secret: anything shaped like one is redacted before a line
-is written."""
+is written. One record is one line: the formatters escape every control character in the
+message and in every value a record carries, whoever logged it, so no value from a
+request (a path, a filter name, a user name) can start a line of its own."""
 
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
 
 F = TypeVar("F", bound=Callable)
+
+# A LogRecord's own attributes, set by logging from the code, not from a caller's values.
+_RECORD_ATTRS = frozenset(RESERVED_ATTRS) | {"message", "asctime"}
 
 # What a line can say it concerns, and the short name plain lines use for each.
 FIELDS = {
@@ -48,6 +53,20 @@ SECRET = re.compile(
 
 ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
+# Every character that could end a line or rewrite one on a terminal: C0 controls (CR, LF,
+# tab, ESC ...), DEL, C1 controls (NEL among them) and Unicode's line and paragraph
+# separators. Written as escapes: \n, \r, \t, \x1b, \u2028.
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ESCAPES = str.maketrans(
+    {
+        code: _NAMED.get(chr(code), f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        for code in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]
+    }
+)
+# Continuation lines of one record (a traceback, a stack) start with this, so that only
+# a record's first line starts at the margin.
+CONTINUATION = "  | "
+
 
 def configure(config: dict) -> None:
     """Django's LOGGING_CONFIG: the LOGGING setting, and with LOG_FORMAT=json Python's
@@ -58,6 +77,33 @@ def configure(config: dict) -> None:
     logging.config.dictConfig(config)
     if settings.LOG_FORMAT == "json":
         logging.captureWarnings(True)
+
+
+def escape(text: str) -> str:
+    """`text` on one line: each control character written as its escape."""
+    return text.translate(_ESCAPES)
+
+
+def _escaped(value: object) -> object:
+    if isinstance(value, str):
+        return escape(value)
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_escaped(v) for v in value)
+    return value
+
+
+def escaped_record(record: logging.LogRecord) -> logging.LogRecord:
+    """A copy of `record` whose message (arguments merged in) and every value it carries
+    beyond logging's own attributes (`extra=`, the request id, what it concerns) are
+    escaped. The record itself is left as it was for any other handler."""
+    copy = logging.makeLogRecord(record.__dict__)
+    copy.msg, copy.args = escape(record.getMessage()), ()
+    for name, value in record.__dict__.items():
+        if name not in _RECORD_ATTRS:
+            setattr(copy, name, _escaped(value))
+    return copy
 
 
 def redact(text: str) -> str:
@@ -149,15 +195,19 @@ class RedactSecretsFilter(logging.Filter):
 
 
 class PlainFormatter(logging.Formatter):
-    """The plain text lines (default). Tracebacks and anything else the message filter
-    cannot see are redacted here."""
+    """The plain text lines (default): one line a record, its values escaped; a traceback
+    or stack follows on lines that start with CONTINUATION, escaped too. Tracebacks and
+    anything else the message filter cannot see are redacted here."""
 
     def __init__(self) -> None:
         # Defaults for records that reach this formatter without the filters.
         super().__init__(PLAIN_FORMAT, defaults={"request_id": "-", "concerns": ""})
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        text = super().format(escaped_record(record))
+        first, _, rest = text.partition("\n")
+        lines = [first, *(CONTINUATION + escape(line) for line in rest.split("\n") if rest)]
+        return redact("\n".join(lines))
 
 
 class JsonLinesFormatter(JsonFormatter):
@@ -194,5 +244,8 @@ class JsonLinesFormatter(JsonFormatter):
             log_data[key] = log_data.pop(key)
 
     def format(self, record: logging.LogRecord) -> str:
-        # Secret-shaped text contains no quote or backslash, so the line stays valid JSON.
-        return redact(super().format(record))
+        # Escaped before encoding, so that the decoded values hold no line break either
+        # (a tool that writes them out as text writes one line). A traceback stays as it
+        # is: JSON escapes its line breaks. Secret-shaped text contains no quote or
+        # backslash, so the line stays valid JSON.
+        return redact(super().format(escaped_record(record)))
