@@ -1,18 +1,34 @@
 """The base of the polling workers (process_refunds, deliver_webhooks): passes of work
-until none is left (--once) or until stopped (--loop), stopping cleanly on a signal."""
+until none is left (--once) or until stopped (--loop), stopping cleanly on a signal, and
+going on after the database drops the connection (a restart, a failover, a terminated
+backend): the pass is abandoned, the broken connection closed, and the next one tried
+after a backoff."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import cast
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DatabaseError
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from ledger_app.management.commands._stopping import STOP_SECONDS, StopRequest
 from ledger_app.services.worker_parts import ItemInHand, RunOutcomes
+
+log = logging.getLogger("ledger_app.worker")
+
+# After a pass the database interrupted, the next is tried this long after, doubling with
+# each pass in a row that fails, up to the most; one pass that runs through starts over.
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MOST_SECONDS = 30.0
+
+
+def retry_after(failed_in_a_row: int) -> float:
+    """Seconds before the next pass after `failed_in_a_row` interrupted passes (1 or more)."""
+    return min(RETRY_FIRST_SECONDS * 2 ** min(failed_in_a_row - 1, 30), RETRY_MOST_SECONDS)
 
 
 class PollingWorker(BaseCommand):
@@ -74,27 +90,56 @@ class PollingWorker(BaseCommand):
         total = RunOutcomes()
         nouns = (self.noun, self.plural)
         stop = StopRequest(self.stderr.write, nouns, hand, bound, self.left_in_hand)
+        failed_in_a_row = 0
         with stop.handling():
             while True:
-                tally = one_pass(
-                    batch_size=options["batch_size"],
-                    lease_seconds=options["lease_seconds"],
-                    should_stop=stop.__bool__,
-                    hand=hand,
-                    **arguments,
-                )
+                try:
+                    tally = one_pass(
+                        batch_size=options["batch_size"],
+                        lease_seconds=options["lease_seconds"],
+                        should_stop=stop.__bool__,
+                        hand=hand,
+                        **arguments,
+                    )
+                except (OperationalError, InterfaceError):
+                    failed_in_a_row += 1
+                    tally = self._pass_interrupted(failed_in_a_row, options["loop"])
+                else:
+                    failed_in_a_row = 0
                 total.statuses.update(tally.statuses)
                 total.errors += tally.errors
                 total.handed_back += tally.handed_back
                 total.left_leased += tally.left_leased
                 if not options["loop"] or stop:
                     break
-                deadline = time.monotonic() + options["poll_seconds"]
+                pause = retry_after(failed_in_a_row) if failed_in_a_row else options["poll_seconds"]
+                deadline = time.monotonic() + pause
                 while not stop and time.monotonic() < deadline:
                     time.sleep(0.05)
             if stop:
                 self._say_stopped(stop, tally)
         return total
+
+    def _pass_interrupted(self, failed_in_a_row: int, looping: bool) -> RunOutcomes:
+        """The database went away during a pass, outside any item (its first query, a
+        claim, a read between items): what was in hand stays under its lease, as after a
+        crash. The broken connection is closed so that the next pass opens a new one;
+        only the connection's errors are survived this way, a bug in a query still ends
+        the worker."""
+        if looping:
+            log.exception(
+                "%s: pass interrupted by a database error (%d in a row); next in %g s",
+                self.plural,
+                failed_in_a_row,
+                retry_after(failed_in_a_row),
+            )
+        else:
+            log.exception("%s: pass interrupted by a database error", self.plural)
+        try:
+            connection.close()
+        except DatabaseError:  # closing a connection the server already dropped
+            log.debug("closing the broken connection failed", exc_info=True)
+        return RunOutcomes(errors=1)
 
     def _say_stopped(self, stop: StopRequest, tally: RunOutcomes) -> None:
         left = tally.left_leased
