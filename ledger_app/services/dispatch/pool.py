@@ -6,8 +6,9 @@ provider that answers in time gives the caller the settled refund, as before. On
 slow or down leaves the caller with the refund as it stands, `pending` (Stripe answers
 `pending` refunds the same way), while the pool thread keeps going and settles it; the
 request thread is free at once for the next page. When every pool thread is busy and
-the backlog is full, nothing more is queued: the refund stays pending, with no lease and
-no attempt, for `process_refunds`.
+the backlog is full, or the pool takes no more work because the process is stopping,
+nothing more is queued: the refund stays pending, with no lease and no attempt, for
+`process_refunds`.
 
 Nothing here decides whether to send: the pool calls the same guarded send
 (`send_refund` / `send_charge`), which takes the lease and records the attempt itself, so
@@ -54,8 +55,7 @@ def send_within_budget(
     if budget <= 0:
         return send(pk).item
     future = _submit(send, pk)
-    if future is None:
-        log.warning("send pool full: %s left pending for the worker", pk)
+    if future is None:  # full, or shut down: nothing queued
         return fallback
     release_connection()  # a waiting request holds no database connection
     try:
@@ -70,6 +70,7 @@ def _submit(send: Callable[[str], Sent[Movement]], pk: str) -> Future[Movement] 
     threads = settings.REFUND_SEND_THREADS
     with _lock:
         if _queued >= threads * (1 + BACKLOG_PER_THREAD):
+            log.warning("send pool full: %s left pending for the worker", pk)
             return None
         if _executor is None or _threads != threads:  # made lazily, in each web process
             _executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="send")
@@ -78,7 +79,17 @@ def _submit(send: Callable[[str], Sent[Movement]], pk: str) -> Future[Movement] 
         executor = _executor
     # In a copy of the request's context: the settle's events name the request (its
     # Request-Id and the refund's Idempotency-Key) and its log lines carry the request id.
-    future = executor.submit(contextvars.copy_context().run, _run, send, pk)
+    try:
+        future = executor.submit(contextvars.copy_context().run, _run, send, pk)
+    except RuntimeError:
+        # The pool takes no more work: stop_taking_sends shut it down (the process is
+        # stopping), or the interpreter is shutting down ("cannot schedule new futures
+        # after interpreter shutdown"). The reserve has committed, so this is the pool-full
+        # case: the refund stays pending, with no lease and no attempt, for the worker.
+        with _lock:
+            _queued -= 1
+        log.warning("send pool shut down: %s left pending for the worker", pk)
+        return None
     future.add_done_callback(_finished)
     return future
 
