@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -27,14 +26,13 @@ from ledger_app.admin.lookups import touches_secret
 from ledger_app.mixin_bases import ModelAdminMixin
 from ledger_app.money import format_money
 from ledger_app.replica import ListsFromReplica, stale_ok
+from ledger_app.services.csv_files import csv_writer
 
 log = logging.getLogger("ledger_app.admin")
 
 CHUNK_SIZE = 2_000  # rows fetched from the database at a time
 LINES_PER_WRITE = 500  # CSV lines joined into one piece of the response
 FORMATTED = "_formatted"  # "amount_formatted": the column before it, as money
-# A spreadsheet runs a cell that starts with one of these as a formula (OWASP: CSV injection).
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 Cell = Callable[[tuple], object]  # one column's cell from a fetched row
 
@@ -181,17 +179,13 @@ def fetched_as(field) -> tuple[str, Callable[[object], object]]:
     if isinstance(field, models.JSONField):
         return field.name, lambda value: text(as_json(value))
     if isinstance(field, models.IntegerField) and not field.choices:
-        return field.name, lambda value: value  # numbers are never guarded
+        return field.name, lambda value: value  # a number: stays one, negative ones too
     return field.name, text  # text, choices (their stored value) and related ids
 
 
 def text(value: object) -> str:
-    """A text cell a spreadsheet will show, never run: one that starts like a formula gets
-    a leading apostrophe (the value stays readable; Excel and LibreOffice hide it)."""
-    if value is None:
-        return ""
-    value = str(value)
-    return "'" + value if value.startswith(FORMULA_STARTS) else value
+    """A text cell; the writer (services/csv_files.py: csv_writer) defuses formulas in it."""
+    return "" if value is None else str(value)
 
 
 def utc_iso(value) -> str:
@@ -208,7 +202,7 @@ def as_json(value: object) -> str:
 
 
 class _Line:
-    """What csv.writer writes to: it hands each line back instead of keeping it."""
+    """What the CSV writer writes to: it hands each line back instead of keeping it."""
 
     def write(self, line: str) -> str:
         return line
@@ -218,9 +212,10 @@ def csv_lines(
     header: Iterable[str], cells: list[Cell], rows: Iterator[tuple], name: str
 ) -> Iterator[str]:
     """The CSV, a few hundred lines per piece: a byte order mark (so spreadsheets read it
-    as UTF-8), the header, one line per row. Logs how many rows went out, and whether the
-    download finished or stopped (client gone, database error)."""
-    writer = csv.writer(_Line())
+    as UTF-8), the header, one line per row, every cell quoted and defused (csv_writer).
+    Logs how many rows went out, and whether the download finished or stopped (client
+    gone, database error)."""
+    writer = csv_writer(_Line())
     written = 0
     finished = False
     try:

@@ -19,8 +19,10 @@ from django.urls import reverse
 
 from ledger_app import replica
 from ledger_app.models import Charge, LedgerEntry, Refund, new_charge_id
+from ledger_app.services.ledger import append_entry
 from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
+from tests.spreadsheet import HOSTILE_CELLS, NO_FORMULAS, formulas_in
 
 pytestmark = pytest.mark.django_db
 
@@ -168,9 +170,11 @@ class TestWhatIsExported:
         assert len(rows) == 1
         assert (rows[0]["charge"], rows[0]["refund"]) == (charge.pk, refund.pk)
         assert (rows[0]["amount"], rows[0]["amount_formatted"]) == ("500", "$5.00")
+        # The minor units stay a number to sum; the formatted amount is text for people,
+        # and text that starts with "-" is defused like any other.
         assert (rows[0]["refunded_delta"], rows[0]["refunded_delta_formatted"]) == (
             "-500",
-            "-$5.00",
+            "'-$5.00",
         )
 
     def test_the_ordering_chosen_on_the_list_is_the_exports(self, admin_client):
@@ -223,6 +227,40 @@ class TestFormulaInjection:
         rows = rows_of(admin_client.get(reverse(REFUNDS_CSV)))
 
         assert rows[0]["note"] == "'=cmd|' /C calc'!A0"
+
+    def test_every_export_runs_no_hostile_cell_in_a_spreadsheet_set_to_commas_or_semicolons(
+        self, admin_client
+    ):
+        for n, cell in enumerate(HOSTILE_CELLS):
+            charge = ChargeFactory(
+                amount=5_000 + n, description=cell, customer=cell, metadata={"k": cell}
+            )
+            refund = create_refund(
+                charge_id=charge.pk, amount=100, note=cell, metadata={"order": cell}
+            ).item
+            append_entry(
+                charge=charge,
+                refund=refund,
+                kind=LedgerEntry.Kind.REFUND_SUCCEEDED,
+                amount=100,
+                memo=cell,
+            )
+
+        for name in (CHARGES_CSV, REFUNDS_CSV, LEDGER_CSV):
+            response = admin_client.get(reverse(name))
+            assert response.status_code == 200
+            body = b"".join(response.streaming_content).decode("utf-8")
+
+            assert body.count("calc") >= 4, name  # the hostile cells are in it
+            assert formulas_in(body) == NO_FORMULAS, name
+
+    def test_the_findings_cell_is_one_cell_for_a_spreadsheet_set_to_semicolons(self, admin_client):
+        ChargeFactory(amount=700, description="x;=cmd|' /C calc'!A0")
+
+        body = b"".join(admin_client.get(reverse(CHARGES_CSV)).streaming_content).decode()
+
+        assert "\"x;'=cmd|' /C calc'!A0\"" in body
+        assert formulas_in(body) == NO_FORMULAS
 
 
 class TestPermission:

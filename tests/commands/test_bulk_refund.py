@@ -9,6 +9,7 @@ from ledger_app.models import Charge, IdempotencyRecord, Refund
 from tests.commands.bulk_runs import bulk, counts, report_rows, write_csv
 from tests.factories import ChargeFactory
 from tests.processes import run_command, start_command
+from tests.spreadsheet import HOSTILE_CELLS, NO_FORMULAS, formulas_in
 
 
 @pytest.mark.django_db
@@ -88,6 +89,23 @@ class TestBulkRefund:
             ("refused", "invalid_reason"),
         ]
         assert "amount_too_large 1, invalid_reason 1, resource_missing 1" in out
+
+    def test_the_report_runs_no_cell_of_the_file_in_a_spreadsheet(self, tmp_path):
+        # The file's charge ids, reasons and notes come back in the report (as the row, and
+        # in the messages naming them): each hostile cell, in each place.
+        charge = ChargeFactory(amount=100_000)
+        rows = [[cell, "100", "", ""] for cell in HOSTILE_CELLS]
+        rows += [[charge.pk, "100", cell, ""] for cell in HOSTILE_CELLS]
+        rows += [[charge.pk, "100", "", cell] for cell in HOSTILE_CELLS]
+        file = write_csv(tmp_path / "in.csv", rows)
+
+        code, _, _ = bulk(file, "--batch-id", "b1", "--report", tmp_path / "r.csv")
+
+        assert code == 1
+        report = (tmp_path / "r.csv").read_text(encoding="utf-8")
+        assert len(report_rows(tmp_path / "r.csv")) == len(rows)
+        assert report.count("calc") >= 3
+        assert formulas_in(report) == NO_FORMULAS
 
     def test_dry_run_writes_nothing_and_counts_earlier_rows(self, tmp_path):
         charge = ChargeFactory(amount=1_000)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import re
 import signal
@@ -29,7 +28,7 @@ from ledger_app.services.bulk import (
     run_bulk_refund,
 )
 from ledger_app.services.bulk_jobs import JobFailed
-from ledger_app.services.csv_files import UnusableFile
+from ledger_app.services.csv_files import UnusableFile, csv_writer
 
 REPORT_COLUMNS = [
     "row",
@@ -218,7 +217,8 @@ class Command(BaseCommand):
             progress.set_total(rows)
 
         report_file = report.open("w", newline="", encoding="utf-8") if report else None
-        writer = csv.writer(report_file) if report_file else None
+        # Its cells are the file's own text too (charge ids, messages naming them): defused.
+        writer = csv_writer(report_file) if report_file else None
         if writer:
             writer.writerow(REPORT_COLUMNS)
 
