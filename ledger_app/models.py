@@ -435,11 +435,25 @@ class IdempotencyOperation(models.TextChoices):
     CHARGE_CREATE = "charge.create", "Create a charge"
 
 
+# The owner of every key the back office itself uses (admin forms, commands, bulk files,
+# demo data): one owner, so a file re-run by another operator replays. An API key owns
+# its own keys under its label, `api_key:<prefix>` (services/idempotency.py owner_of).
+BACK_OFFICE_KEYS = "backoffice"
+
+
 class IdempotencyRecord(models.Model):
-    """One row per idempotency key, shared by every interface; keys belong to the ledger."""
+    """One row per idempotency key and owner, shared by every interface: keys belong to
+    their owner (an API key, or the back office), as Stripe scopes them to an account."""
 
     Operation = IdempotencyOperation
+    BACK_OFFICE = BACK_OFFICE_KEYS
 
+    owner = models.CharField(
+        max_length=64,
+        default=BACK_OFFICE_KEYS,
+        help_text="Whose key it is: api_key:<prefix> for an API client, backoffice for the "
+        "back office's own (admin forms, commands).",
+    )
     key = models.CharField(max_length=255)
     operation = models.CharField(max_length=32, choices=Operation)
     fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the request as sent.")
@@ -464,7 +478,8 @@ class IdempotencyRecord(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["key"], name="idempotency_key_unique"),
+            # Each owner's keys are its own: another client's key is another request.
+            models.UniqueConstraint(fields=["owner", "key"], name="idempotency_owner_key_unique"),
             # A record is bound to exactly what its request made, from its first insert.
             models.CheckConstraint(
                 condition=(

@@ -143,6 +143,22 @@ def test_a_keys_record_and_what_it_made_are_the_orms():
     assert idempotency_record("k-nothing") is None
 
 
+def test_a_keys_record_is_its_owners_own():
+    """The compiled read of a key, and the hand-written claim, both mean (owner, key)."""
+    charge = ChargeFactory(amount=5_000)
+    client = "api_key:sk_test_owner1"
+    by_client = create_refund(charge_id=charge.pk, amount=7, idempotency_key="k", actor=client)
+    by_staff = create_refund(charge_id=charge.pk, amount=9, idempotency_key="k", actor="cli:ana")
+
+    for owner, made in [(client, by_client.item), ("backoffice", by_staff.item)]:
+        record = idempotency_record("k", owner)
+        expected = IdempotencyRecord.objects.get(key="k", owner=owner)
+        assert record is not None and fields_of(record) == fields_of(expected)
+        assert record.refund_id == made.id
+    assert idempotency_record("k").refund_id == by_staff.item.id  # the back office's
+    assert idempotency_record("k", "api_key:sk_test_other") is None
+
+
 @pytest.mark.django_db(transaction=True)
 def test_each_threads_connection_keeps_its_own_compiled_queries():
     # The ORM's converters belong to a connection; `django.db.connection` is a proxy that

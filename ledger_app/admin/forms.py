@@ -11,7 +11,7 @@ from django.core import signing
 from ledger_app.errors import LedgerError
 from ledger_app.models import Charge, Refund, RefundLimit
 from ledger_app.money import format_money, normalize_currency, parse_major, to_major
-from ledger_app.services.idempotency import ADMIN_FORM_KEYS
+from ledger_app.services.idempotency import ADMIN_BULK_KEYS, ADMIN_FORM_KEYS
 
 OTHER = "other"
 # The model's own labels, so a reason reads the same on the form, the refund's page, the
@@ -82,9 +82,39 @@ class NoteNeeded:
         return cleaned
 
 
+# A form's key is signed where it is minted, so a form takes only keys the back office
+# issued: a key typed into the page or the URL (another form's, a client's) is refused.
+FORM_KEY_SALT = "ledger_app.admin.form-key"
+FORM_KEY_REFUSED = (
+    "This form's key was not issued by this back office: open the page again "
+    "(invalid_idempotency_key)."
+)
+
+
 def new_form_key(prefix: str = ADMIN_FORM_KEYS) -> str:
-    """Minted when a form is rendered: every submission of that rendering shares it."""
-    return f"{prefix}:{uuid.uuid4().hex}"
+    """Minted when a form is rendered: every submission of that rendering shares it. It
+    is `<prefix>:<32 hex>` signed (issued_key gives it back)."""
+    return signing.Signer(salt=FORM_KEY_SALT).sign(f"{prefix}:{uuid.uuid4().hex}")
+
+
+def issued_key(signed: object, prefix: str = ADMIN_FORM_KEYS) -> str | None:
+    """The key new_form_key(prefix) signed as `signed`, or None for anything it did not
+    issue (unsigned, forged, another prefix's)."""
+    if not isinstance(signed, str):
+        return None
+    try:
+        key = signing.Signer(salt=FORM_KEY_SALT).unsign(signed)
+    except signing.BadSignature:
+        return None
+    return key if re.fullmatch(rf"{re.escape(prefix)}:[0-9a-f]{{32}}", key) else None
+
+
+def unsigned_key(signed: str, prefix: str) -> str:
+    """A form's own key field, cleaned: the key it was issued, else invalid_idempotency_key."""
+    key = issued_key(signed, prefix)
+    if key is None:
+        raise forms.ValidationError(FORM_KEY_REFUSED, code="invalid_idempotency_key")
+    return key
 
 
 class ReasonAndNote(forms.Form):
@@ -109,9 +139,6 @@ class ReasonAndNote(forms.Form):
         if cleaned.get("reason") == OTHER and not cleaned.get("note", "").strip():
             self.add_error("note", note_required("Explain the refund when the reason is Other."))
         return cleaned
-
-
-FORM_KEY = re.compile(rf"\A{ADMIN_FORM_KEYS}:[0-9a-f]{{32}}\Z")
 
 
 class ExactAmountBox(forms.CheckboxInput):
@@ -166,6 +193,9 @@ class RefundForm(ReasonAndNote):
         "idempotency_key",
         "charge_state",
     ]
+
+    def clean_idempotency_key(self) -> str:
+        return unsigned_key(self.cleaned_data["idempotency_key"], ADMIN_FORM_KEYS)
 
     def __init__(self, *args, charge: Charge, earlier: Refund | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -261,6 +291,9 @@ class BulkRefundForm(NoteNeeded, ReasonAndNote):
         super().__init__(*args, **kwargs)
         if not recent:
             del self.fields["refund_again"]
+
+    def clean_batch_key(self) -> str:
+        return unsigned_key(self.cleaned_data["batch_key"], ADMIN_BULK_KEYS)
 
     @classmethod
     def sign(cls, shown: dict[str, tuple[int, int]]) -> str:

@@ -4,7 +4,6 @@ the browser does (its key lives in the form's URL), with what the person is told
 from __future__ import annotations
 
 import logging
-import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -23,9 +22,10 @@ from django.utils.http import urlencode
 from backoffice.time_zones import shown_time
 from ledger_app.admin.charge_history import refunds_table
 from ledger_app.admin.forms import (
-    FORM_KEY,
     ReasonAndNote,
     RefundForm,
+    issued_key,
+    new_form_key,
 )
 from ledger_app.admin.second_factor import second_factor_gate, take_held_form
 from ledger_app.db import drop_broken_connection
@@ -99,26 +99,28 @@ class RefundFormViews(ReadOnlyAdminMixin):
         return self._refund_form_opened(request, charge)
 
     def _refund_form_opened(self, request, charge: Charge):
-        """The form under the key in its URL; without a key, a redirect to a new one."""
-        key = f"{ADMIN_FORM_KEYS}:{request.GET.get('form', '')}"
-        if not FORM_KEY.match(key):
-            return redirect(f"{refund_url(charge)}?{urlencode({'form': uuid.uuid4().hex})}")
-        used = refund_made_with(key)
+        """The form under the key in its URL; without a key this back office issued (signed,
+        forms.new_form_key), a redirect to a new one."""
+        signed = f"{ADMIN_FORM_KEYS}:{request.GET.get('form', '')}"
+        if issued_key(signed) is None:
+            minted = new_form_key().removeprefix(f"{ADMIN_FORM_KEYS}:")
+            return redirect(f"{refund_url(charge)}?{urlencode({'form': minted})}")
+        used = refund_made_with(signed)
         if used is not None:
             return self._used_form_page(request, charge, used)
         held = take_held_form(request)  # typed before the code page: shown, not submitted
-        if held is not None and held.get("idempotency_key") == key:
+        if held is not None and held.get("idempotency_key") == signed:
             return self._refund_form_page(request, charge, RefundForm(held, charge=charge))
-        return self._refund_form_page(request, charge, self._fresh_form(charge, key))
+        return self._refund_form_page(request, charge, self._fresh_form(charge, signed))
 
     def _refund_form_submitted(self, request, charge: Charge):
         """A valid form goes to the service. An invalid one of a used key shows what the
         key made (e.g. Back, then reload); otherwise it is drawn again with its errors,
         against the charge as it is now, and goes to the service if that makes it valid."""
         form = RefundForm(request.POST, charge=charge)
-        key = request.POST.get("idempotency_key", "")
+        signed = request.POST.get("idempotency_key", "")
         if not form.is_valid():
-            used = refund_made_with(key) if FORM_KEY.match(key) else None
+            used = refund_made_with(signed)  # a key it did not issue: None, and no refund
             if used is not None:
                 return self._used_form_page(request, charge, used)
             data = request.POST.copy()
@@ -126,10 +128,11 @@ class RefundFormViews(ReadOnlyAdminMixin):
             form = RefundForm(data, charge=charge)
             if not form.is_valid():
                 return self._refund_form_page(request, charge, form)
-        return self._refund_from_form(request, charge, form, key)
+        return self._refund_from_form(request, charge, form, signed)
 
-    def _refund_from_form(self, request, charge: Charge, form: RefundForm, key: str):
-        """The refund a valid form asks for; a refusal is shown on the form."""
+    def _refund_from_form(self, request, charge: Charge, form: RefundForm, signed: str):
+        """The refund a valid form asks for (its key is one this back office issued, as
+        `signed`); a refusal is shown on the form."""
         notice = ""
         try:
             result = create_admin_refund(
@@ -137,7 +140,7 @@ class RefundFormViews(ReadOnlyAdminMixin):
                 charge,
                 form,
                 amount=form.cleaned_data["amount"],
-                key=form.cleaned_data["idempotency_key"],
+                key=form.cleaned_data["idempotency_key"],  # the key `signed` names
                 state=form.cleaned_data["charge_state"],
                 refuse_repeats=not form.refunds_again(),
             )
@@ -149,9 +152,9 @@ class RefundFormViews(ReadOnlyAdminMixin):
             # Drawn again from the charge as it is now; the amount is asked for anew.
             charge.refresh_from_db()
             notice = f"{exc.message} ({exc.code})"
-            form = self._fresh_form(charge, key, form.cleaned_data)
+            form = self._fresh_form(charge, signed, form.cleaned_data)
         except IdempotencyKeyReused as exc:
-            used = refund_made_with(key)
+            used = refund_made_with(signed)
             if used is not None:
                 return self._used_form_page(request, charge, used, exc.code)
             form.add_error(None, f"{exc.message} ({exc.code})")
@@ -168,12 +171,12 @@ class RefundFormViews(ReadOnlyAdminMixin):
             return redirect("admin:ledger_app_charge_change", quote(charge.pk))
         return self._refund_form_page(request, charge, form, notice)
 
-    def _fresh_form(self, charge: Charge, key: str, kept: dict | None = None) -> RefundForm:
+    def _fresh_form(self, charge: Charge, signed: str, kept: dict | None = None) -> RefundForm:
         kept = kept or {}
         return RefundForm(
             charge=charge,
             initial={
-                "idempotency_key": key,
+                "idempotency_key": signed,
                 "charge_state": charge_state(charge.pk),
                 "reason": kept.get("reason", ""),
                 "note": kept.get("note", ""),
@@ -367,7 +370,11 @@ def refund_url(charge: Charge) -> str:
     return reverse("admin:ledger_app_charge_refund", args=[quote(charge.pk)])
 
 
-def refund_made_with(key: str) -> Refund | None:
-    """The refund an already used form key made, if it made one."""
+def refund_made_with(signed: str) -> Refund | None:
+    """The refund an already used form key (as the form carries it, signed) made, if it
+    made one; None for a key this back office did not issue."""
+    key = issued_key(signed)
+    if key is None:
+        return None
     record = idempotency_record(key)
     return record.refund if record is not None and record.refund_id else None

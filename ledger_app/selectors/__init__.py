@@ -47,14 +47,17 @@ from ledger_app.text import has_unstorable_characters
 __all__ = ["Drift", "find_ledger_drift"]
 
 
-def idempotency_record(key: str) -> IdempotencyRecord | None:
-    """The record for this key, if any (every replay reads it: compiled once)."""
-    found = compiled.run(_idempotency_record, key)
+def idempotency_record(
+    key: str, owner: str = IdempotencyRecord.BACK_OFFICE
+) -> IdempotencyRecord | None:
+    """The record for this key of this owner (an API key's label, or the back office's
+    own keys by default), if any (every replay reads it: compiled once)."""
+    found = compiled.run(_idempotency_record, key, owner)
     return found[0] if found else None
 
 
 def _idempotency_record() -> QuerySet[IdempotencyRecord]:
-    return IdempotencyRecord.objects.filter(key=compiled.KEY).order_by()
+    return IdempotencyRecord.objects.filter(owner=compiled.key(1), key=compiled.KEY).order_by()
 
 
 def made_with(record: IdempotencyRecord) -> Refund | Charge:

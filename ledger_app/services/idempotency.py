@@ -11,7 +11,7 @@ from typing import Any, Generic, TypeVar
 from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
-from ledger_app.db import is_lock_timeout, statement_cursor
+from ledger_app.db import is_lock_timeout, lock_wait_budget, statement_cursor
 from ledger_app.errors import (
     IdempotencyKeyInUse,
     IdempotencyKeyReserved,
@@ -37,26 +37,41 @@ RESERVED_KEY_PREFIXES = tuple(
     f"{namespace}:" for namespace in (ADMIN_FORM_KEYS, ADMIN_BULK_KEYS, BULK_ROW_KEYS, DEMO_KEYS)
 )
 REFUND_CREATE, CHARGE_CREATE = "refund.create", "charge.create"
+# Keys belong to their owner, as Stripe scopes them to an account: an API key owns its
+# own (under its label), and the back office one set for all its interfaces.
+BACK_OFFICE = IdempotencyRecord.BACK_OFFICE
+API_KEY_OWNERS = "api_key:"  # the label every API request's actor has (api/authentication.py)
 CLAIM_SQL = f"""
     INSERT INTO {IdempotencyRecord._meta.db_table}
-        (key, operation, fingerprint, request_params, refund_id, charge_id, created_at)
-    VALUES (%s, %s, %s, %s, %s, %s, %s)
-    ON CONFLICT (key) DO NOTHING
+        (owner, key, operation, fingerprint, request_params, refund_id, charge_id, created_at)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+    ON CONFLICT (owner, key) DO NOTHING
     RETURNING id
 """  # noqa: S608 - the table name is our own constant
 
 
+def owner_of(actor_label: str) -> str:
+    """Who owns the keys of a request by `actor_label`: an API key its own (its label,
+    `api_key:<prefix>`); everyone else (people in the admin, commands, bulk files) the
+    back office, so that a file re-run by another operator replays."""
+    return actor_label if actor_label.startswith(API_KEY_OWNERS) else BACK_OFFICE
+
+
 @dataclass(frozen=True)
 class IdempotentRequest:
-    """A keyed request: the key plus a fingerprint of the request exactly as it was sent."""
+    """A keyed request: the key, its owner, and a fingerprint of the request exactly as
+    it was sent (the owner is not in it: it picks whose key it is)."""
 
     key: str
     operation: str
     params: dict[str, Any]
     fingerprint: str
+    owner: str = BACK_OFFICE
 
     @classmethod
-    def build(cls, *, key: object, operation: str, params: dict[str, Any]) -> IdempotentRequest:
+    def build(
+        cls, *, key: object, operation: str, params: dict[str, Any], owner: str = BACK_OFFICE
+    ) -> IdempotentRequest:
         canonical = json.dumps(
             {"operation": operation, "params": params},
             sort_keys=True,
@@ -68,15 +83,19 @@ class IdempotentRequest:
             operation=operation,
             params=params,
             fingerprint=hashlib.sha256(canonical.encode()).hexdigest(),
+            owner=owner,
         )
 
 
-def keyed_request(key: object, operation: str, params: dict[str, Any]) -> IdempotentRequest | None:
+def keyed_request(
+    key: object, operation: str, params: dict[str, Any], *, owner: str = BACK_OFFICE
+) -> IdempotentRequest | None:
     """The keyed form of a request, or None when it was sent without a key (then nothing
-    deduplicates it). `params` are the request as sent: an omitted field is None."""
+    deduplicates it). `params` are the request as sent: an omitted field is None. The
+    key is `owner`'s (owner_of): another owner's same key is another request."""
     if key is None:
         return None
-    return IdempotentRequest.build(key=key, operation=operation, params=params)
+    return IdempotentRequest.build(key=key, operation=operation, params=params, owner=owner)
 
 
 def validate_key(key: object) -> str:
@@ -124,7 +143,7 @@ def create_once(
     the transaction: a retry costs a transaction that writes nothing instead.
     `write` makes the object with primary key `new_id`, or raises to refuse.
     """
-    with transaction.atomic(durable=True):
+    with lock_wait_budget(), transaction.atomic(durable=True):  # one budget for its waits
         if keyed is not None:
             holder = claim(keyed, new_id=new_id)
             if holder is not None:  # another request with this key committed first
@@ -135,7 +154,7 @@ def create_once(
 def find_replay(keyed: IdempotentRequest) -> Created[Any] | None:
     """The earlier result this keyed request replays, None for a new key; a different
     request under a used key is refused (`idempotency_key_reused`)."""
-    record = idempotency_record(keyed.key)
+    record = idempotency_record(keyed.key, keyed.owner)
     return None if record is None else _replay(record, keyed)
 
 
@@ -151,7 +170,8 @@ def ensure_same_request(record: IdempotencyRecord, request: IdempotentRequest) -
 
 
 def claim(request: IdempotentRequest, *, new_id: str) -> IdempotencyRecord | None:
-    """Bind the key to the refund (or charge) about to be created, in the caller's transaction.
+    """Bind the owner's key to the refund (or charge) about to be created, in the caller's
+    transaction (another owner's same key is no conflict).
 
     Returns None when this request now owns the key, or the record that already held it.
     The unique constraint decides between concurrent requests: PostgreSQL makes the
@@ -169,6 +189,7 @@ def claim(request: IdempotentRequest, *, new_id: str) -> IdempotencyRecord | Non
             cursor.execute(
                 CLAIM_SQL,
                 [
+                    request.owner,
                     request.key,
                     request.operation,
                     request.fingerprint,
@@ -185,7 +206,7 @@ def claim(request: IdempotentRequest, *, new_id: str) -> IdempotencyRecord | Non
         raise
     if claimed is not None:
         return None
-    record = idempotency_record(request.key)
+    record = idempotency_record(request.key, request.owner)
     if record is None:  # pragma: no cover - a conflict means a committed row
         raise IntegrityError(f"idempotency key {request.key!r} conflicted but is not there")
     return record

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from backoffice.logs import bind, naming
 from ledger_app import errors, faults, metrics
-from ledger_app.db import drop_broken_connection, is_lock_timeout
+from ledger_app.db import before_lock_wait, drop_broken_connection, is_lock_timeout
 from ledger_app.models import (
     Charge,
     EventType,
@@ -77,6 +77,8 @@ def create_refund(
     Rules, in the order they apply:
     - The request is validated before anything is read or written: amount (a positive
       int, not bool), key, reason, metadata and note.
+    - A key is its owner's (idempotency.owner_of): an API key's own, or the back office's
+      for everyone else; the same key from another API key is that client's own request.
     - With a key, the key is looked up first, before the charge and its balance: the same
       request again returns the stored refund and writes nothing (the result says
       `replayed`); a different request under the same key is
@@ -162,7 +164,10 @@ def _build_request(
     if payment_intent:  # only then, so keys bound before PaymentIntents replay unchanged
         sent["payment_intent"] = payment_intent
     keyed = idempotency.keyed_request(
-        idempotency_key, IdempotencyRecord.Operation.REFUND_CREATE, sent
+        idempotency_key,
+        IdempotencyRecord.Operation.REFUND_CREATE,
+        sent,
+        owner=idempotency.owner_of(actor_label),
     )
     return RefundRequest(
         charge_id=cast(str, charge_id or ""),  # validated above
@@ -289,6 +294,7 @@ def _charge_of(payment_intent: str) -> str:
 
 def _lock_charge(charge_id: str) -> Charge:
     try:
+        before_lock_wait()  # what the key's claim and the requester's lock left
         charge = charge_for_update(charge_id)
     except OperationalError as exc:
         if is_lock_timeout(exc):

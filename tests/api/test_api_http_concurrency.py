@@ -8,6 +8,7 @@ from django.db import connection, transaction
 
 from ledger_app.models import IdempotencyRecord, Refund
 from ledger_app.services import idempotency
+from ledger_app.services.api_keys import PREFIX_LENGTH
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 
@@ -76,7 +77,7 @@ def test_sixteen_clients_with_own_keys_never_over_refund(live_server, api_key):
     assert_ledger_invariants()
 
 
-def test_a_key_still_held_by_a_running_request_is_409_in_use(api, settings):
+def test_a_key_still_held_by_a_running_request_is_409_in_use(api, api_key, settings):
     """The first request holds the key past the lock timeout: the second is told to retry,
     and no second refund is made."""
     charge = ChargeFactory(amount=10_000)
@@ -87,6 +88,7 @@ def test_a_key_still_held_by_a_running_request_is_409_in_use(api, settings):
             with transaction.atomic():
                 request = idempotency.IdempotentRequest.build(
                     key="k-busy",
+                    owner=f"api_key:{api_key[:PREFIX_LENGTH]}",  # the same client's key
                     operation="refund.create",
                     params={
                         "charge": charge.id,
