@@ -78,8 +78,9 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     description="1 to 255 printable ASCII characters (space to ~), no comma, not starting "
     f"with {', '.join(RESERVED_KEY_PREFIXES)} in any case (the back office's own keys); "
     "sent once. Otherwise a 400 invalid_idempotency_key (idempotency_key_reserved for a "
-    "reserved prefix). The same key and request again replays the first result (header "
-    "Idempotent-Replayed: true); the same key with another request is a 400 "
+    "reserved prefix). Keys are the API key's own: the same key from another API key is "
+    "that client's own request. The same key and request again replays the first result "
+    "(header Idempotent-Replayed: true); the same key with another request is a 400 "
     "idempotency_error.",
 )
 # An Idempotency-Key header is printable ASCII. Clients encode other characters
@@ -384,7 +385,9 @@ class RefundCancelView(StripeView):
     @create_schema("refunds_cancel", RefundCancelParams, RefundSerializer, keyed=False)
     def post(self, request, refund_id: str):
         """Cancel a refund awaiting approval: its amount is released, as a rejection
-        does. Any other status is a 400 refund_not_cancelable."""
+        does. Only the key that asked for it may cancel it: any other key, and any other
+        status, is a 400 refund_not_cancelable (not a 404: every key of this account may
+        read the refund)."""
         params = checked_params(RefundCancelParams, request.data)
         if not could_be_an_id(refund_id):
             raise not_found(refund_id, "refund")

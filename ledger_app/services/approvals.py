@@ -70,22 +70,49 @@ def expire_approvals(now: datetime | None = None) -> list[str]:
     return expired
 
 
-def cancel_refund(*, refund_id: str, actor: str) -> Refund:
-    """Cancel a refund awaiting approval at its requester's word (the API's
-    POST /v1/refunds/{id}/cancel, `actor` the key's label): canceled, its amount released,
-    as a rejection does; nobody's approval is needed to take a request back. Any other
-    status is `refund_not_cancelable`, and nothing changes."""
+def cancel_refund(*, refund_id: str, actor: AbstractUser | str) -> Refund:
+    """Cancel a refund awaiting approval at its requester's word: canceled, its amount
+    released, as a rejection does; nobody's approval is needed to take a request back.
+
+    Only its requester may: the same API key (`actor` the key's label, as the API's
+    POST /v1/refunds/{id}/cancel passes it) or the same person (`actor` the user), or a
+    support lead (a user with the approve permission). Anyone else, and any status but
+    awaiting approval, is `refund_not_cancelable`, and nothing changes. The refund's
+    `decided_by` and the release's ledger entry name who canceled it; its note says
+    whether the requester or a lead did."""
+    label = actor_label(actor)
     now = timezone.now()
     endpoints = live_endpoints()  # read before the locks, as every move does
     with transaction.atomic(durable=True):
         refund = _lock(refund_id)
+        as_who = _may_cancel(refund, actor, label)
+        if as_who is None:
+            raise errors.RefundNotCancelable(
+                f"Refund {refund.pk} can be canceled only by the API key or person that "
+                "asked for it, or by a support lead."
+            )
         if refund.status != Refund.Status.AWAITING_APPROVAL:
             raise errors.RefundNotCancelable(
                 f"Refund {refund.pk} cannot be canceled because it has a status of "
                 f"{refund.status}; only a refund awaiting approval can be."
             )
-        _cancel(refund, actor, "canceled by its requester", now, endpoints, why="canceled")
+        _cancel(refund, label, f"canceled by {as_who}", now, endpoints, why="canceled")
     return refund
+
+
+def _may_cancel(refund: Refund, actor: AbstractUser | str, label: str) -> str | None:
+    """Who `actor` is to `refund` when it may cancel it ("its requester", "a support
+    lead"), None when it may not. A label (an API key's) is its requester only for a
+    refund no person asked for; a person is its requester by their user, not by name."""
+    if isinstance(actor, str):
+        if refund.created_by_id is None and label and refund.actor == label:
+            return "its requester"
+        return None
+    if refund.created_by_id is not None and refund.created_by_id == actor.pk:
+        return "its requester"
+    if actor.is_active and actor.has_perm(APPROVE_PERMISSION):
+        return "a support lead"
+    return None
 
 
 def _decide(refund_id: str, approver: AbstractUser, note: str, *, approve: bool) -> Refund:
