@@ -594,3 +594,19 @@ if not 0 < WEBHOOK_TIMEOUT_SECONDS < WEBHOOK_LEASE_SECONDS:
 WEBHOOK_DELIVERY_THREADS = int(os.environ.get("WEBHOOK_DELIVERY_THREADS", "8"))
 if not 1 <= WEBHOOK_DELIVERY_THREADS <= 64:
     raise ImproperlyConfigured("WEBHOOK_DELIVERY_THREADS must be from 1 to 64")
+# How many webhook endpoints one API key may have, and how many there may be in all
+# (services/webhook_endpoints.py). Every event is written once per endpoint that wants it,
+# in the transaction of its refund or charge, so these bound that work. Disabled endpoints
+# count, deleted ones do not. Stripe allows 16 per account.
+_endpoint_counts = {
+    name: os.environ.get(name, "").strip() or default
+    for name, default in (("WEBHOOK_ENDPOINTS_PER_KEY", "16"), ("WEBHOOK_ENDPOINTS_TOTAL", "32"))
+}
+for _name, _count in _endpoint_counts.items():
+    if not (_count.isascii() and _count.isdigit() and 1 <= int(_count) <= 10_000):
+        raise ImproperlyConfigured(
+            f"{_name} must be a whole number of webhook endpoints from 1 to 10000, "
+            f"not {_count[:40]!r}"
+        )
+WEBHOOK_ENDPOINTS_PER_KEY = int(_endpoint_counts["WEBHOOK_ENDPOINTS_PER_KEY"])
+WEBHOOK_ENDPOINTS_TOTAL = int(_endpoint_counts["WEBHOOK_ENDPOINTS_TOTAL"])

@@ -219,6 +219,23 @@ class InvalidWebhookUrl(LedgerError):
     default_message = "The URL must be http:// or https:// with a host."
 
 
+class WebhookEndpointLimitReached(LedgerError):
+    """As many webhook endpoints as WEBHOOK_ENDPOINTS_PER_KEY or WEBHOOK_ENDPOINTS_TOTAL
+    allow already exist. (Stripe refuses one past its 16 with an invalid_request_error
+    that has no code.)"""
+
+    code = "webhook_endpoint_limit_reached"
+    default_message = "The most webhook endpoints allowed already exist. Delete one first."
+
+
+class WebhookEndpointsBusy(LedgerError):
+    """Another endpoint was being created for longer than DATABASE_LOCK_TIMEOUT_MS: the
+    charge's busy code (409, to retry), about no parameter."""
+
+    code = "lock_timeout"
+    default_message = "Another webhook endpoint is being created. Retry shortly."
+
+
 KNOWN_EVENTS = ", ".join(EventType.values)
 
 

@@ -62,8 +62,9 @@ class EventAdmin(LogAdmin):
 
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(LogAdmin):
-    """Endpoints are made and changed through the API; the secret is shown only there,
-    once, and never here."""
+    """Endpoints are made and changed through the API (within its limits per key and in
+    all, services/webhook_endpoints.py); the secret is shown only there, once, and never
+    here. Each shows the API key that made it."""
 
     list_display = ["id", "url_display", "status", "events_display", "created_at"]
     list_filter = ["status", ("deleted_at", admin.EmptyFieldListFilter)]
@@ -77,6 +78,7 @@ class WebhookEndpointAdmin(LogAdmin):
         "api_version",
         "description",
         "metadata",
+        "api_key",
         "created_at",
         "deleted_at",
     ]

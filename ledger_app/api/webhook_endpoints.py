@@ -178,6 +178,7 @@ class WebhookEndpointsView(StripeView):
             description=params.get("description"),
             metadata=params.get("metadata"),
             api_version=params.get("api_version"),
+            api_key=request.auth,
         )
         return Response(WebhookEndpointSerializer(endpoint, context={"with_secret": True}).data)
 

@@ -9,12 +9,14 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from ledger_app import api_versions, errors
+from ledger_app.db import is_lock_timeout
 from ledger_app.errors import InvalidEnabledEvents, InvalidWebhookUrl
-from ledger_app.models import EventType, WebhookDelivery, WebhookEndpoint
+from ledger_app.models import ApiKey, EventType, WebhookDelivery, WebhookEndpoint
 from ledger_app.selectors import webhook_endpoints
 from ledger_app.services import egress
 from ledger_app.services.validation import merge_metadata, validate_metadata, validate_text
@@ -23,6 +25,9 @@ from ledger_app.stripe_event_types import STRIPE_EVENT_TYPES
 log = logging.getLogger("ledger_app.webhooks")
 
 ALL_EVENTS = "*"
+# The PostgreSQL advisory lock (a pair of keys of this app's own) that creating an endpoint
+# holds while it counts and inserts, so two creates cannot both take the last place.
+CREATE_LOCK = (0x7765, 1)
 
 
 def check_url(url: object) -> str:
@@ -61,10 +66,17 @@ def create_endpoint(
     description: str | None = None,
     metadata: dict[str, str] | None = None,
     api_version: str | None = None,
+    api_key: ApiKey | None = None,
 ) -> WebhookEndpoint:
     """A new enabled endpoint, with its signing secret (shown to the client only now).
     It receives the events recorded from now on, rendered in `api_version`: any published
-    version, or the account default (DEFAULT_API_VERSION) when None, as Stripe's."""
+    version, or the account default (DEFAULT_API_VERSION) when None, as Stripe's.
+
+    `api_key` made it (None: the back office itself). Every event is written once per
+    endpoint in its change's transaction, so the endpoints are limited: at most
+    WEBHOOK_ENDPOINTS_PER_KEY made by one key, at most WEBHOOK_ENDPOINTS_TOTAL in all,
+    disabled ones included and deleted ones not (as Stripe counts). Past either the
+    create is refused and writes nothing."""
     answered = api_versions.chosen(api_version)
     if answered is None:
         raise errors.InvalidApiVersion(api_versions.unsupported_message(str(api_version)))
@@ -75,10 +87,47 @@ def create_endpoint(
         description=validate_text(description, errors.InvalidDescription),
         metadata=validate_metadata(metadata),
         secret=new_secret(),
+        api_key=api_key,
     )
-    endpoint.save(force_insert=True)
+    with transaction.atomic(durable=True):
+        _lock_endpoint_creation()
+        _check_room_for_one_more(api_key)
+        endpoint.save(force_insert=True)
     log.info("webhook endpoint %s created for %s", endpoint.pk, endpoint.url)
     return endpoint
+
+
+def _lock_endpoint_creation() -> None:
+    """Serialise endpoint creation for the rest of the transaction: the counts are read
+    and added to by one create at a time. (SQLite's IMMEDIATE transactions already
+    serialise every write.)"""
+    if connection.vendor != "postgresql":
+        return
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", list(CREATE_LOCK))
+    except OperationalError as exc:  # past DATABASE_LOCK_TIMEOUT_MS
+        if is_lock_timeout(exc):
+            raise errors.WebhookEndpointsBusy() from exc
+        raise
+
+
+def _check_room_for_one_more(api_key: ApiKey | None) -> None:
+    """Refuse a new endpoint past either limit; the key's own first, as it is the one
+    its client can act on."""
+    existing = webhook_endpoints()
+    per_key = settings.WEBHOOK_ENDPOINTS_PER_KEY
+    if api_key is not None and existing.filter(api_key=api_key).count() >= per_key:
+        raise errors.WebhookEndpointLimitReached(
+            f"This API key already has {per_key} webhook endpoints, the most one key may "
+            "have (disabled ones count). Delete one it no longer uses first."
+        )
+    total = settings.WEBHOOK_ENDPOINTS_TOTAL
+    if existing.count() >= total:
+        raise errors.WebhookEndpointLimitReached(
+            f"There are already {total} webhook endpoints, the most this account may have "
+            "(disabled ones count). Delete one no longer used first."
+        )
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
-from ledger_app.models import Event, WebhookDelivery
+from ledger_app.models import Event, WebhookDelivery, WebhookEndpoint
+from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.webhook_delivery import deliver_due
 from tests.second_factor import verified
 from tests.webhooks.conftest import record_events
@@ -71,6 +72,33 @@ def test_endpoints_deliveries_and_events_cannot_be_changed_by_hand(admin_client,
     assert admin_client.post(delete, {"post": "yes"}).status_code == 403
     delivered.refresh_from_db()
     assert delivered.status == "delivered"
+
+
+def test_the_admin_makes_no_endpoint_even_below_the_limit(admin_client, endpoint, settings):
+    """Endpoints are made through the API only, within its limits (the service's)."""
+    settings.WEBHOOK_ENDPOINTS_TOTAL = 100
+    add = reverse("admin:ledger_app_webhookendpoint_add")
+
+    answer = admin_client.post(add, {"url": "http://127.0.0.1:9/h", "enabled_events": '["*"]'})
+
+    assert answer.status_code == 403
+    assert WebhookEndpoint.objects.count() == 1
+
+
+def test_an_endpoint_page_shows_the_api_key_that_made_it(admin_client, allow_private):
+    key = create_api_key(name="orders service")[1]
+    made = Client(HTTP_AUTHORIZATION=f"Bearer {key}").post(
+        "/v1/webhook_endpoints",
+        "url=http%3A%2F%2F127.0.0.1%3A9%2Fh&enabled_events[]=*",
+        content_type="application/x-www-form-urlencoded",
+    )
+    change = reverse("admin:ledger_app_webhookendpoint_change", args=[made.json()["id"]])
+
+    page = admin_client.get(change)
+
+    assert page.status_code == 200
+    assert b"orders service" in page.content
+    assert key.encode() not in page.content
 
 
 def test_the_delivery_list_shows_status_attempts_and_last_answer(admin_client, endpoint, receiver):

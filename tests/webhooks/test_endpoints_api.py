@@ -140,6 +140,28 @@ class TestWithTheStripeClient:
         create_refund(charge_id=charge.id, amount=100)  # nor refund.* and charge.refunded
         assert not WebhookDelivery.objects.filter(endpoint_id=made.id).exists()
 
+    def test_one_past_the_keys_limit_is_an_invalid_request_error(
+        self, stripe_client, receiver, settings
+    ):
+        settings.WEBHOOK_ENDPOINTS_PER_KEY = 16
+        made = [
+            stripe_client.v1.webhook_endpoints.create(
+                params={"url": receiver.url, "enabled_events": ["*"]}
+            )
+            for _ in range(16)
+        ]
+
+        with pytest.raises(stripe.InvalidRequestError) as error:
+            stripe_client.v1.webhook_endpoints.create(
+                params={"url": receiver.url, "enabled_events": ["*"]}
+            )
+
+        assert len(made) == 16
+        assert error.value.http_status == 400
+        assert (error.value.code, error.value.param) == ("webhook_endpoint_limit_reached", None)
+        assert "already has 16 webhook endpoints" in error.value.user_message
+        assert WebhookEndpoint.objects.count() == 16
+
     def test_a_refused_url_is_400_url_invalid(self, stripe_client, settings):
         settings.WEBHOOK_ALLOW_PRIVATE_URLS = False
 

@@ -1,0 +1,220 @@
+"""Webhook endpoints are limited per API key and in all (issue 44, finding 2): every event
+is written once per endpoint in its refund's transaction, so unlimited endpoints made
+every refund slower and every event a flood of posts. Past a limit the create is refused
+in Stripe's shape and writes nothing; disabled endpoints count, deleted ones do not; two
+creates racing for the last place cannot both have it."""
+
+import json
+
+import pytest
+from django.conf import settings
+from django.db import connection, connections
+from django.test import Client
+
+from ledger_app import errors
+from ledger_app.models import Event, WebhookDelivery, WebhookEndpoint
+from ledger_app.services.api_keys import create_api_key
+from ledger_app.services.webhook_endpoints import create_endpoint
+from tests.concurrency import run_at_once
+from tests.factories import ChargeFactory
+from tests.processes import manage_alone
+
+pytestmark = pytest.mark.usefixtures("allow_private")
+
+FORM = "application/x-www-form-urlencoded"
+HOOK = "url=http%3A%2F%2F127.0.0.1%3A9%2Fhook&enabled_events[]=*"
+
+
+def client_of(name: str) -> Client:
+    """A test client speaking to /v1/ with a new read-write key of its own."""
+    secret = create_api_key(name=name)[1]
+    return Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+
+
+def create(client: Client):
+    return client.post("/v1/webhook_endpoints", HOOK, content_type=FORM)
+
+
+@pytest.fixture
+def limits(settings):
+    """Small limits, so reaching them takes a few requests: 2 per key, 3 in all."""
+    settings.WEBHOOK_ENDPOINTS_PER_KEY = 2
+    settings.WEBHOOK_ENDPOINTS_TOTAL = 3
+    return settings
+
+
+def assert_refused_at_the_limit(response, *, naming: str) -> None:
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["code"] == "webhook_endpoint_limit_reached"
+    assert "param" not in error
+    assert naming in error["message"]
+
+
+def test_the_defaults_are_stripes_16_per_key_and_32_in_all():
+    assert (settings.WEBHOOK_ENDPOINTS_PER_KEY, settings.WEBHOOK_ENDPOINTS_TOTAL) == (16, 32)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("WEBHOOK_ENDPOINTS_PER_KEY", "0"), ("WEBHOOK_ENDPOINTS_TOTAL", "lots")],
+)
+def test_a_limit_that_is_not_a_count_stops_the_start(tmp_path, name, value):
+    env = {
+        "DJANGO_DEBUG": "true",
+        "DJANGO_SECRET_KEY": "test-settings-key",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'never-written.sqlite3'}",
+        name: value,
+    }
+
+    result = manage_alone("check", env=env)
+
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr  # one line, no traceback
+    assert result.stderr.startswith(f"error: {name} must be a whole number of webhook endpoints")
+
+
+@pytest.mark.django_db
+class TestTheLimitPerKey:
+    def test_a_key_past_its_limit_is_refused_and_nothing_is_written(self, limits):
+        orders = client_of("orders")
+        made = [create(orders) for _ in range(2)]
+
+        refused = create(orders)
+
+        assert [r.status_code for r in made] == [200, 200]
+        assert_refused_at_the_limit(refused, naming="This API key already has 2")
+        assert WebhookEndpoint.objects.count() == 2
+
+    def test_another_key_still_has_its_own_places(self, limits):
+        orders, billing = client_of("orders"), client_of("billing")
+        create(orders), create(orders)
+
+        response = create(billing)
+
+        assert response.status_code == 200, response.content
+        assert WebhookEndpoint.objects.get(pk=response.json()["id"]).api_key.name == "billing"
+
+    def test_a_disabled_endpoint_still_counts(self, limits):
+        orders = client_of("orders")
+        first = create(orders).json()["id"]
+        create(orders)
+        disabled = orders.post(f"/v1/webhook_endpoints/{first}", "disabled=true", FORM)
+
+        refused = create(orders)
+
+        assert disabled.json()["status"] == "disabled"
+        assert_refused_at_the_limit(refused, naming="This API key already has 2")
+
+    def test_a_deleted_endpoint_frees_its_place(self, limits):
+        orders = client_of("orders")
+        first = create(orders).json()["id"]
+        create(orders)
+        assert orders.delete(f"/v1/webhook_endpoints/{first}").status_code == 200
+
+        response = create(orders)
+
+        assert response.status_code == 200, response.content
+        assert WebhookEndpoint.objects.filter(deleted_at=None).count() == 2
+
+
+@pytest.mark.django_db
+class TestTheLimitInAll:
+    def test_keys_together_past_the_total_are_refused(self, limits):
+        orders, billing = client_of("orders"), client_of("billing")
+        create(orders), create(orders), create(billing)
+
+        refused = create(billing)
+
+        assert_refused_at_the_limit(refused, naming="There are already 3 webhook endpoints")
+        assert WebhookEndpoint.objects.count() == 3
+
+    def test_the_back_office_itself_obeys_the_total(self, limits):
+        for n in range(3):
+            create_endpoint(url=f"http://127.0.0.1:9/{n}", enabled_events=["*"])
+
+        with pytest.raises(errors.LedgerError) as refused:
+            create_endpoint(url="http://127.0.0.1:9/one-more", enabled_events=["*"])
+
+        assert refused.value.code == "webhook_endpoint_limit_reached"
+        assert WebhookEndpoint.objects.count() == 3
+
+    def test_endpoints_made_before_keys_were_recorded_count_in_all(self, limits):
+        for n in range(3):
+            WebhookEndpoint.objects.create(url=f"http://127.0.0.1:9/{n}", secret="whsec_x")
+
+        assert_refused_at_the_limit(create(client_of("orders")), naming="There are already 3")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_refund_writes_at_most_the_total_times_its_events_deliveries(limits):
+    """With the limit full (three clients asked for three endpoints each, for every
+    event), a refund's events are delivered to at most WEBHOOK_ENDPOINTS_TOTAL endpoints."""
+    clients = [client_of(name) for name in ("orders", "billing", "audit")]
+    answers = [create(client).status_code for client in clients for _ in range(3)]
+    charge = ChargeFactory(amount=1_000)
+    before = set(Event.objects.values_list("pk", flat=True))
+
+    refund = clients[0].post("/v1/refunds", f"charge={charge.pk}&amount=100", FORM)
+
+    assert refund.status_code == 200, refund.content
+    events = list(Event.objects.exclude(pk__in=before).values_list("pk", flat=True))
+    deliveries = WebhookDelivery.objects.filter(event_id__in=events).count()
+    assert answers.count(200) == 3 and answers.count(400) == 6
+    assert events
+    assert deliveries == 3 * len(events)  # every endpoint asked for every event
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+class TestRacingForTheLastPlace:
+    """Creates at the same moment from real threads, each on its own connection."""
+
+    def test_one_key_racing_itself_gets_the_last_place_once(self, settings):
+        settings.WEBHOOK_ENDPOINTS_PER_KEY = 3
+        settings.WEBHOOK_ENDPOINTS_TOTAL = 100
+        secret = create_api_key(name="orders")[1]
+        orders = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+        create(orders), create(orders)
+        racers = [Client(HTTP_AUTHORIZATION=f"Bearer {secret}") for _ in range(6)]
+
+        answers = run_at_once([lambda c=c: create(c) for c in racers])
+
+        codes = sorted(a.status_code for a in answers)
+        assert codes == [200, 400, 400, 400, 400, 400]
+        assert WebhookEndpoint.objects.count() == 3
+
+    def test_many_keys_racing_get_the_last_place_in_all_once(self, settings):
+        settings.WEBHOOK_ENDPOINTS_PER_KEY = 16
+        settings.WEBHOOK_ENDPOINTS_TOTAL = 3
+        create(client_of("orders")), create(client_of("billing"))
+        racers = [client_of(f"client {n}") for n in range(6)]
+
+        answers = run_at_once([lambda c=c: create(c) for c in racers])
+
+        codes = sorted(a.status_code for a in answers)
+        assert codes == [200, 400, 400, 400, 400, 400]
+        refusals = [json.loads(a.content)["error"]["code"] for a in answers if a.status_code == 400]
+        assert set(refusals) == {"webhook_endpoint_limit_reached"}
+        assert WebhookEndpoint.objects.count() == 3
+
+    def test_a_create_that_waits_too_long_for_the_count_is_refused_and_writes_nothing(self):
+        from ledger_app.services.webhook_endpoints import CREATE_LOCK
+
+        holder = connections.create_connection("default")
+        try:
+            with holder.cursor() as held, connection.cursor() as waiting:
+                held.execute("BEGIN")
+                held.execute("SELECT pg_advisory_xact_lock(%s, %s)", list(CREATE_LOCK))
+                waiting.execute("SET lock_timeout = '200ms'")
+                with pytest.raises(errors.LedgerError) as refused:
+                    create_endpoint(url="http://127.0.0.1:9/hook", enabled_events=["*"])
+                waiting.execute("RESET lock_timeout")
+                held.execute("ROLLBACK")
+        finally:
+            holder.close()
+
+        assert refused.value.code == "lock_timeout"  # 409 with Stripe-Should-Retry
+        assert refused.value.param is None
+        assert not WebhookEndpoint.objects.exists()
