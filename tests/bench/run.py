@@ -11,7 +11,10 @@ each, from --clients processes. The HTTP figures start gunicorn as `make run` do
 (gunicorn.conf.py: gthread processes x threads): worker mode; inline with a provider
 answering in 500 ms under 32 clients (Little's law: 32 / 0.5 s = 64/s at best); and the
 admin's refunds changelist while 16 refunds wait on a provider answering in 5 s. The
-purge phase times refunds while purge_expired removes a million expired events.
+webhooks phase runs deliver_webhooks beside the HTTP refund load, with its lanes and with
+one, against a receiver answering in 20 ms: deliveries made and delivered per second, and
+how long it takes to catch up once the load stops. The purge phase times refunds while
+purge_expired removes a million expired events.
 docs/benchmarks.md explains each figure and what limits it.
 """
 
@@ -40,6 +43,7 @@ import columns
 import dj_database_url
 import expiry
 import psycopg
+import webhooks
 from serving import (
     ConnectionWatch,
     CpuShare,
@@ -777,14 +781,12 @@ def changelist_ms() -> dict:
     return timings
 
 
-def webhook_endpoint() -> str:
+def webhook_endpoint(url: str = "https://hooks.example.com/bench") -> str:
     """An enabled endpoint for every event: the refund load's events get a delivery each,
     as the expired ones have (the secret is encrypted by the model's field)."""
     from ledger_app.models import WebhookEndpoint
 
-    endpoint = WebhookEndpoint.objects.create(
-        url="https://hooks.example.com/bench", enabled_events=["*"], secret="whsec_bench"
-    )
+    endpoint = WebhookEndpoint.objects.create(url=url, enabled_events=["*"], secret="whsec_bench")
     return endpoint.pk
 
 
@@ -894,6 +896,25 @@ def parse_args() -> argparse.Namespace:
         help="The limit's SQL: one round trip per statement (default), or batched as the "
         "service writes since its reserve went to one round trip.",
     )
+    parser.add_argument(
+        "--webhook-seconds",
+        type=float,
+        default=10,
+        help="Seconds of HTTP refunds in the webhooks phase, for each deliver_webhooks run.",
+    )
+    parser.add_argument(
+        "--webhook-latency-ms",
+        type=int,
+        default=20,
+        help="How long the webhooks phase's receiver takes to answer each delivery.",
+    )
+    parser.add_argument(
+        "--webhook-threads",
+        type=int,
+        default=int(os.environ.get("WEBHOOK_DELIVERY_THREADS", "8")),
+        help="deliver_webhooks --threads in the webhooks phase (default WEBHOOK_DELIVERY_THREADS "
+        "or its default, 8); it runs with 1 as well, for comparison.",
+    )
     parser.add_argument("--single-requests", type=int, default=200)
     parser.add_argument("--slow-charges", type=int, default=10_000)
     parser.add_argument("--inline-clients", type=int, default=32)
@@ -949,8 +970,9 @@ def parse_args() -> argparse.Namespace:
         "--only",
         type=lambda text: text.split(","),
         default=[],
-        help="Run only these phases (comma-separated: throughput, http_worker, http_inline, "
-        "admin, single, bulk, growth, felt, purge); figures needing a phase left out are left out.",
+        help="Run only these phases (comma-separated: throughput, http_worker, webhooks, "
+        "http_inline, admin, single, bulk, growth, felt, purge); figures needing a phase "
+        "left out are left out.",
     )
     parser.add_argument(
         "--drop-databases",
@@ -962,9 +984,9 @@ def parse_args() -> argparse.Namespace:
         "--quick",
         action="store_true",
         help="A smoke run (make test runs it): 1 s runs, no repeats, 20,000 rows for "
-        "growth, 500 bulk rows, 1,000 slow charges, a 2 s inline window, 30 admin GETs, 20 "
-        "single requests, 5 admin form refunds, 20,000 expired events and a 2 s window "
-        "before the purge. Every phase runs; the figures are too rough "
+        "growth, 500 bulk rows, 1,000 slow charges, a 2 s inline window, 2 s webhook "
+        "windows, 30 admin GETs, 20 single requests, 5 admin form refunds, 20,000 expired "
+        "events and a 2 s window before the purge. Every phase runs; the figures are too rough "
         "to judge by.",
     )
     args = parser.parse_args()
@@ -973,6 +995,7 @@ def parse_args() -> argparse.Namespace:
     if args.quick:
         args.seconds, args.repeats, args.big, args.bulk_rows = 1, 1, 20_000, 500
         args.inline_warm, args.inline_seconds, args.admin_gets = 0.5, 2, 30
+        args.webhook_seconds = 2
         args.single_requests, args.slow_charges, args.form_refunds = 20, 1_000, 5
         args.purge_events, args.purge_baseline, args.purge_warm = 20_000, 2, 0.5
     return args
@@ -1124,6 +1147,73 @@ def measure_http_worker(run: Run) -> None:
     http["ratio_to_service"] = ratio(http["per_second"], service)
     run.results["http_spread_worker"] = http
     print(f"  last run: {cpu_text(cores[-1])}", flush=True)
+
+
+def measure_webhooks(run: Run) -> None:
+    """deliver_webhooks beside `POST /v1/refunds` (worker mode, --clients processes, an
+    endpoint for every event, a receiver answering in --webhook-latency-ms): with
+    --webhook-threads lanes, then with one. Deliveries delivered per second against
+    deliveries made per second in the same window, and the seconds it takes to deliver
+    the rest once the load stops (the chaos run's clients heard of refunds 112 s late)."""
+    args = run.args
+    n, s, lanes = args.clients, args.webhook_seconds, args.webhook_threads
+    run.section(
+        f"webhooks: deliver_webhooks beside POST /v1/refunds ({n} client processes, "
+        f"{s:g} s), a receiver answering in {args.webhook_latency_ms} ms, {lanes} lanes and 1"
+    )
+    port = free_loopback_port()
+    with webhooks.HookReceiver(port, args.webhook_latency_ms) as hook:
+        endpoint = measure_in_django(run.url, "webhook_endpoint", hook.url)
+        result: dict = {"latency_ms": args.webhook_latency_ms, "lanes": lanes}
+        try:
+            with Gunicorn(run.url, run.workdir, dispatch="worker") as web:
+                for threads in dict.fromkeys((lanes, 1)):
+                    result[f"threads_{threads}"] = delivery_run(run, web, endpoint, threads)
+        finally:
+            webhooks.disable_endpoint(run.url, endpoint)
+    result["ratio"] = result[f"threads_{lanes}"]["delivered_to_made"]
+    result["ratio_one_lane"] = result["threads_1"]["delivered_to_made"]
+    run.results["webhooks_beside_refunds"] = result
+
+
+def delivery_run(run: Run, web: Gunicorn, endpoint: str, threads: int) -> dict:
+    """One window of HTTP refunds with `deliver_webhooks --threads {threads}` running."""
+    with webhooks.Deliverer(run.url, threads, run.workdir):
+        time.sleep(2)  # its start-up, before the window
+        began = webhooks.database_now(run.url)
+        clients, seconds = run.args.clients, run.args.webhook_seconds
+        gathered = run_processes(http_worker, clients, web.base, run.key, seconds)
+        ended = webhooks.database_now(run.url)
+        catch_up_s, statuses = webhooks.wait_caught_up(run.url, endpoint, timeout=600)
+    refunds_per_second, _ = throughput(gathered, run.args.webhook_seconds)
+    counts = webhooks.window_counts(run.url, endpoint, began, ended)
+    seconds = ended - began
+    figures = {
+        "refunds_per_second": refunds_per_second,
+        "made_per_second": counts["made"] / seconds,
+        "delivered_per_second": counts["delivered"] / seconds,
+        "delivered_to_made": ratio(counts["delivered"], counts["made"]),
+        "catch_up_seconds": catch_up_s,
+        "statuses_after": statuses,
+        "non_200": sum(g[2] for g in gathered),
+    }
+    print(
+        f"  {threads} lane(s): refunds {refunds_per_second:.0f}/s made "
+        f"{figures['made_per_second']:.0f} deliveries/s, "
+        f"{figures['delivered_per_second']:.0f}/s delivered in the same {seconds:.1f} s "
+        f"({figures['delivered_to_made']:.2f}); caught up {catch_up_s:.1f} s after the load; "
+        f"deliveries then {statuses}",
+        flush=True,
+    )
+    return figures
+
+
+def free_loopback_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def measure_http_inline(run: Run) -> None:
@@ -1513,6 +1603,7 @@ def expired_rows(conn, days: int) -> dict:
 PHASES = {
     "throughput": measure_throughput,
     "http_worker": measure_http_worker,
+    "webhooks": measure_webhooks,
     "http_inline": measure_http_inline,
     "admin": measure_admin,
     "single": measure_single,
@@ -1536,6 +1627,14 @@ def broken(res: dict) -> list[str]:
     for name in ("http_spread_worker", "http_inline_slow_provider"):
         if res.get(name, {}).get("non_200"):
             faults.append(f"{name}: {res[name]['non_200']} answers were not 200")
+    hooks = res.get("webhooks_beside_refunds", {})
+    for name, run in hooks.items():
+        if not name.startswith("threads_"):
+            continue
+        if run["non_200"]:
+            faults.append(f"webhooks phase, {name}: {run['non_200']} refunds were not 200")
+        if set(run["statuses_after"]) - {"delivered"}:
+            faults.append(f"webhooks phase, {name}: not all delivered: {run['statuses_after']}")
     if failures := res.get("admin_while_refunds_wait", {}).get("get_failures"):
         faults.append(f"admin changelist: {failures} GETs failed")
     felt = res.get("felt", {})
@@ -1589,6 +1688,21 @@ def summary_rows(res: dict, wait_budget: float) -> list[tuple[str, float, str, s
         if "service_spread_worker" in res:
             rows.append(("http / service (worker)", http["ratio_to_service"], "", at_least(0.5)))
         rows.append(("http p99 ms (worker)", http["p99_ms"], "ms", below(50)))
+    if "webhooks_beside_refunds" in res:
+        hooks = res["webhooks_beside_refunds"]
+        lanes, one = hooks[f"threads_{hooks['lanes']}"], hooks["threads_1"]
+        beside = f"webhooks delivered / made beside http refunds, {hooks['latency_ms']} ms receiver"
+        rows += [
+            (f"{beside}, {hooks['lanes']} lanes", hooks["ratio"], "", at_least(0.9)),
+            (f"{beside}, 1 lane", hooks["ratio_one_lane"], "", INFO),
+            (
+                f"webhooks: s to catch up after the load, {hooks['lanes']} lanes",
+                lanes["catch_up_seconds"],
+                "",
+                INFO,
+            ),
+            ("webhooks: s to catch up after the load, 1 lane", one["catch_up_seconds"], "", INFO),
+        ]
     if "http_inline_slow_provider" in res:
         inline = res["http_inline_slow_provider"]
         slow = f"http inline, {inline['latency_ms']} ms provider"
