@@ -192,6 +192,9 @@ def verify_view(request):
             form.add_error("code", throttled_words(throttle))
         elif device.verify_token(form.cleaned_data["code"].strip()):
             django_otp.login(request, device)
+            # A new session key for the new privilege, as Django's login gives one for the
+            # password: a session id seen or planted before the code moves no money.
+            request.session.cycle_key()
             request.session[FRESH_AT] = time.time()
             log.info("second factor verified for %s", request.user.get_username())
             return HttpResponseRedirect(next_url)

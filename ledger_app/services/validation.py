@@ -9,10 +9,19 @@ MAX_NOTE_LENGTH = 1000
 MAX_METADATA_KEYS = 50
 MAX_METADATA_KEY_LENGTH = 40
 MAX_METADATA_VALUE_LENGTH = 500
+# Bidirectional controls: invisible, they reorder what is shown around them, so a key
+# holding one can look like another key (Unicode's embeddings, overrides and isolates,
+# LRM, RLM and the Arabic letter mark).
+BIDI_CONTROLS = frozenset(
+    [chr(c) for c in range(0x202A, 0x202F)]
+    + [chr(c) for c in range(0x2066, 0x206A)]
+    + ["\u200e", "\u200f", "\u061c"]
+)
 
 
 def validate_metadata(metadata: object) -> dict[str, str]:
-    """At most 50 string keys of up to 40 characters, string values of up to 500."""
+    """At most 50 string keys of up to 40 characters, with no bidirectional control
+    characters in them; string values of up to 500."""
     if metadata is None:
         return {}
     if not isinstance(metadata, dict) or len(metadata) > MAX_METADATA_KEYS:
@@ -24,6 +33,11 @@ def validate_metadata(metadata: object) -> dict[str, str]:
             raise errors.InvalidMetadata()
         if has_unstorable_characters(key) or has_unstorable_characters(value):
             raise errors.InvalidMetadata("Metadata must not contain NUL or lone surrogates.")
+        if not BIDI_CONTROLS.isdisjoint(key):
+            raise errors.InvalidMetadata(
+                "Metadata keys must not contain bidirectional control characters "
+                "(U+202A to U+202E, U+2066 to U+2069, U+200E, U+200F, U+061C)."
+            )
     return dict(metadata)
 
 

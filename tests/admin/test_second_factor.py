@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from django.contrib import admin
 from django.contrib.admin.utils import quote
+from django.test import Client
 from django.urls import reverse
 
 from ledger_app.admin.second_factor import FRESH_AT
@@ -214,6 +215,28 @@ class TestWithACode:
         )
 
         assert response.status_code == 302 and response.url == reverse("admin:index")
+
+
+class TestTheCodeStartsANewSession:
+    def test_the_session_cookie_from_before_the_code_no_longer_works_after(
+        self, unverified, person, settings
+    ):
+        cookie = settings.SESSION_COOKIE_NAME
+        before = unverified.cookies[cookie].value
+
+        response = unverified.post(VERIFY, {"code": current_code(device_of(person)), "next": "/"})
+
+        assert response.status_code == 302
+        assert unverified.cookies[cookie].value != before
+        # The person, with the new cookie, is still signed in and may move money.
+        form = unverified.get(refund_url(ChargeFactory(amount=1_000)), follow=True)
+        assert form.status_code == 200 and b'name="amount"' in form.content
+        assert VERIFY not in form.request["PATH_INFO"]
+        # The old cookie is nobody's session any more: the admin asks to sign in.
+        stale = Client()
+        stale.cookies[cookie] = before
+        answer = stale.get(CHARGES)
+        assert answer.status_code == 302 and answer.url.startswith(reverse("admin:login"))
 
 
 class TestIdleTime:
