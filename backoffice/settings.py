@@ -576,6 +576,13 @@ for _number, _key in enumerate(WEBHOOK_SECRET_KEYS, 1):
             f"WEBHOOK_SECRET_KEYS: key {_number} is not a Fernet key (32 bytes in url-safe "
             "base64; docs/operating/secrets.md says how to make one)"
         )
+# Production refuses a secret that is a shipped placeholder or too short to be random
+# (DJANGO_SECRET_KEY, STRIPE_WEBHOOK_SECRET, STRIPE_API_KEY, METRICS_TOKEN, the Fernet keys):
+# backoffice/production_secrets.py, docs/operating/secrets.md.
+if not DEBUG:
+    from backoffice.production_secrets import refuse_weak_secrets
+
+    refuse_weak_secrets(os.environ)
 # Connect and read timeout of one delivery request.
 WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOK_TIMEOUT_SECONDS", "10"))
 # A delivery is retried with backoff until it is this old, then marked failed.

@@ -6,19 +6,28 @@ with only the environment given (no secret key inherited from the test run)."""
 
 from __future__ import annotations
 
+import base64
+import re
 import secrets
 
 import pytest
+from cryptography.fernet import Fernet
 
+from backoffice.production_secrets import MINIMUM_LENGTHS
 from tests.processes import BIN, ROOT, env_file, manage_alone, run_alone
 
 PRODUCTION_ENV = ROOT / "deploy" / "production.env"
 
 
 def documented_environment() -> dict[str, str]:
-    """deploy/production.env as docs/operating/production.md tells an operator to fill it in."""
+    """deploy/production.env as docs/operating/production.md tells an operator to fill it
+    in: each placeholder replaced by a secret of one's own."""
     values = env_file(PRODUCTION_ENV)
     values["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
+    values["WEBHOOK_SECRET_KEYS"] = Fernet.generate_key().decode()
+    values["STRIPE_API_KEY"] = "rk_live_" + secrets.token_hex(24)
+    values["STRIPE_WEBHOOK_SECRET"] = "whsec_" + secrets.token_hex(24)
+    values["METRICS_TOKEN"] = secrets.token_urlsafe(32)
     return values
 
 
@@ -164,3 +173,117 @@ def test_production_refuses_to_start_with_a_webhook_secret_key_that_is_not_one()
     assert result.stderr.count("\n") == 1, result.stderr  # one line, no traceback
     assert result.stderr.startswith("error: WEBHOOK_SECRET_KEYS: key 1 is not a Fernet key")
     assert "not-a-fernet-key" not in result.stderr  # the key itself is never printed
+
+
+# --- secrets that are not secrets (issue 44, finding 9) ---------------------------------
+
+SECRET_NAMES = (*MINIMUM_LENGTHS, "WEBHOOK_SECRET_KEYS")
+# In the docs: NAME=value for a secret's name, any Stripe-shaped key or webhook secret
+# (sk_..., rk_..., whsec_...), and anything shaped like a Fernet key.
+ASSIGNED = re.compile(r"\b(" + "|".join(SECRET_NAMES) + r")=([^\s`\"')]+)")
+STRIPE_SHAPED = re.compile(r"(?<![A-Za-z0-9])((?:whsec|sk|rk)_[^\s`\"')\]|,;:]*)")
+FERNET_SHAPED = re.compile(r"(?<![A-Za-z0-9_-])([A-Za-z0-9_-]{43}=)")
+
+
+def shipped_secret_values() -> list[tuple[str, str]]:
+    """Every secret-looking value the project ships, as (variable, value): each secret of
+    every deploy/*.env file, and each example in README.md and docs/."""
+    found: set[tuple[str, str]] = set()
+    for env in sorted((ROOT / "deploy").glob("*.env")):
+        for name, value in env_file(env).items():
+            if name in SECRET_NAMES and value:
+                found.add((name, value))
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        for name, value in ASSIGNED.findall(text):
+            if "$" not in value:  # "$(python -c ...)": the command that makes one
+                found.add((name, value))
+        for value in STRIPE_SHAPED.findall(text):
+            name = "STRIPE_WEBHOOK_SECRET" if value.startswith("whsec_") else "STRIPE_API_KEY"
+            found.add((name, value))
+        for value in FERNET_SHAPED.findall(text):
+            found.add(("WEBHOOK_SECRET_KEYS", value))
+    return sorted(found)
+
+
+SHIPPED = shipped_secret_values()
+
+
+def assert_refused_naming(result, name: str, *values: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr  # one line, no traceback
+    assert result.stderr.startswith(f"error: {name}"), result.stderr
+    for value in values:
+        assert value not in result.stderr  # the value itself is never printed
+
+
+def test_the_shipped_values_are_found():
+    names = {name for name, _ in SHIPPED}
+    assert names == set(SECRET_NAMES)
+    assert len(SHIPPED) >= 10
+    assert ("STRIPE_WEBHOOK_SECRET", "whsec_replace") in SHIPPED
+
+
+def test_production_refuses_to_start_with_deploy_production_env_as_shipped():
+    """The finding: every placeholder of the file was accepted as a secret."""
+    shipped = env_file(PRODUCTION_ENV)
+
+    result = manage_alone("check", "--deploy", env=shipped)
+
+    assert_refused_naming(result, "DJANGO_SECRET_KEY", shipped["DJANGO_SECRET_KEY"])
+
+
+@pytest.mark.parametrize(("name", "value"), SHIPPED, ids=[f"{n}={v}" for n, v in SHIPPED])
+def test_production_refuses_to_start_on_each_shipped_example(name, value):
+    env = {**documented_environment(), name: value}
+
+    result = manage_alone("check", env=env)
+
+    assert_refused_naming(result, name, value)
+
+
+@pytest.mark.parametrize("name", sorted(MINIMUM_LENGTHS))
+def test_production_refuses_a_secret_one_character_too_short(name):
+    short = secrets.token_hex(32)[: MINIMUM_LENGTHS[name] - 1]
+    env = {**documented_environment(), name: short}
+
+    result = manage_alone("check", env=env)
+
+    assert_refused_naming(result, name, short)
+    assert f"needs {MINIMUM_LENGTHS[name]} or more" in result.stderr
+
+
+def test_production_starts_with_every_secret_at_its_minimum_length():
+    env = documented_environment()
+    for name, minimum in MINIMUM_LENGTHS.items():
+        env[name] = secrets.token_hex(32)[:minimum]
+
+    result = manage_alone("check", env=env)
+
+    assert result.returncode == 0, result.stderr
+
+
+def test_production_refuses_a_fernet_key_typed_by_hand():
+    """A valid Fernet key (32 bytes, url-safe base64) that decodes to text someone typed."""
+    typed = base64.urlsafe_b64encode(b"my-very-own-key-typed-by-me-0123").decode()
+    env = {
+        **documented_environment(),
+        "WEBHOOK_SECRET_KEYS": f"{Fernet.generate_key().decode()},{typed}",
+    }
+
+    result = manage_alone("check", env=env)
+
+    assert_refused_naming(result, "WEBHOOK_SECRET_KEYS: key 2", typed)
+
+
+def test_the_demo_mode_is_not_held_to_it(tmp_path):
+    env = {
+        "DJANGO_DEBUG": "true",
+        "ADMIN_OTP_REQUIRED": "false",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+        "STRIPE_WEBHOOK_SECRET": "whsec_replace",
+    }
+
+    result = manage_alone("check", env=env)
+
+    assert result.returncode == 0, result.stderr
