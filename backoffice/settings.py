@@ -160,12 +160,24 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / ".test-db.sqlite3")}
 if os.environ.get("DATABASE_TEST_NAME"):  # lets parallel test runs share one server
     DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ["DATABASE_TEST_NAME"]
+# A request never queues forever behind a row lock: past this it is refused with 409
+# (lock_timeout / idempotency_key_in_use) and the client retries with its key. It bounds
+# all the lock waits of one refund or charge together, not each (ledger_app/db.py,
+# lock_wait_budget).
+DATABASE_LOCK_TIMEOUT_MS = int(os.environ.get("DATABASE_LOCK_TIMEOUT_MS", "5000"))
+if not 1 <= DATABASE_LOCK_TIMEOUT_MS <= 600_000:
+    raise ImproperlyConfigured("DATABASE_LOCK_TIMEOUT_MS must be from 1 to 600000")
+# How long opening a connection to PostgreSQL may take before it is given up (a server
+# that does not answer): a request then gets a 503 in about this long, not after the
+# operating system's own TCP timeout of minutes.
+DATABASE_CONNECT_TIMEOUT_SECONDS = int(os.environ.get("DATABASE_CONNECT_TIMEOUT_SECONDS", "3"))
+if not 1 <= DATABASE_CONNECT_TIMEOUT_SECONDS <= 600:
+    raise ImproperlyConfigured("DATABASE_CONNECT_TIMEOUT_SECONDS must be from 1 to 600")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # A request never queues forever behind a row lock: past this it is refused with
-    # 409 (lock_timeout / idempotency_key_in_use) and the client retries with its key.
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
-        f"-c lock_timeout={int(os.environ.get('DATABASE_LOCK_TIMEOUT_MS', '5000'))}"
+        f"-c lock_timeout={DATABASE_LOCK_TIMEOUT_MS}"
     )
+    DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", DATABASE_CONNECT_TIMEOUT_SECONDS)
     # The statements every refund runs (ledger_app/db.py, statement_cursor) are prepared
     # on a connection after this many runs of one, so PostgreSQL stops parsing and
     # planning them each time; Django's own queries are never prepared. A pooler that

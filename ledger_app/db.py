@@ -2,18 +2,61 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from django.conf import settings
 from django.db import OperationalError, connection
 
 
 def is_lock_timeout(exc: OperationalError) -> bool:
     """PostgreSQL gave up waiting for a row lock (lock_timeout, SQLSTATE 55P03)."""
     return getattr(exc.__cause__, "sqlstate", None) == "55P03"
+
+
+# When the lock waits of the transaction being made began (time.monotonic()), None outside
+# lock_wait_budget.
+_lock_waits_began: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "lock_waits_began", default=None
+)
+# Spent less than this, the session's own lock_timeout is still the budget near enough,
+# and before_lock_wait sends nothing: the first wait of every request costs no round trip.
+LOCK_BUDGET_SLACK_MS = 10
+
+
+@contextmanager
+def lock_wait_budget() -> Iterator[None]:
+    """Around one request's transaction (a refund's or a charge's create): all its lock
+    waits together, the key's claim, the requester's lock, the charge's row, last at most
+    DATABASE_LOCK_TIMEOUT_MS, not that long each. Each wait that may come after another
+    calls before_lock_wait() first."""
+    token = _lock_waits_began.set(time.monotonic())
+    try:
+        yield
+    finally:
+        _lock_waits_began.reset(token)
+
+
+def before_lock_wait() -> None:
+    """Before a statement that may wait for a lock, inside lock_wait_budget's transaction
+    on PostgreSQL: its lock_timeout is what is left of the budget (SET LOCAL: this
+    transaction only; at least 1 ms, as 0 would mean no limit). What is left counts from
+    the budget's start, so time spent between waits is counted too: the bound holds.
+    Elsewhere, or with almost nothing spent yet, nothing is sent."""
+    began = _lock_waits_began.get()
+    if began is None or connection.vendor != "postgresql" or not connection.in_atomic_block:
+        return
+    spent_ms = (time.monotonic() - began) * 1000
+    if spent_ms < LOCK_BUDGET_SLACK_MS:
+        return
+    left_ms = max(1, int(settings.DATABASE_LOCK_TIMEOUT_MS - spent_ms))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{left_ms}ms"])
 
 
 def drop_broken_connection() -> None:

@@ -27,7 +27,7 @@ from django.db import OperationalError, connection
 from django.db.models import Q, Sum
 
 from ledger_app import errors
-from ledger_app.db import is_lock_timeout
+from ledger_app.db import before_lock_wait, is_lock_timeout
 from ledger_app.models import MovementStatus, Refund, RefundLimit
 from ledger_app.selectors import api_key_limits
 
@@ -146,6 +146,7 @@ def lock_requester(actor_label: str) -> None:
     already serialise every write.)"""
     if connection.vendor == "postgresql":
         try:
+            before_lock_wait()  # what the key's claim left of the budget
             with connection.cursor() as cursor:
                 cursor.execute(
                     "SELECT pg_advisory_xact_lock(%s, %s)",
