@@ -11,7 +11,14 @@ from ledger_app.models import ApiKey, IdempotencyRecord
 
 @admin.register(IdempotencyRecord)
 class IdempotencyRecordAdmin(ReadOnlyAdmin):
-    list_display = ["key_display", "operation", "refund_display", "charge_display", "created_at"]
+    list_display = [
+        "key_display",
+        "owner",
+        "operation",
+        "refund_display",
+        "charge_display",
+        "created_at",
+    ]
     list_select_related = ["refund", "charge"]
     search_fields = ["key"]
     search_help_text = "A key, a refund id or a charge id, exactly."

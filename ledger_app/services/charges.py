@@ -58,6 +58,7 @@ def create_charge(
         idempotency_key,
         IdempotencyRecord.Operation.CHARGE_CREATE,
         {"amount": amount, "currency": currency, "description": description, "metadata": metadata},
+        owner=idempotency.owner_of(actor),
     )
     charge_id = new_charge_id()
 

@@ -64,3 +64,29 @@ class TestIdempotencyKeysOfTwoClients:
         assert changed.status_code == 400
         assert changed.json()["error"]["type"] == "idempotency_error"
         assert Refund.objects.count() == 1
+
+
+@pytest.mark.django_db
+class TestChargeKeysOfTwoClients:
+    def charge(self, client, secret: str, amount: int, key: str):
+        return client.post(
+            "/v1/charges",
+            f"amount={amount}&currency=usd",
+            content_type=FORM,
+            HTTP_AUTHORIZATION=f"Bearer {secret}",
+            HTTP_IDEMPOTENCY_KEY=key,
+        )
+
+    def test_two_api_keys_with_one_key_make_two_charges_and_each_replays_its_own(self, client):
+        mine, theirs = create_api_key(name="mine")[1], create_api_key(name="theirs")[1]
+
+        first = self.charge(client, mine, 1_000, "cart-1")
+        second = self.charge(client, theirs, 2_000, "cart-1")
+        again = self.charge(client, mine, 1_000, "cart-1")
+
+        assert first.status_code == second.status_code == 200, second.content
+        assert second.json()["amount"] == 2_000
+        assert first.json()["id"] != second.json()["id"]
+        assert again.json()["id"] == first.json()["id"]
+        assert again["Idempotent-Replayed"] == "true"
+        assert IdempotencyRecord.objects.filter(key="cart-1").count() == 2
