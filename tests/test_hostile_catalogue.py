@@ -63,6 +63,14 @@ BOUNDARIES = {
     "admin writes",
     "provider events",
     "limits",
+    "api ownership",
+    "api input",
+    "webhook endpoints",
+    "metrics",
+    "logs",
+    "files we write",
+    "configuration",
+    "serving",
 }
 
 
