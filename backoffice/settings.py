@@ -98,6 +98,8 @@ MIDDLEWARE = [
     # Outermost, so it counts the response the client got (ledger_app/metrics/middleware.py).
     "ledger_app.metrics.middleware.RequestMetricsMiddleware",
     "backoffice.request_id.RequestIdMiddleware",
+    # A 503 page (the API's envelope under /v1/) while the database is away, not a 500.
+    "backoffice.database_away.DatabaseAwayMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "backoffice.security.ApiNoStoreMiddleware",
