@@ -439,6 +439,10 @@ class IdempotencyOperation(models.TextChoices):
 # demo data): one owner, so a file re-run by another operator replays. An API key owns
 # its own keys under its label, `api_key:<prefix>` (services/idempotency.py owner_of).
 BACK_OFFICE_KEYS = "backoffice"
+# Charge keys made by some API key before keys had owners, when migration 0029 could not
+# tell which: any API key's retry with the same key still replays them
+# (services/idempotency.py find_legacy_replay), so no retry charges twice.
+LEGACY_CLIENT_KEYS = "legacy"
 
 
 class IdempotencyRecord(models.Model):
@@ -447,12 +451,14 @@ class IdempotencyRecord(models.Model):
 
     Operation = IdempotencyOperation
     BACK_OFFICE = BACK_OFFICE_KEYS
+    LEGACY_CLIENT = LEGACY_CLIENT_KEYS
 
     owner = models.CharField(
         max_length=64,
         default=BACK_OFFICE_KEYS,
         help_text="Whose key it is: api_key:<prefix> for an API client, backoffice for the "
-        "back office's own (admin forms, commands).",
+        "back office's own (admin forms, commands), legacy for a charge key some API key "
+        "made before keys had owners.",
     )
     key = models.CharField(max_length=255)
     operation = models.CharField(max_length=32, choices=Operation)

@@ -2,8 +2,13 @@
 # the back office (admin forms, commands, bulk files) one set. Existing records get the
 # owner that can be known: the API key that made the refund or charge the key is bound
 # to (its label, `api_key:<prefix>`, as the refund's actor or the charge's ledger entries
-# name it), else the back office. A key in one of the back office's reserved namespaces
-# is always the back office's. Then the unique key is unique per owner.
+# name it). A charge key that cannot be traced so (a charge that was declined, is still
+# pending or unknown, or was settled by the reconciler) was still made by some API key:
+# POST /v1/charges is create_charge's only caller. It becomes `legacy`, which any API
+# key's retry with the same key replays (services/idempotency.py find_legacy_replay), so
+# a client retrying a timed-out charge after the upgrade is not charged twice. Every other
+# key is the back office's, and so is any key in one of its reserved namespaces. Then the
+# unique key is unique per owner.
 #
 # Backwards, the per-owner keys become global again, which fails (and changes nothing)
 # once two owners share a key.
@@ -12,6 +17,7 @@ from django.db import migrations, models
 from django.db.models import OuterRef, Q, Subquery
 
 BACK_OFFICE = "backoffice"
+LEGACY_CLIENT = "legacy"
 API_KEY_LABEL = "api_key:"
 # services/idempotency.py RESERVED_KEY_PREFIXES as they were when this was written.
 RESERVED_PREFIXES = ("admin:", "admin-bulk:", "bulk:", "demo:")
@@ -38,6 +44,7 @@ def backfill_owners(apps, schema_editor):
             .values("actor")[:1]
         )
     )
+    clients.filter(charge__isnull=False, owner=BACK_OFFICE).update(owner=LEGACY_CLIENT)
 
 
 class Migration(migrations.Migration):
@@ -52,7 +59,8 @@ class Migration(migrations.Migration):
             field=models.CharField(
                 default=BACK_OFFICE,
                 help_text="Whose key it is: api_key:<prefix> for an API client, backoffice "
-                "for the back office's own (admin forms, commands).",
+                "for the back office's own (admin forms, commands), legacy for a charge key "
+                "some API key made before keys had owners.",
                 max_length=64,
             ),
         ),

@@ -76,6 +76,9 @@ def create_charge(
         faults.checkpoint("charge.create_locked")  # written, not yet committed
         return charge
 
+    legacy = idempotency.find_legacy_replay(keyed)  # a key from before keys had owners
+    if legacy is not None:
+        return legacy
     result = idempotency.create_once(keyed, new_id=charge_id, write=write)
     if result.replayed:
         return result

@@ -158,6 +158,17 @@ def find_replay(keyed: IdempotentRequest) -> Created[Any] | None:
     return None if record is None else _replay(record, keyed)
 
 
+def find_legacy_replay(keyed: IdempotentRequest | None) -> Created[Any] | None:
+    """For an API key's charge request: the charge a key made before keys had owners
+    replays (or refuses a different request), whichever API key retries it. Migration 0029
+    gave such keys the `legacy` owner where it could not tell which API key sent them; a
+    client retrying a timed-out charge across the upgrade must not be charged twice."""
+    if keyed is None or not keyed.owner.startswith(API_KEY_OWNERS):
+        return None
+    record = idempotency_record(keyed.key, IdempotencyRecord.LEGACY_CLIENT)
+    return None if record is None else _replay(record, keyed)
+
+
 def _replay(record: IdempotencyRecord, keyed: IdempotentRequest) -> Created[Any]:
     ensure_same_request(record, keyed)
     return Created(made_with(record), replayed=True)

@@ -8,7 +8,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from ledger_app import errors
-from ledger_app.models import IdempotencyRecord, Refund
+from ledger_app.models import Charge, IdempotencyRecord, Refund
 from ledger_app.services.api_keys import PREFIX_LENGTH, create_api_key
 from ledger_app.services.bulk import RowOutcome, run_bulk_refund
 from ledger_app.services.charges import create_charge
@@ -150,8 +150,10 @@ def test_many_requests_of_three_owners_with_one_key_make_one_refund_per_owner():
 
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_gives_existing_keys_the_owner_that_can_be_known():
-    """0029 backfills: a key bound to what an API key made is that key's; everything
-    else, and any key in the back office's reserved namespaces, the back office's."""
+    """0029 backfills: a key bound to what an API key made is that key's; a charge key
+    it cannot trace to one is `legacy` (only API keys make charges, so some API key sent
+    it); everything else, and any key in the back office's reserved namespaces, the back
+    office's."""
     client = key_label("client")
     charge = ChargeFactory(amount=10_000)
     create_refund(charge_id=charge.pk, amount=100, idempotency_key="order-1", actor=client)
@@ -177,8 +179,46 @@ def test_the_migration_gives_existing_keys_the_owner_that_can_be_known():
         "bulk:b7:1": BACK_OFFICE,
         "by-agent": BACK_OFFICE,
         "charge-1": client,
-        "charge-2": BACK_OFFICE,
+        "charge-2": IdempotencyRecord.LEGACY_CLIENT,
     }
+
+
+@pytest.mark.django_db
+class TestAChargeKeyFromBeforeOwners:
+    """A client whose charge timed out before the upgrade retries after it: the legacy
+    key replays for whichever API key sends it, and never charges twice."""
+
+    def legacy_charge(self):
+        made = create_charge(amount=900, currency="usd", idempotency_key="cart-7", actor="")
+        IdempotencyRecord.objects.filter(key="cart-7").update(owner=IdempotencyRecord.LEGACY_CLIENT)
+        return made.item
+
+    def test_the_retry_of_an_api_key_replays_it(self):
+        charge = self.legacy_charge()
+
+        again = create_charge(
+            amount=900, currency="usd", idempotency_key="cart-7", actor=key_label("client")
+        )
+
+        assert again.replayed and again.item.pk == charge.pk
+        assert Charge.objects.count() == 1
+        assert IdempotencyRecord.objects.filter(key="cart-7").count() == 1
+
+    def test_another_request_under_it_is_refused(self):
+        self.legacy_charge()
+
+        with pytest.raises(errors.IdempotencyKeyReused):
+            create_charge(
+                amount=901, currency="usd", idempotency_key="cart-7", actor=key_label("client")
+            )
+        assert Charge.objects.count() == 1
+
+    def test_the_back_offices_own_key_is_not_a_legacy_one(self):
+        charge = self.legacy_charge()
+
+        made = create_charge(amount=900, currency="usd", idempotency_key="cart-7", actor="")
+
+        assert not made.replayed and made.item.pk != charge.pk
 
 
 def staff_user():
