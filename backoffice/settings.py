@@ -195,7 +195,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         DATABASES["default"]["OPTIONS"]["pool"] = {
             "min_size": 1,
             "max_size": _pool_size,
-            "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT_SECONDS", "10")),
+            # As short as the connect timeout by default: while PostgreSQL is away a
+            # request gives up (503) after this, instead of holding its thread longer.
+            "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT_SECONDS", "3")),
         }
         DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them instead
 # Services own their transactions; a refund never commits inside an outer one.
