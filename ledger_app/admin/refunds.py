@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
+import logging
+from collections import defaultdict
 
-from ledger_app.admin.base import AmountColumn, ReadOnlyAdmin, clipped
+from django import forms
+from django.contrib import admin, messages
+from django.db import InterfaceError, OperationalError, models
+
+from ledger_app import errors
+from ledger_app.admin.base import (
+    AmountColumn,
+    ReadOnlyAdmin,
+    clipped,
+    report_grouped,
+    totals_by_currency,
+)
 from ledger_app.admin.export import CsvExport
 from ledger_app.admin.filters import CurrencyFilter, IssuedByFilter, ReasonFilter, exact_id_search
+from ledger_app.db import drop_broken_connection
 from ledger_app.models import Refund
+from ledger_app.money import format_money
 from ledger_app.replica import ListsFromReplica
-from ledger_app.services.approvals import APPROVE_PERMISSION
+from ledger_app.services.approvals import APPROVE_PERMISSION, cancel_refund
 from ledger_app.services.refunds import actor_label
+
+log = logging.getLogger("ledger_app.admin")
 
 MAX_SELECTED = 500  # refunds one queue action acts on
 
@@ -56,6 +72,38 @@ EXPORTED = tuple(
 )
 
 
+class Canceled(models.TextChoices):
+    """What became of one refund selected for "Cancel my request…". The label is what the
+    person is told."""
+
+    CANCELED = "canceled", "Canceled at your request: amount released, nothing sent"
+    NOT_YOURS = (
+        "not_yours",
+        "Not canceled, because you did not ask for it (a support lead rejects it instead, "
+        "with a note) (refund_not_cancelable)",
+    )
+    NOT_WAITING = (
+        "not_waiting",
+        "Not canceled, because it is no longer awaiting approval (refund_not_cancelable)",
+    )
+    REFUSED = "refused", "Refused"
+    INTERRUPTED = (
+        "interrupted",
+        "The database did not answer; these may or may not be canceled: look at each refund "
+        "(database_unavailable)",
+    )
+
+
+# How a cancel is told, in this order.
+CANCEL_OUTCOMES = [
+    (Canceled.CANCELED, messages.SUCCESS),
+    (Canceled.NOT_WAITING, messages.WARNING),
+    (Canceled.NOT_YOURS, messages.ERROR),
+    (Canceled.REFUSED, messages.ERROR),
+    (Canceled.INTERRUPTED, messages.ERROR),
+]
+
+
 @admin.register(Refund)
 class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     """The list (GET) may read the replica; a refund's page reads the primary."""
@@ -90,9 +138,73 @@ class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     readonly_fields = SHOWN
     fields = readonly_fields  # type: ignore[assignment]  # names only, as the base allows
     change_form_template = "admin/ledger_app/refund/change_form.html"
+    # The queues built on this admin (approvals.py, attention.py) name their own actions.
+    actions = ["cancel_own_requests"]
+    # Canceling releases a reservation, as rejecting does: it needs a fresh code, and one
+    # that went through restarts the idle clock (second_factor.py).
+    money_actions = frozenset({"cancel_own_requests"})
 
     def has_approve_permission(self, request, obj=None) -> bool:
         return request.user.has_perm(APPROVE_PERMISSION)
+
+    def has_cancel_own_permission(self, request, obj=None) -> bool:
+        """Offered to those who may ask for refunds: only they have requests to take back."""
+        return self.has_refund_permission(request)
+
+    @admin.action(permissions=["cancel_own"], description="Cancel my request…")
+    def cancel_own_requests(self, request, queryset):
+        """Take back refunds you asked for that still await approval: canceled, their
+        amounts released, nothing sent; after a page that shows them. Only your own: a
+        support lead deciding someone else's request rejects it (with a note) instead, so
+        the admin refuses a lead's cancel of a refund they did not ask for, although the
+        service (cancel_refund) would allow it."""
+        refunds = selected_refunds(queryset)
+        if request.POST.get("post") == "yes":
+            self._cancel_each(request, refunds)
+            return None
+        mine = [r for r in refunds if asked_for_by(r, request.user)]
+        rows = [r for r in mine if r.status == Refund.Status.AWAITING_APPROVAL]
+        return self.action_confirmation(
+            request,
+            "admin/ledger_app/refund/cancel_own.html",
+            title="Cancel my refund requests",
+            form=forms.Form(),
+            selected=refunds,
+            action="cancel_own_requests",
+            rows=[(r, format_money(r.amount, r.currency)) for r in rows],
+            others=[
+                (r, format_money(r.amount, r.currency), r in mine) for r in refunds if r not in rows
+            ],
+            totals=totals_by_currency((r.amount, r.currency) for r in rows),
+        )
+
+    def _cancel_each(self, request, refunds: list[Refund]) -> None:
+        """Each refund through the service on its own; then what became of each, grouped."""
+        outcomes: dict[Canceled, list[str]] = defaultdict(list)
+        for refund in refunds:
+            outcome, line = self._cancel_one(request, refund)
+            outcomes[outcome].append(line)
+        report_grouped(self, request, outcomes, CANCEL_OUTCOMES, noun=("refund", "refunds"))
+        if not refunds:
+            self.message_user(request, "No refunds were selected.", messages.WARNING)
+
+    def _cancel_one(self, request, refund: Refund) -> tuple[Canceled, str]:
+        amount = format_money(refund.amount, refund.currency)
+        line = f"{refund.pk} {amount}"
+        if not asked_for_by(refund, request.user):
+            return Canceled.NOT_YOURS, line
+        try:
+            cancel_refund(refund_id=refund.pk, actor=request.user)
+        except errors.RefundNotCancelable:
+            return Canceled.NOT_WAITING, f"{line} ({status_now(refund.pk)})"
+        except errors.LedgerError as exc:
+            return Canceled.REFUSED, f"{line} ({exc.code})"
+        except (OperationalError, InterfaceError):
+            log.exception("database unavailable while canceling refund %s", refund.pk)
+            drop_broken_connection()
+            return Canceled.INTERRUPTED, line
+        self.log_change(request, refund, f"Canceled my request for {amount}: amount released")
+        return Canceled.CANCELED, line
 
     @admin.display(description="Charge", ordering="charge_id")
     def charge_display(self, obj: Refund) -> str:
@@ -118,12 +230,14 @@ class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         """A refund awaiting approval offers "Approve…" and "Reject…" (the queue's actions,
-        for this one refund) to those who may decide it: not to the person who asked."""
+        for this one refund) to those who may decide it: not to the person who asked..."""
+        waiting = obj is not None and obj.status == Refund.Status.AWAITING_APPROVAL
         context["decision_offered"] = (
-            obj is not None
-            and obj.status == Refund.Status.AWAITING_APPROVAL
-            and self.has_approve_permission(request)
-            and not requested_by(obj, request.user)
+            waiting and self.has_approve_permission(request) and not requested_by(obj, request.user)
+        )
+        # ...and "Cancel my request…" to the person who asked for it (lead or not).
+        context["cancel_offered"] = (
+            waiting and self.has_cancel_own_permission(request) and asked_for_by(obj, request.user)
         )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
@@ -134,6 +248,18 @@ class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
 def requested_by(refund: Refund, user) -> bool:
     """Whether `user` asked for this refund (and so may not decide it)."""
     return refund.created_by_id == user.pk or refund.actor == actor_label(user)
+
+
+def asked_for_by(refund: Refund, user) -> bool:
+    """Whether `user` is the person who asked for this refund, as cancel_refund reads it:
+    by their user, not by a name (an API key's refund has no person)."""
+    return refund.created_by_id is not None and refund.created_by_id == user.pk
+
+
+def status_now(refund_id: str) -> str:
+    """What a refund that can no longer be canceled is now, and who decided it."""
+    status, by = Refund.objects.filter(pk=refund_id).values_list("status", "decided_by").get()
+    return f"{status} by {by}" if by else status
 
 
 def selected_refunds(queryset) -> list[Refund]:
