@@ -17,8 +17,8 @@ import requests
 from django.db import connection
 
 from ledger_app.services.api_keys import create_api_key
+from tests import processes
 from tests.ops.serving import ShippedGunicorn
-from tests.processes import test_database_url as database_url
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -77,7 +77,7 @@ class Relay:
 
 
 def through(relay: Relay) -> str:
-    parts = urlsplit(database_url())
+    parts = urlsplit(processes.test_database_url())
     netloc = f"{parts.netloc.rsplit('@', 1)[0]}@127.0.0.1:{relay.port}"
     return urlunsplit(parts._replace(netloc=netloc))
 
