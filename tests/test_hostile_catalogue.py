@@ -63,7 +63,7 @@ BOUNDARIES = {
     "admin writes",
     "provider events",
     "limits",
-    "api ownership",
+    "ownership",
     "api input",
     "webhook endpoints",
     "metrics",
