@@ -21,6 +21,7 @@ from urllib3.exceptions import TimeoutError as Urllib3Timeout
 from urllib3.util import parse_url
 from urllib3.util.ssl_match_hostname import CertificateError
 
+from ledger_app.services.request_deadline import Deadline, watched
 from ledger_app.text import has_control_characters
 
 MAX_URL_LENGTH = 2048
@@ -277,6 +278,10 @@ def _refusal(address: IPAddress, own: frozenset[IPAddress]) -> str | None:
     why = not_public(address)
     if why is None and address in own:
         why = "one of this machine's own addresses"
+    embedded = _embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else None
+    if why is None and embedded is not None and embedded[1] in own:
+        # 64:ff9b::<our public IPv4> leaves by the NAT64 gateway and comes back to us.
+        why = f"{embedded[0]} IPv6 of one of this machine's own addresses ({embedded[1]})"
     if why is None:
         return None
     return f"address {address} is {why} ({ALLOW_PRIVATE_HINT})"
@@ -362,16 +367,20 @@ def own_addresses() -> frozenset[IPAddress]:
 def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Answer:
     """POST `body` to `url`: checked (form, then the address it resolves to, now), sent to
     that very address, directly or through WEBHOOK_PROXY_URL, no redirect followed, no
-    retry. Refused when not sent; NoAnswer when no HTTP answer came back."""
+    retry. Refused when not sent; NoAnswer when no HTTP answer came back. `timeout` bounds
+    each step and the whole request, however slowly the receiver answers (request_deadline)."""
     place = destination(url)
     address = address_for(place)
-    headers = {**headers, "Host": place.authority}
-    limits = urllib3.Timeout(connect=timeout, read=timeout)
+    headers = {name: value for name, value in headers.items() if name.lower() != "host"}
+    limits = urllib3.Timeout(total=timeout, connect=timeout, read=timeout)
     pool: urllib3.PoolManager | urllib3.HTTPConnectionPool
     if settings.WEBHOOK_PROXY_URL:
-        pool, target = _proxied_pool(place, address, limits)
+        pool, target, host = _proxied_pool(place, address, limits)
     else:
-        pool, target = _pinned_pool(place, address, limits), place.target
+        pool, target, host = _pinned_pool(place, address, limits), place.target, place.authority
+    headers["Host"] = host
+    watched(pool)
+    deadline = Deadline(timeout).start()
     try:
         response = pool.urlopen(
             "POST",
@@ -393,8 +402,11 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Answ
     except Urllib3Timeout:
         raise NoAnswer(f"timed out after {timeout:g} s") from None
     except (HTTPError, OSError) as exc:
+        if deadline.expired:  # its sockets were shut down: the receiver was too slow
+            raise NoAnswer(f"timed out after {timeout:g} s") from None
         raise NoAnswer(_why_no_answer(exc)) from None
     finally:
+        deadline.end()
         if isinstance(pool, urllib3.PoolManager):
             pool.clear()
         else:
@@ -403,11 +415,15 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Answ
 
 def _proxied_pool(
     place: Destination, address: str, limits: urllib3.Timeout
-) -> tuple[urllib3.ProxyManager, str]:
-    """Through the proxy, to the checked address, never the name: https as `CONNECT
-    <address>:<port>` (TLS inside the tunnel still sends and verifies the name), http as
-    an absolute-form request to `http://<address>:<port>/...` with `Host: <name>`. A proxy
-    that resolves what it is given and forwards anything can reach only that address."""
+) -> tuple[urllib3.ProxyManager, str, str]:
+    """The pool, the request target and the Host header to send through the proxy: to
+    the checked address, never the name. https as `CONNECT <address>:<port>` (TLS inside
+    the tunnel still sends and verifies the name, and the Host header inside it, which the
+    proxy never sees, is the name); http as an absolute-form request to
+    `http://<address>:<port>/...` with `Host: <address>:<port>` too, what an RFC 9112 proxy
+    would send on anyway. The name is nowhere the proxy can read it, so a proxy that
+    resolves what it is given, by the request line or by the Host header (nginx's
+    `proxy_pass http://$http_host`), and forwards anything, reaches only that address."""
     tls: dict[str, Any] = {}
     if place.scheme == "https":
         tls = {"server_hostname": place.host, "assert_hostname": place.host}
@@ -419,8 +435,10 @@ def _proxied_pool(
         ca_certs=CA_BUNDLE,
         **tls,
     )
-    host = f"[{address}]" if ":" in address else address
-    return pool, f"{place.scheme}://{host}:{place.port}{place.target}"
+    checked = f"[{address}]" if ":" in address else address
+    authority = f"{checked}:{place.port}"
+    host = place.authority if place.scheme == "https" else authority
+    return pool, f"{place.scheme}://{authority}{place.target}", host
 
 
 def _pinned_pool(

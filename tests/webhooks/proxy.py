@@ -86,7 +86,11 @@ def self_signed(directory: Path, name: str) -> tuple[Path, ssl.SSLContext]:
     return cert, context
 
 
-def _host_and_port(authority: str) -> tuple[str, int]:
+def _host_and_port(authority: str, default: int | None = None) -> tuple[str, int]:
+    """("name", 8080) of "name:8080", ("::1", 80) of "[::1]:80"; with a `default`, a Host
+    header's authority may leave the port out ("name", "[::1]")."""
+    if default is not None and (authority.endswith("]") or ":" not in authority):
+        return authority.strip("[]"), default
     host, _, port = authority.rpartition(":")
     return host.strip("[]"), int(port)
 
@@ -101,18 +105,25 @@ class Proxy:
     default, any address that is not global (by Python's own judgement, not ours).
     `internet` maps a public address to the loopback port of the Site standing in for it:
     the test proxy never leaves this machine, and reaches a non-loopback address only
-    that way."""
+    that way.
+
+    With `by_host=True` it goes where the `Host` header says, not where the request line
+    or the CONNECT target says (when a CONNECT carries one), as the common nginx forward
+    proxy does (`proxy_pass http://$http_host$request_uri`)."""
 
     def __init__(
         self,
         resolve: Callable[[str], str],
         internet: dict[str, int],
         checking: bool = False,
+        by_host: bool = False,
     ) -> None:
         self.resolve = resolve
         self.internet = internet
         self.checking = checking
+        self.by_host = by_host
         self.asked: list[str] = []  # the host:port of every CONNECT or absolute-form request
+        self.hosts: list[str | None] = []  # the Host header of each, None when it had none
         self.refused: list[str] = []
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
@@ -140,8 +151,11 @@ class Proxy:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_CONNECT(self):  # noqa: N802 - http.server's name
-                host, port = _host_and_port(self.path)
                 proxy.asked.append(self.path)
+                proxy.hosts.append(self.headers["Host"])
+                host, port = _host_and_port(self.path)
+                if proxy.by_host and self.headers["Host"]:
+                    host, port = _host_and_port(self.headers["Host"], port)
                 upstream = proxy.dial(host, port)
                 if isinstance(upstream, str):
                     self.send_error(407 if proxy.checking else 502, upstream)
@@ -155,8 +169,12 @@ class Proxy:
             def do_POST(self):  # noqa: N802 - http.server's name
                 parts = urlsplit(self.path)
                 proxy.asked.append(parts.netloc)
+                proxy.hosts.append(self.headers["Host"])
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                upstream = proxy.dial(parts.hostname or "", parts.port or 80)
+                host, port = parts.hostname or "", parts.port or 80
+                if proxy.by_host:
+                    host, port = _host_and_port(self.headers["Host"] or "", 80)
+                upstream = proxy.dial(host, port)
                 if isinstance(upstream, str):
                     self.send_error(407 if proxy.checking else 502, upstream)
                     return

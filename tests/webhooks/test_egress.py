@@ -363,7 +363,7 @@ class TestTheEgressProxy:
             answer = egress.post("http://hooks.example.com/h", b"{}", {}, timeout=5)
 
         assert answer.status == 204
-        assert Recording.seen == [(f"http://{PUBLIC}:80/h", "hooks.example.com")]
+        assert Recording.seen == [(f"http://{PUBLIC}:80/h", f"{PUBLIC}:80")]
 
     def test_a_name_that_does_not_resolve_here_is_not_handed_to_the_proxy(self, settings, resolver):
         """The proxy would resolve it itself, to whatever its resolver says."""

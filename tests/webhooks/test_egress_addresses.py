@@ -195,6 +195,52 @@ class TestThisMachinesOwnAddresses:
         with pytest.raises(egress.Refused, match="one of this machine's own addresses"):
             egress.check(url_of(PUBLIC))
 
+    def test_nat64_of_its_own_public_ipv4_is_refused(self, monkeypatch, no_connection):
+        """64:ff9b::/96 is globally reachable, but 64:ff9b::<our IPv4> leaves by the NAT64
+        gateway and comes back to this machine."""
+        real = egress.own_addresses
+        monkeypatch.setattr(
+            egress, "own_addresses", lambda: real() | {ipaddress.ip_address(PUBLIC)}
+        )
+        url = url_of(f"64:ff9b::{PUBLIC}")
+        egress.check(url_of("64:ff9b::808:808"))  # another IPv4 behind NAT64 is fine
+
+        with pytest.raises(egress.Refused) as refused:
+            egress.check(url)
+        status, error = webhook_delivery.post(url, "{}", "whsec_test")
+
+        assert refused.value.reason == (
+            f"address 64:ff9b::5db8:d70e is NAT64 IPv6 of one of this machine's own addresses "
+            f"({PUBLIC}) (set WEBHOOK_ALLOW_PRIVATE_URLS=true to allow it)"
+        )
+        assert (status, error) == (None, f"refused: {refused.value.reason}")
+        assert no_connection == []
+
+    @pytest.mark.parametrize(
+        "embedding", ["IPv4-mapped", "IPv4-compatible", "NAT64", "6to4", "Teredo"]
+    )
+    def test_every_ipv6_form_carrying_its_own_ipv4_is_refused(
+        self, monkeypatch, no_connection, embedding
+    ):
+        """With the registry table out of the way (every address public to it), each of
+        this machine's own IPv4 addresses, carried in any IPv6 form, is still refused."""
+        monkeypatch.setattr(egress, "not_public", lambda address: None)
+        own = [a for a in _ip_addresses() if ipaddress.ip_address(a).version == 4]
+        assert own, "this machine has no IPv4 address"
+
+        for address in own:
+            carried = _carrying(embedding, ipaddress.IPv4Address(address))
+            with pytest.raises(egress.Refused) as refused:
+                egress.check(url_of(str(carried)))
+            status, error = webhook_delivery.post(url_of(str(carried)), "{}", "whsec_test")
+
+            assert refused.value.reason == (
+                f"address {carried} is {embedding} IPv6 of one of this machine's own addresses "
+                f"({address}) (set WEBHOOK_ALLOW_PRIVATE_URLS=true to allow it)"
+            )
+            assert (status, error) == (None, f"refused: {refused.value.reason}")
+        assert no_connection == []
+
     def test_listing_them_is_safe_from_many_threads(self):
         results: list = []
         threads = [
@@ -207,3 +253,17 @@ class TestThisMachinesOwnAddresses:
             thread.join()
 
         assert len(results) == 8 and len(set(results)) == 1
+
+
+def _carrying(embedding: str, ipv4: ipaddress.IPv4Address) -> ipaddress.IPv6Address:
+    """`ipv4` inside an IPv6 address of the given form (RFC 4291, 6052, 3056, 4380)."""
+    v4 = int(ipv4)
+    teredo_server = int(ipaddress.IPv4Address("65.54.227.120"))
+    value = {
+        "IPv4-mapped": 0xFFFF << 32 | v4,
+        "IPv4-compatible": v4,
+        "NAT64": 0x64FF9B << 96 | v4,
+        "6to4": 0x2002 << 112 | v4 << 80 | 1,
+        "Teredo": 0x20010000 << 96 | teredo_server << 64 | (~v4 & 0xFFFFFFFF),
+    }[embedding]
+    return ipaddress.IPv6Address(value)

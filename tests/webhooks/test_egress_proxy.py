@@ -1,8 +1,8 @@
 """Rebinding through the egress proxy (issue 44, finding 4). A name that is public when we
 check it and loopback when the proxy resolves it must not reach loopback through a proxy
-that checks nothing: the proxy is handed the address we checked, never the name. A proxy
-that checks addresses itself, as Smokescreen does, keeps working, since what it is handed
-is public."""
+that checks nothing, whether it routes by the request line or by the Host header: the
+proxy is handed the address we checked, never the name. A proxy that checks addresses
+itself, as Smokescreen does, keeps working, since what it is handed is public."""
 
 from __future__ import annotations
 
@@ -90,8 +90,9 @@ class TestANonCheckingProxy:
 
         assert internal.connections == 0
         assert proxy.asked == [f"{PUBLIC}:{internal.port}"]
+        assert proxy.hosts == [f"{PUBLIC}:{internal.port}"]  # the name is nowhere in it
         assert answer.status == 204
-        assert site.seen == [("/h?a=1", f"{NAME}:{internal.port}")]
+        assert site.seen == [("/h?a=1", f"{PUBLIC}:{internal.port}")]
 
     def test_https_the_tunnel_goes_to_the_checked_address_and_tls_checks_the_name(
         self, settings, internal, tls
@@ -122,11 +123,109 @@ class TestANonCheckingProxy:
 
         assert internal.connections == 0
         assert proxy.asked == [f"[{PUBLIC6}]:{internal.port}"]
-        assert (answer.status, site.seen) == (204, [("/h", f"six.example.test:{internal.port}")])
+        assert proxy.hosts == [f"[{PUBLIC6}]:{internal.port}"]
+        assert (answer.status, site.seen) == (204, [("/h", f"[{PUBLIC6}]:{internal.port}")])
 
     @pytest.mark.django_db
     def test_a_delivery_through_it_never_reaches_loopback(self, settings, internal):
         site, proxy = through(settings, checking=False)
+        try:
+            outcome = webhook_delivery.post(f"http://{NAME}:{internal.port}/h", "{}", "whsec_x")
+        finally:
+            proxy.close()
+            site.close()
+
+        assert internal.connections == 0
+        assert outcome[0] == 204 and len(site.seen) == 1
+
+
+def routing_by_host(settings, context=None, public: str = PUBLIC):
+    """A Site standing for `public` and, as WEBHOOK_PROXY_URL, a proxy that checks nothing
+    and goes where the Host header says (nginx: `proxy_pass http://$http_host$request_uri`)."""
+    site = Site(context)
+    proxy = Proxy(the_proxys_resolver, {public: site.port}, by_host=True)
+    settings.WEBHOOK_PROXY_URL = proxy.url
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = False
+    return site, proxy
+
+
+class TestAProxyThatRoutesByTheHostHeader:
+    """The request line carries the checked address; a proxy that routes by `Host` would
+    resolve whatever name that header carries, so over http it carries the address too."""
+
+    def test_the_harness_is_live_a_host_header_with_the_name_reaches_loopback(self, internal):
+        """The request line names the public address, the Host header the name: this
+        proxy follows the header, to loopback, as the old code's requests made it do."""
+        proxy = Proxy(the_proxys_resolver, {}, by_host=True)
+        try:
+            with socket.create_connection(("127.0.0.1", int(proxy.url.rsplit(":", 1)[1]))) as c:
+                c.sendall(
+                    f"POST http://{PUBLIC}:{internal.port}/h HTTP/1.1\r\n"
+                    f"Host: {NAME}:{internal.port}\r\nContent-Length: 0\r\n\r\n".encode()
+                )
+                c.settimeout(5)
+                c.recv(1024)
+        finally:
+            proxy.close()
+
+        assert _eventually(lambda: internal.connections == 1)
+
+    def test_http_the_host_header_is_the_checked_address_and_loopback_is_never_reached(
+        self, settings, internal
+    ):
+        site, proxy = routing_by_host(settings)
+        try:
+            answer = egress.post(f"http://{NAME}:{internal.port}/h?a=1", b"{}", {}, timeout=5)
+        finally:
+            proxy.close()
+            site.close()
+
+        assert internal.connections == 0
+        assert proxy.asked == proxy.hosts == [f"{PUBLIC}:{internal.port}"]
+        assert (answer.status, site.seen) == (204, [("/h?a=1", f"{PUBLIC}:{internal.port}")])
+
+    def test_a_host_header_given_by_the_caller_is_not_sent_on(self, settings, internal):
+        site, proxy = routing_by_host(settings)
+        try:
+            answer = egress.post(
+                f"http://{NAME}:{internal.port}/h", b"{}", {"host": NAME}, timeout=5
+            )
+        finally:
+            proxy.close()
+            site.close()
+
+        assert (answer.status, internal.connections) == (204, 0)
+        assert proxy.hosts == [f"{PUBLIC}:{internal.port}"]
+
+    def test_ipv6_the_host_header_is_the_checked_address_in_brackets(self, settings, internal):
+        site, proxy = routing_by_host(settings, public=PUBLIC6)
+        try:
+            answer = egress.post(f"http://six.example.test:{internal.port}/h", b"{}", {}, 5)
+        finally:
+            proxy.close()
+            site.close()
+
+        assert internal.connections == 0
+        assert proxy.hosts == [f"[{PUBLIC6}]:{internal.port}"]
+        assert (answer.status, site.seen) == (204, [("/h", f"[{PUBLIC6}]:{internal.port}")])
+
+    def test_https_the_name_travels_only_inside_the_tunnel(self, settings, internal, tls):
+        site, proxy = routing_by_host(settings, context=tls)
+        try:
+            answer = egress.post(f"https://{NAME}:{internal.port}/h", b"{}", {}, timeout=5)
+        finally:
+            proxy.close()
+            site.close()
+
+        assert internal.connections == 0
+        assert proxy.asked == [f"{PUBLIC}:{internal.port}"]
+        # Python 3.12 and later send Host with CONNECT, 3.11 does not; never the name.
+        assert proxy.hosts in ([None], [f"{PUBLIC}:{internal.port}"])
+        assert (answer.status, site.seen) == (204, [("/h", f"{NAME}:{internal.port}")])
+
+    @pytest.mark.django_db
+    def test_a_delivery_through_it_never_reaches_loopback(self, settings, internal):
+        site, proxy = routing_by_host(settings)
         try:
             outcome = webhook_delivery.post(f"http://{NAME}:{internal.port}/h", "{}", "whsec_x")
         finally:
@@ -150,7 +249,8 @@ class TestACheckingProxyLikeSmokescreen:
             site.close()
 
         assert (answer.status, proxy.refused, internal.connections) == (204, [], 0)
-        assert site.seen == [("/h", f"{NAME}:{internal.port}")]
+        host = NAME if scheme == "https" else PUBLIC  # inside the tunnel, the name
+        assert site.seen == [("/h", f"{host}:{internal.port}")]
 
     def test_it_refuses_a_loopback_address_it_is_handed(self, settings, internal):
         """Its own guard works: with private URLs allowed here, it still says no."""
