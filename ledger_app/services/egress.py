@@ -21,7 +21,6 @@ from urllib3.exceptions import TimeoutError as Urllib3Timeout
 from urllib3.util import parse_url
 from urllib3.util.ssl_match_hostname import CertificateError
 
-from ledger_app.services.request_deadline import Deadline, watched
 from ledger_app.text import has_control_characters
 
 MAX_URL_LENGTH = 2048
@@ -367,20 +366,17 @@ def own_addresses() -> frozenset[IPAddress]:
 def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Answer:
     """POST `body` to `url`: checked (form, then the address it resolves to, now), sent to
     that very address, directly or through WEBHOOK_PROXY_URL, no redirect followed, no
-    retry. Refused when not sent; NoAnswer when no HTTP answer came back. `timeout` bounds
-    each step and the whole request, however slowly the receiver answers (request_deadline)."""
+    retry. Refused when not sent; NoAnswer when no HTTP answer came back."""
     place = destination(url)
     address = address_for(place)
     headers = {name: value for name, value in headers.items() if name.lower() != "host"}
-    limits = urllib3.Timeout(total=timeout, connect=timeout, read=timeout)
+    limits = urllib3.Timeout(connect=timeout, read=timeout)
     pool: urllib3.PoolManager | urllib3.HTTPConnectionPool
     if settings.WEBHOOK_PROXY_URL:
         pool, target, host = _proxied_pool(place, address, limits)
     else:
         pool, target, host = _pinned_pool(place, address, limits), place.target, place.authority
     headers["Host"] = host
-    watched(pool)
-    deadline = Deadline(timeout).start()
     try:
         response = pool.urlopen(
             "POST",
@@ -402,11 +398,8 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Answ
     except Urllib3Timeout:
         raise NoAnswer(f"timed out after {timeout:g} s") from None
     except (HTTPError, OSError) as exc:
-        if deadline.expired:  # its sockets were shut down: the receiver was too slow
-            raise NoAnswer(f"timed out after {timeout:g} s") from None
         raise NoAnswer(_why_no_answer(exc)) from None
     finally:
-        deadline.end()
         if isinstance(pool, urllib3.PoolManager):
             pool.clear()
         else:
