@@ -12,12 +12,11 @@ from collections.abc import Mapping
 
 from django.core.exceptions import ImproperlyConfigured
 
-# Characters, at least. DJANGO_SECRET_KEY's is low because throwaway keys of test runs
-# and benchmarks run in production mode; `check --deploy` still warns under Django's 50
-# (security.W009). The others are random strings that their makers hand out long:
+# Characters, at least: 32 for DJANGO_SECRET_KEY, where `check --deploy` still warns under
+# Django's 50 (security.W009). The others are random strings that their makers hand out long:
 # Stripe's webhook secrets are whsec_ and 32 or more, its API keys sk_live_ and 24 or more.
 MINIMUM_LENGTHS = {
-    "DJANGO_SECRET_KEY": 12,
+    "DJANGO_SECRET_KEY": 32,
     "STRIPE_WEBHOOK_SECRET": 32,
     "STRIPE_API_KEY": 24,
     "METRICS_TOKEN": 24,

@@ -79,7 +79,7 @@ def test_with_preparing_turned_off_nothing_is_prepared():
 def test_database_prepared_statements_sets_the_threshold(tmp_path, value, threshold):
     env = {
         "DJANGO_DEBUG": "true",
-        "DJANGO_SECRET_KEY": "test-settings-key",
+        "DJANGO_SECRET_KEY": "test-settings-key-0123456789-abcdefghijklmnop",
         "DATABASE_URL": "postgres://root@127.0.0.1:5432/never-opened",
         **({"DATABASE_PREPARED_STATEMENTS": value} if value else {}),
     }

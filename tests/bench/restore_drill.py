@@ -207,7 +207,7 @@ def build(url: str, refunds: int) -> dict:
     }
     started = time.monotonic()
     env = {**os.environ, "DATABASE_URL": url}
-    env.setdefault("DJANGO_SECRET_KEY", "throwaway-bench-restore-drill")
+    env.setdefault("DJANGO_SECRET_KEY", "throwaway-bench-restore-drill-0123456789-abcdefghijklmnop")
     subprocess.run(  # noqa: S603 - our own interpreter and manage.py
         [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True
     )

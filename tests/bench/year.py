@@ -336,7 +336,7 @@ def main() -> int:
     server = server_args(args.url)
     url = f"postgres://{server['user']}@{server['host']}:{server['port']}/{DB}"
     env = {**os.environ, "DATABASE_URL": url}
-    env.setdefault("DJANGO_SECRET_KEY", "throwaway-bench-year")
+    env.setdefault("DJANGO_SECRET_KEY", "throwaway-bench-year-0123456789-abcdefghijklmnop")
     results: dict = {
         "refunds": args.refunds,
         "charges": (args.refunds + 1) // 2,

@@ -2,14 +2,22 @@
 is written once per endpoint in its refund's transaction, so unlimited endpoints made
 every refund slower and every event a flood of posts. Past a limit the create is refused
 in Stripe's shape and writes nothing; disabled endpoints count, deleted ones do not; two
-creates racing for the last place cannot both have it."""
+creates racing for the last place cannot both have it. And the fan-out itself is capped,
+whatever the table holds (endpoints made before the limits, or a setting lowered since):
+each event goes to the oldest WEBHOOK_ENDPOINTS_TOTAL enabled endpoints only, and the
+check, the log and the admin say how many are left out."""
 
 import json
+import logging
+from datetime import timedelta
 
 import pytest
 from django.conf import settings
+from django.core import checks
 from django.db import connection, connections
 from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
 
 from ledger_app import errors
 from ledger_app.models import Event, WebhookDelivery, WebhookEndpoint
@@ -17,7 +25,7 @@ from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.webhook_endpoints import create_endpoint
 from tests.concurrency import run_at_once
 from tests.factories import ChargeFactory
-from tests.processes import manage_alone
+from tests.processes import manage_alone, run_command
 
 pytestmark = pytest.mark.usefixtures("allow_private")
 
@@ -63,7 +71,7 @@ def test_the_defaults_are_stripes_16_per_key_and_32_in_all():
 def test_a_limit_that_is_not_a_count_stops_the_start(tmp_path, name, value):
     env = {
         "DJANGO_DEBUG": "true",
-        "DJANGO_SECRET_KEY": "test-settings-key",
+        "DJANGO_SECRET_KEY": "test-settings-key-0123456789-abcdefghijklmnop",
         "DATABASE_URL": f"sqlite:///{tmp_path / 'never-written.sqlite3'}",
         name: value,
     }
@@ -218,3 +226,127 @@ class TestRacingForTheLastPlace:
         assert refused.value.code == "lock_timeout"  # 409 with Stripe-Should-Retry
         assert refused.value.param is None
         assert not WebhookEndpoint.objects.exists()
+
+
+def endpoints_made_before_the_limits(count: int) -> list[str]:
+    """`count` enabled endpoints for every event, inserted straight into the table as
+    they were before the upgrade (no API key, no limit), a second apart: their ids, the
+    oldest first. Inserted newest first, so the order is their age, not the insert's."""
+    start = timezone.now() - timedelta(days=1)
+    made = [
+        WebhookEndpoint(
+            url=f"http://127.0.0.1:9/{n}",
+            enabled_events=["*"],
+            secret="whsec_x",
+            created_at=start + timedelta(seconds=n),
+        )
+        for n in range(count)
+    ]
+    WebhookEndpoint.objects.bulk_create(made[::-1])
+    return [endpoint.pk for endpoint in made]
+
+
+def refund_through_the_api(client: Client) -> dict[str, list[str]]:
+    """A refund made through the API: the endpoints each of its events is to be sent to."""
+    charge = ChargeFactory(amount=1_000)
+    before = set(Event.objects.values_list("pk", flat=True))
+
+    refund = client.post("/v1/refunds", f"charge={charge.pk}&amount=100", FORM)
+
+    assert refund.status_code == 200, refund.content
+    events = Event.objects.exclude(pk__in=before).values_list("pk", flat=True)
+    sent_to: dict[str, list[str]] = {event: [] for event in events}
+    deliveries = WebhookDelivery.objects.filter(event_id__in=list(sent_to))
+    for event, endpoint in deliveries.values_list("event_id", "endpoint_id"):
+        sent_to[event].append(endpoint)
+    assert sent_to, "the refund recorded no event"
+    return sent_to
+
+
+@pytest.mark.django_db(transaction=True)
+class TestTheFanOutIsCappedWhateverTheTableHolds:
+    """Three times WEBHOOK_ENDPOINTS_TOTAL endpoints, as an install attacked before the
+    upgrade holds them: each event still goes to the oldest WEBHOOK_ENDPOINTS_TOTAL."""
+
+    def test_a_refund_writes_at_most_the_total_per_event_to_the_oldest(self, settings):
+        settings.WEBHOOK_ENDPOINTS_TOTAL = 4
+        ids = endpoints_made_before_the_limits(3 * 4)
+        WebhookEndpoint.objects.filter(pk=ids[0]).update(status="disabled")
+        WebhookEndpoint.objects.filter(pk=ids[1]).update(deleted_at=timezone.now())
+
+        sent_to = refund_through_the_api(client_of("orders"))
+
+        for endpoints in sent_to.values():
+            assert sorted(endpoints) == sorted(ids[2:6])  # the oldest enabled four
+        assert WebhookDelivery.objects.count() == 4 * Event.objects.count()  # the charge's too
+
+    def test_lowering_the_setting_lowers_the_fan_out(self, settings):
+        settings.WEBHOOK_ENDPOINTS_TOTAL = 4
+        ids = endpoints_made_before_the_limits(3 * 4)
+        orders = client_of("orders")
+        at_four = refund_through_the_api(orders)
+
+        settings.WEBHOOK_ENDPOINTS_TOTAL = 2
+        at_two = refund_through_the_api(orders)
+
+        assert all(sorted(sent) == sorted(ids[:4]) for sent in at_four.values())
+        assert all(sorted(sent) == sorted(ids[:2]) for sent in at_two.values())
+
+    def test_check_deploy_warns_naming_how_many_get_no_events(self):
+        endpoints_made_before_the_limits(3 * 4)
+
+        warned = run_command("check", "--deploy", WEBHOOK_ENDPOINTS_TOTAL="4")
+        silent = run_command("check", "--deploy", WEBHOOK_ENDPOINTS_TOTAL="12")
+
+        said = warned.stdout + warned.stderr
+        assert "ledger_app.W260" in said, said
+        assert "8 enabled webhook endpoints are past WEBHOOK_ENDPOINTS_TOTAL (4)" in said
+        assert "ledger_app.W260" not in silent.stdout + silent.stderr
+
+    def test_a_process_logs_one_warning_naming_how_many_get_no_events(
+        self, settings, caplog, monkeypatch
+    ):
+        monkeypatch.setattr("ledger_app.services.webhook_checks._checked", False)
+        settings.WEBHOOK_ENDPOINTS_TOTAL = 4
+        endpoints_made_before_the_limits(3 * 4)
+        orders = client_of("orders")
+
+        with caplog.at_level(logging.WARNING, logger="ledger_app.webhooks"):
+            refund_through_the_api(orders)
+            refund_through_the_api(orders)
+
+        warnings = [r.getMessage() for r in caplog.records if "get no events" in r.getMessage()]
+        assert len(warnings) == 1, caplog.text
+        assert warnings[0].startswith(
+            "8 enabled webhook endpoints are past WEBHOOK_ENDPOINTS_TOTAL (4) and get no events"
+        )
+
+    def test_within_the_limit_nothing_is_said(self, settings, caplog, monkeypatch):
+        monkeypatch.setattr("ledger_app.services.webhook_checks._checked", False)
+        settings.WEBHOOK_ENDPOINTS_TOTAL = 4
+        endpoints_made_before_the_limits(4)
+
+        with caplog.at_level(logging.WARNING, logger="ledger_app.webhooks"):
+            sent_to = refund_through_the_api(client_of("orders"))
+
+        assert all(len(endpoints) == 4 for endpoints in sent_to.values())
+        assert "get no events" not in caplog.text
+        deploy = checks.run_checks(include_deployment_checks=True, tags=[checks.Tags.database])
+        assert "ledger_app.W260" not in [message.id for message in deploy]
+
+
+@pytest.mark.django_db
+def test_the_admin_marks_the_endpoints_past_the_limit(admin_client, settings):
+    settings.WEBHOOK_ENDPOINTS_TOTAL = 4
+    ids = endpoints_made_before_the_limits(3 * 4)
+    WebhookEndpoint.objects.filter(pk=ids[0]).update(status="disabled")
+
+    page = admin_client.get(reverse("admin:ledger_app_webhookendpoint_changelist"))
+    one = admin_client.get(reverse("admin:ledger_app_webhookendpoint_change", args=[ids[-1]]))
+
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "7 enabled webhook endpoints are past WEBHOOK_ENDPOINTS_TOTAL (4)" in html
+    assert html.count("no: past the limit (WEBHOOK_ENDPOINTS_TOTAL, 4)") == 7
+    assert html.count("no: disabled") == 1
+    assert "no: past the limit (WEBHOOK_ENDPOINTS_TOTAL, 4)" in one.content.decode()
