@@ -4,14 +4,17 @@ shown, not read, not filtered) and every delivery with its status, attempts and 
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import admin, messages
-from django.db.models import F
+from django.db.models import BooleanField, Case, F, Subquery, Value, When
 
 from ledger_app.admin.base import ReadOnlyAdmin, clipped
 from ledger_app.admin.filters import exact_id_search
 from ledger_app.counts import count_of
 from ledger_app.errors import LedgerError
 from ledger_app.models import Event, WebhookDelivery, WebhookEndpoint
+from ledger_app.selectors import enabled_endpoints_past_the_limit, receiving_endpoints
+from ledger_app.services import webhook_checks  # also registers its deploy check (W260)
 from ledger_app.services.webhook_delivery import resend_delivery
 
 RESEND_PERMISSION = "ledger_app.resend_webhookdelivery"
@@ -64,9 +67,10 @@ class EventAdmin(LogAdmin):
 class WebhookEndpointAdmin(LogAdmin):
     """Endpoints are made and changed through the API (within its limits per key and in
     all, services/webhook_endpoints.py); the secret is shown only there, once, and never
-    here. Each shows the API key that made it."""
+    here. Each shows the API key that made it, and whether it is sent events: enabled
+    ones past the oldest WEBHOOK_ENDPOINTS_TOTAL are not, and the list says how many."""
 
-    list_display = ["id", "url_display", "status", "events_display", "created_at"]
+    list_display = ["id", "url_display", "status", "sent_display", "events_display", "created_at"]
     list_filter = ["status", ("deleted_at", admin.EmptyFieldListFilter)]
     search_help_text = "An endpoint id, exactly."
     exclude = ["secret"]
@@ -81,11 +85,47 @@ class WebhookEndpointAdmin(LogAdmin):
         "api_key",
         "created_at",
         "deleted_at",
+        "sent_display",
     ]
 
     def get_queryset(self, request):
         # Never read here, so never decrypted here either (ledger_app/encryption.py).
-        return super().get_queryset(request).defer("secret")
+        # Whether each is among the oldest WEBHOOK_ENDPOINTS_TOTAL enabled ones, the only
+        # endpoints events are written for (selectors.live_endpoints).
+        receiving = receiving_endpoints().values("pk")
+        return (
+            super()
+            .get_queryset(request)
+            .defer("secret")
+            .annotate(
+                receiving=Case(
+                    When(pk__in=Subquery(receiving), then=Value(True)),
+                    default=Value(False),
+                    output_field=BooleanField(),
+                )
+            )
+        )
+
+    def changelist_view(self, request, extra_context=None):
+        past = enabled_endpoints_past_the_limit()
+        if past:
+            messages.warning(
+                request,
+                f"{webhook_checks.past_the_limit_message(past)}. They are marked "
+                '"no: past the limit" under Sent events; delete those no longer '
+                "used, or raise the setting.",
+            )
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="Sent events")
+    def sent_display(self, endpoint: WebhookEndpoint) -> str:
+        if endpoint.deleted_at is not None:
+            return "no: deleted"
+        if endpoint.status != WebhookEndpoint.Status.ENABLED:
+            return "no: disabled"
+        if getattr(endpoint, "receiving", True):
+            return "yes"
+        return f"no: past the limit (WEBHOOK_ENDPOINTS_TOTAL, {settings.WEBHOOK_ENDPOINTS_TOTAL})"
 
     @admin.display(description="URL", ordering="url")
     def url_display(self, endpoint: WebhookEndpoint) -> str:

@@ -10,8 +10,10 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.db.models import (
+    BigIntegerField,
     Case,
     Count,
+    F,
     Max,
     OuterRef,
     Prefetch,
@@ -19,9 +21,10 @@ from django.db.models import (
     QuerySet,
     Subquery,
     When,
+    Window,
     prefetch_related_objects,
 )
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, RowNumber
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
@@ -272,15 +275,40 @@ def _api_key_limits() -> QuerySet[RefundLimit]:
 
 
 def live_endpoints() -> list[WebhookEndpoint]:
-    """Webhook endpoints that receive events: enabled and not deleted (every refund reads
-    them: the query is compiled once, `compiled`)."""
-    return compiled.run(_live_endpoints)
+    """Webhook endpoints that receive events: the oldest WEBHOOK_ENDPOINTS_TOTAL of those
+    enabled and not deleted (by created_at, then id). Every event is written once per
+    endpoint here, in its change's transaction, so this bounds that work whatever the
+    table holds: endpoints made before the limits existed, or past a setting lowered
+    since, are sent nothing (`enabled_endpoints_past_the_limit`). Every refund reads
+    them: the query is compiled once, `compiled`, with the limit as its parameter."""
+    return compiled.run(_live_endpoints, settings.WEBHOOK_ENDPOINTS_TOTAL)
+
+
+def _enabled_endpoints() -> QuerySet[WebhookEndpoint]:
+    return WebhookEndpoint.objects.filter(
+        status=WebhookEndpoint.Status.ENABLED, deleted_at__isnull=True
+    )
 
 
 def _live_endpoints() -> QuerySet[WebhookEndpoint]:
-    return WebhookEndpoint.objects.filter(
-        status=WebhookEndpoint.Status.ENABLED, deleted_at__isnull=True
-    ).order_by("created_at", "id")
+    oldest_first = [F("created_at").asc(), F("id").asc()]
+    place = Window(RowNumber(), order_by=oldest_first, output_field=BigIntegerField())
+    return (
+        _enabled_endpoints()
+        .alias(place=place)
+        .filter(place__lte=compiled.key(0, int))
+        .order_by("created_at", "id")
+    )
+
+
+def receiving_endpoints() -> QuerySet[WebhookEndpoint]:
+    """What `live_endpoints` reads, as a queryset (the admin marks the others)."""
+    return _enabled_endpoints().order_by("created_at", "id")[: settings.WEBHOOK_ENDPOINTS_TOTAL]
+
+
+def enabled_endpoints_past_the_limit() -> int:
+    """How many enabled endpoints are sent no event, being past WEBHOOK_ENDPOINTS_TOTAL."""
+    return max(0, _enabled_endpoints().count() - settings.WEBHOOK_ENDPOINTS_TOTAL)
 
 
 def recently_succeeded(hours: int) -> list[str]:

@@ -1,5 +1,6 @@
 """The outbox: an event for every state change of a charge or refund, appended in the
-change's own transaction, and a pending delivery for every webhook endpoint that wants it.
+change's own transaction, and a pending delivery for every webhook endpoint that wants it
+(of the oldest WEBHOOK_ENDPOINTS_TOTAL enabled ones: no more, whatever the table holds).
 
 Call `record` inside the transaction that makes the change, after the change is written:
 if that transaction rolls back, the event and its deliveries go with it; if it commits,
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 
 from backoffice.request_id import serving_keys, serving_request_id
@@ -24,7 +26,7 @@ from ledger_app.models import (
     WebhookEndpoint,
 )
 from ledger_app.selectors import live_endpoints
-from ledger_app.services import sql_writes
+from ledger_app.services import sql_writes, webhook_checks
 from ledger_app.snapshots import object_snapshot, previous_snapshot
 
 # What changed, the object as it is now, and its fields as they were (None: it is new).
@@ -90,7 +92,7 @@ def build_many(
     refunds a charge's snapshot embeds, when the caller has them."""
     given = newest_refunds or {}
     rendered: dict[tuple[type, str], dict[str, Any]] = {}
-    endpoints = live_endpoints() if endpoints is None else endpoints
+    endpoints = capped(live_endpoints() if endpoints is None else endpoints)
     embed = {event_type for event_type, _, _ in changes if embeds_refunds(endpoints, event_type)}
 
     def snapshot(obj: Charge | Refund, event_type: EventType) -> dict[str, Any]:
@@ -125,6 +127,16 @@ def build_many(
         if endpoint.wants(event.type)
     ]
     return events, deliveries
+
+
+def capped(endpoints: list[WebhookEndpoint]) -> list[WebhookEndpoint]:
+    """At most WEBHOOK_ENDPOINTS_TOTAL endpoints, the first of those given (live_endpoints
+    gives the oldest): each event is written for no more, whatever the table holds. At
+    the limit, webhook_checks counts once per process those left out and warns."""
+    total = settings.WEBHOOK_ENDPOINTS_TOTAL
+    if len(endpoints) >= total:
+        webhook_checks.note_full_fan_out()
+    return endpoints[:total]
 
 
 def embeds_refunds(endpoints: list[WebhookEndpoint], event_type: EventType) -> bool:

@@ -76,7 +76,10 @@ def create_endpoint(
     endpoint in its change's transaction, so the endpoints are limited: at most
     WEBHOOK_ENDPOINTS_PER_KEY made by one key, at most WEBHOOK_ENDPOINTS_TOTAL in all,
     disabled ones included and deleted ones not (as Stripe counts). Past either the
-    create is refused and writes nothing."""
+    create is refused and writes nothing. The fan-out itself is capped too, for tables
+    that hold more (made before the limits, or a setting lowered since): each event goes
+    to the oldest WEBHOOK_ENDPOINTS_TOTAL enabled endpoints only (services/events.py,
+    services/webhook_checks.py)."""
     answered = api_versions.chosen(api_version)
     if answered is None:
         raise errors.InvalidApiVersion(api_versions.unsupported_message(str(api_version)))
