@@ -3,6 +3,7 @@ to a customer whose bank traces the refund, or that it is still to come."""
 
 from __future__ import annotations
 
+import csv
 import re
 
 import pytest
@@ -63,8 +64,7 @@ def test_the_csv_export_has_it_as_stored(admin_client):
     Refund.objects.filter(pk=refund.pk).update(destination_reference=ARN)
 
     export = admin_client.get(reverse("admin:ledger_app_refund_changelist") + "export.csv")
-    lines = b"".join(export.streaming_content).decode().splitlines()
+    header, *rows = csv.reader(b"".join(export.streaming_content).decode().splitlines())
 
-    header = lines[0].split(",")
-    row = next(line.split(",") for line in lines[1:] if refund.pk in line)
+    row = next(row for row in rows if refund.pk in row)
     assert row[header.index("destination_reference")] == ARN
