@@ -38,6 +38,16 @@ graceful_timeout = 25
 # client address, time, method, path, protocol, status, bytes, milliseconds, the answer's
 # Request-Id (the one the app's own log lines carry) and the user agent.
 access_log_format = '%(h)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s %(M)sms %({request-id}o)s "%(a)s"'
+# One request, one line: the path as the client sent it (still percent-encoded: gunicorn's
+# own %(U)s is decoded, and a %0a in it wrote a forged second line) and every value escaped
+# as the app's own log lines are (backoffice/access_log.py).
+logger_class = "backoffice.access_log.AccessLogger"
+
+# Seconds a kept-alive connection may sit idle before gunicorn closes it. The nginx example
+# keeps its connections to gunicorn idle for less (keepalive_timeout in its upstream block,
+# deploy/nginx/backoffice.conf): were gunicorn the one to close, a request nginx sent on a
+# connection at the moment gunicorn closed it would get a 502, and nginx retries no POST.
+keepalive = 5
 
 
 # Linux's prctl(2) option: "send me this signal when my parent dies" (<linux/prctl.h>).
@@ -53,6 +63,16 @@ def post_fork(server, worker):
     crash of the master cuts it off anyway, and its sends in flight stay leased and counted
     for process_refunds (docs/operating/serving.md). A normal stop never sets it off: the
     master outlives its workers. Elsewhere than Linux, nothing changes."""
+    _die_with_master(server.log, worker)
+
+
+def post_worker_init(worker):
+    """Again, once the worker has become --user/--group: Linux clears the parent-death
+    signal when a process changes its user or group, which gunicorn does after post_fork."""
+    _die_with_master(worker.log, worker)
+
+
+def _die_with_master(log, worker) -> None:
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -60,13 +80,13 @@ def post_fork(server, worker):
 
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        server.log.warning(
+        log.warning(
             "worker %s: prctl(PR_SET_PDEATHSIG) failed: %s",
             worker.pid,
             os.strerror(ctypes.get_errno()),
         )
     elif os.getppid() != worker.ppid:
-        os._exit(1)  # the master died between the fork and the prctl: no signal will come
+        os._exit(1)  # the master died before the prctl: no signal will come
 
 
 def when_ready(server):

@@ -6,6 +6,7 @@ bound, say so, exit 0, and leave everything else claimable at once; the books ag
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -333,14 +334,25 @@ def test_deliver_webhooks_finishes_the_delivery_in_hand_and_hands_back_its_batch
 # --- (d) gunicorn's master SIGKILLed --------------------------------------------------
 
 
+# As started, and, when the tests run as root, with workers that change their group (to
+# nogroup) as --user/--group make them: Linux clears the parent-death signal when a process
+# changes its user or its group, which gunicorn's workers do after post_fork. (Only the
+# group: a worker that became nobody could not read an interpreter installed under /root.)
+AS_USERS = [pytest.param((), id="as-started")] + (
+    [pytest.param(("--group", "65534"), id="in-another-group")] if os.geteuid() == 0 else []
+)
+
+
+@pytest.mark.parametrize("user_args", AS_USERS)
 def test_workers_die_with_a_sigkilled_master_and_a_new_master_binds_at_once(
-    transactional_db, tmp_path
+    transactional_db, tmp_path, user_args
 ):
     """An OOM kill or a supervisor that signals only the main process: the workers go with
-    their master (gunicorn.conf.py's post_fork), so the port is free for the next master
-    at once. Before, orphaned workers holding connections kept the listening socket for
-    the shipped graceful_timeout (25 s) and a new master gave up with "Connection in use"."""
-    old = ShippedGunicorn(tmp_path / "old.log", workers=2, threads=4)
+    their master (gunicorn.conf.py's post_fork and post_worker_init), so the port is free
+    for the next master at once. Before, orphaned workers holding connections kept the
+    listening socket for the shipped graceful_timeout (25 s) and a new master gave up with
+    "Connection in use"."""
+    old = ShippedGunicorn(tmp_path / "old.log", *user_args, workers=2, threads=4)
     new = None
     held: list[socket.socket] = []
     try:
