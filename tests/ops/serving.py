@@ -140,11 +140,12 @@ def substitute(text: str, pattern: str, replacement: str, count: int) -> str:
 
 
 def served_nginx_conf(
-    *, http_port: int, https_port: int, upstream_port: int, cert: Path, key: Path
+    *, http_port: int, https_port: int, upstream_port: int, cert: Path, key: Path, access_log: Path
 ) -> str:
     """deploy/nginx/backoffice.conf with only its listen ports (loopback, IPv4), upstream
-    and certificate placeholders replaced."""
+    and certificate placeholders and its access log's path (kept in its format) replaced."""
     text = NGINX_CONF.read_text()
+    text = substitute(text, r"^(\s*access_log )\S+( backoffice;)", rf"\g<1>{access_log}\2", 2)
     text = substitute(text, r"^(\s*)listen \[::\]:\d+( ssl)?;\n", "", 2)
     text = substitute(text, r"^(\s*)listen 80;", rf"\1listen 127.0.0.1:{http_port};", 1)
     text = substitute(text, r"^(\s*)listen 443 ssl;", rf"\1listen 127.0.0.1:{https_port} ssl;", 1)
@@ -172,6 +173,8 @@ class Nginx(ServerProcess):
         super().__init__(self.prefix / "nginx.stderr")
         self.http_port, self.https_port = free_loopback_port(), free_loopback_port()
         self.url = f"https://127.0.0.1:{self.https_port}"
+        # The shipped file's access log, in its own format, written here.
+        self.access_log = self.prefix / "access.log"
         cert, key = self_signed_certificate(self.prefix)
         (self.prefix / "backoffice.conf").write_text(
             served_nginx_conf(
@@ -180,6 +183,7 @@ class Nginx(ServerProcess):
                 upstream_port=upstream_port,
                 cert=cert,
                 key=key,
+                access_log=self.access_log,
             )
         )
         temp_paths = "\n".join(
@@ -192,7 +196,7 @@ class Nginx(ServerProcess):
             f"error_log stderr warn;\n"
             f"events {{ worker_connections 1024; }}\n"
             f"http {{\n"
-            f"    access_log off;\n{temp_paths}\n"
+            f"{temp_paths}\n"
             f"    include {self.prefix}/backoffice.conf;\n"
             f"}}\n"
         )
