@@ -599,7 +599,8 @@ if not DEBUG:
     from backoffice.production_secrets import refuse_weak_secrets
 
     refuse_weak_secrets(os.environ)
-# Connect and read timeout of one delivery request.
+# The most one delivery request may take, all told: connect, send, and every byte of the
+# answer read (a receiver that trickles its answer is cut off then: egress.post).
 WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOK_TIMEOUT_SECONDS", "10"))
 # A delivery is retried with backoff until it is this old, then marked failed.
 WEBHOOK_RETRY_HOURS = float(os.environ.get("WEBHOOK_RETRY_HOURS", "72"))
@@ -608,15 +609,27 @@ WEBHOOK_BACKOFF_SECONDS = float(os.environ.get("WEBHOOK_BACKOFF_SECONDS", "60"))
 WEBHOOK_BACKOFF_MAX_SECONDS = float(os.environ.get("WEBHOOK_BACKOFF_MAX_SECONDS", "3600"))
 # How long a worker holds the deliveries it claimed; a dead worker's are sent again after.
 WEBHOOK_LEASE_SECONDS = int(os.environ.get("WEBHOOK_LEASE_SECONDS", "120"))
-if not 0 < WEBHOOK_TIMEOUT_SECONDS < WEBHOOK_LEASE_SECONDS:
-    raise ImproperlyConfigured("WEBHOOK_TIMEOUT_SECONDS must be above 0 and below the lease")
+# A lease outlasts one whole request by this much at least (time to render the body and
+# record the outcome), so that no other lane or worker takes a delivery still being sent.
+WEBHOOK_LEASE_MARGIN_SECONDS = 1.0
+if not 0 < WEBHOOK_TIMEOUT_SECONDS <= WEBHOOK_LEASE_SECONDS - WEBHOOK_LEASE_MARGIN_SECONDS:
+    raise ImproperlyConfigured(
+        "WEBHOOK_TIMEOUT_SECONDS must be above 0 and at least "
+        f"{WEBHOOK_LEASE_MARGIN_SECONDS:g} s below WEBHOOK_LEASE_SECONDS"
+    )
 # How many deliveries one deliver_webhooks process has in flight at most: lanes (threads),
 # each claiming batches of its own and holding a database connection of its own (given
 # back to a DATABASE_POOL_MAX_SIZE pool while it waits on a receiver). PostgreSQL only;
 # SQLite runs one. --threads overrides it.
-WEBHOOK_DELIVERY_THREADS = int(os.environ.get("WEBHOOK_DELIVERY_THREADS", "8"))
-if not 1 <= WEBHOOK_DELIVERY_THREADS <= 64:
-    raise ImproperlyConfigured("WEBHOOK_DELIVERY_THREADS must be from 1 to 64")
+_delivery_threads = os.environ.get("WEBHOOK_DELIVERY_THREADS", "").strip() or "8"
+if not (_delivery_threads.isascii() and _delivery_threads.isdigit()) or not (
+    1 <= int(_delivery_threads) <= 64
+):
+    raise ImproperlyConfigured(
+        f"WEBHOOK_DELIVERY_THREADS must be a whole number of lanes from 1 to 64, "
+        f"not {_delivery_threads[:40]!r}"
+    )
+WEBHOOK_DELIVERY_THREADS = int(_delivery_threads)
 # How many webhook endpoints one API key may have, and how many there may be in all
 # (services/webhook_endpoints.py). Every event is written once per endpoint that wants it,
 # in the transaction of its refund or charge, so these bound that work. Disabled endpoints

@@ -78,3 +78,41 @@ def test_a_retention_setting_is_read_from_the_environment(tmp_path):
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "45"
+
+
+@pytest.mark.parametrize("value", ["1_6", "+8", "eight", "0", "65", "٨"])
+def test_webhook_delivery_threads_must_be_plain_digits_from_1_to_64(tmp_path, value):
+    env = {
+        "DJANGO_DEBUG": "true",
+        "DJANGO_SECRET_KEY": "test-settings-key",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'never-written.sqlite3'}",
+        "WEBHOOK_DELIVERY_THREADS": value,
+    }
+
+    result = manage_alone("check", env=env)
+
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr  # one line, no traceback
+    assert result.stderr.startswith(
+        "error: WEBHOOK_DELIVERY_THREADS must be a whole number of lanes from 1 to 64, "
+        f"not {value!r}"
+    )
+
+
+@pytest.mark.parametrize(("timeout", "lease"), [("9.5", "10"), ("10", "10"), ("0", "120")])
+def test_a_webhook_lease_outlasts_one_whole_request_by_the_margin(tmp_path, timeout, lease):
+    env = {
+        "DJANGO_DEBUG": "true",
+        "DJANGO_SECRET_KEY": "test-settings-key",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'never-written.sqlite3'}",
+        "WEBHOOK_TIMEOUT_SECONDS": timeout,
+        "WEBHOOK_LEASE_SECONDS": lease,
+    }
+
+    result = manage_alone("check", env=env)
+
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "error: WEBHOOK_TIMEOUT_SECONDS must be above 0 and at least 1 s below "
+        "WEBHOOK_LEASE_SECONDS"
+    ), result.stderr

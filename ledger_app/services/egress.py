@@ -3,6 +3,7 @@ resolved once, and the connection made to the very address that was checked."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ipaddress
 import os
@@ -10,12 +11,14 @@ import re
 import socket
 import ssl
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import certifi
 import urllib3
 from django.conf import settings
+from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import HTTPError, LocationParseError, NewConnectionError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 from urllib3.util import parse_url
@@ -366,17 +369,20 @@ def own_addresses() -> frozenset[IPAddress]:
 def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Answer:
     """POST `body` to `url`: checked (form, then the address it resolves to, now), sent to
     that very address, directly or through WEBHOOK_PROXY_URL, no redirect followed, no
-    retry. Refused when not sent; NoAnswer when no HTTP answer came back."""
+    retry. Refused when not sent; NoAnswer when no HTTP answer came back. `timeout` bounds
+    each step and the whole request, however slowly the receiver answers (Deadline, below)."""
     place = destination(url)
     address = address_for(place)
     headers = {name: value for name, value in headers.items() if name.lower() != "host"}
-    limits = urllib3.Timeout(connect=timeout, read=timeout)
+    limits = urllib3.Timeout(total=timeout, connect=timeout, read=timeout)
     pool: urllib3.PoolManager | urllib3.HTTPConnectionPool
     if settings.WEBHOOK_PROXY_URL:
         pool, target, host = _proxied_pool(place, address, limits)
     else:
         pool, target, host = _pinned_pool(place, address, limits), place.target, place.authority
     headers["Host"] = host
+    watched(pool)
+    deadline = Deadline(timeout).start()
     try:
         response = pool.urlopen(
             "POST",
@@ -398,8 +404,11 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Answ
     except Urllib3Timeout:
         raise NoAnswer(f"timed out after {timeout:g} s") from None
     except (HTTPError, OSError) as exc:
+        if deadline.expired:  # its sockets were shut down: the receiver was too slow
+            raise NoAnswer(f"timed out after {timeout:g} s") from None
         raise NoAnswer(_why_no_answer(exc)) from None
     finally:
+        deadline.end()
         if isinstance(pool, urllib3.PoolManager):
             pool.clear()
         else:
@@ -492,3 +501,98 @@ def escaped(excerpt: bytes) -> str:
         chr(b) if 32 <= b < 127 and b != 0x5C else ("\\\\" if b == 0x5C else f"\\x{b:02x}")
         for b in excerpt
     )
+
+
+# --- the whole-request deadline ----------------------------------------------------------
+# urllib3's timeouts bound each socket operation, not the request: a receiver that sends its
+# answer a byte at a time, each inside the read timeout, keeps a request open as long as it
+# likes (and a webhook delivery past its lease, when another lane or worker sends it
+# again). A timer shuts the request's sockets down once its time is up, which ends any read
+# or write at once; post() then reports a timeout. The sockets are found as they are made:
+# the pools post() uses make their connections with classes that hand each new socket
+# (before any TLS handshake or CONNECT tunnel) to the Deadline running in that thread.
+
+_current = threading.local()
+
+
+class Deadline:
+    """`seconds` from start() to end(); past it, every socket the request made is shut
+    down and `expired` is true."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._ended = False
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def start(self) -> Deadline:
+        _current.deadline = self
+        self._timer.start()
+        return self
+
+    def end(self) -> None:
+        """The request is over (its sockets are about to be closed): nothing is shut
+        down after this."""
+        with self._lock:
+            self._ended = True
+        self._timer.cancel()
+        if getattr(_current, "deadline", None) is self:
+            _current.deadline = None
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed, or never connected
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class _Watched(HTTPConnection):
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        deadline = getattr(_current, "deadline", None)
+        if deadline is not None:
+            deadline.watch(sock)
+        return sock
+
+
+class _WatchedHTTP(_Watched, HTTPConnection):
+    pass
+
+
+class _WatchedHTTPS(_Watched, HTTPSConnection):
+    pass
+
+
+class _HTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTP
+
+
+class _HTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPS
+
+
+def watched(pool: urllib3.PoolManager | urllib3.HTTPConnectionPool) -> None:
+    """Make `pool` open its connections (directly, or through a ProxyManager's pools, a
+    CONNECT tunnel included) so that the current Deadline sees their sockets."""
+    if isinstance(pool, urllib3.PoolManager):
+        pool.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+    elif isinstance(pool, urllib3.HTTPSConnectionPool):
+        pool.ConnectionCls = _WatchedHTTPS
+    else:
+        pool.ConnectionCls = _WatchedHTTP

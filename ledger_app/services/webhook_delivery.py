@@ -127,7 +127,12 @@ def deliver_due(
     its own batches with SKIP LOCKED, as separate workers do, on a database connection of
     its own that it closes when the run ends; the others start only when the first claim
     comes back full (there is a backlog), and only where SKIP LOCKED exists (not SQLite:
-    one lane there). `on_attempt` is called from one lane at a time."""
+    one lane there). `on_attempt` is called from one lane at a time.
+
+    A lane that raises (a bug, a broken pipe in `on_attempt`) stops the run: every other
+    lane finishes the delivery in hand, hands the rest of its batch back and takes no new
+    one, and the error is raised here once they have. A batch never started is handed
+    back too."""
     run = _Run(
         due_at=timezone.now(),
         batch_size=batch_size,
@@ -142,16 +147,22 @@ def deliver_due(
     if not connection.features.has_select_for_update_skip_locked:
         lanes = 1  # SQLite: one writer at a time, and claims that would wait on each other
     helpers: list[tuple[threading.Thread, RunOutcomes]] = []
-    if first is not None and len(first[1]) >= batch_size:
-        for number in range(1, lanes):
-            helper_tally = RunOutcomes()
-            helper = threading.Thread(
-                target=run.helper_lane, args=(helper_tally,), name=f"deliver-{number}"
-            )
-            helper.start()
-            helpers.append((helper, helper_tally))
     try:
-        run.lane(tally, first)
+        if first is not None and len(first[1]) >= batch_size:
+            for number in range(1, lanes):
+                helper_tally = RunOutcomes()
+                helper = threading.Thread(
+                    target=run.helper_lane, args=(helper_tally,), name=f"deliver-{number}"
+                )
+                helper.start()
+                helpers.append((helper, helper_tally))
+        claimed, first = first, None
+        run.lane(tally, claimed)
+    except BaseException:
+        run.halt.set()  # the other lanes take nothing new
+        if first is not None:  # claimed, never started: free again at once
+            _hand_back(first[1], first[0], tally)
+        raise
     finally:
         for helper, _ in helpers:
             helper.join()
@@ -175,7 +186,8 @@ Claimed = tuple[datetime, list[WebhookDelivery]]
 @dataclass
 class _Run:
     """What the lanes of one deliver_due share: the moment that decides what is due, how
-    they claim, when to stop, and the worker's hand (which sees every lane's items)."""
+    they claim, when to stop (asked by the caller, or `halt`: a lane crashed), and the
+    worker's hand (which sees every lane's items)."""
 
     due_at: datetime
     batch_size: int
@@ -187,11 +199,15 @@ class _Run:
     def __post_init__(self) -> None:
         self._said = threading.Lock()
         self.crashed: list[BaseException] = []
+        self.halt = threading.Event()
+
+    def stopping(self) -> bool:
+        return self.halt.is_set() or self.should_stop()
 
     def claim_next(self, tally: RunOutcomes) -> Claimed | None:
         """The next batch this lane leases; None when nothing is due, stopped, or the
         database failed (counted)."""
-        if self.should_stop():
+        if self.stopping():
             return None
         try:
             lease, batch = claim(
@@ -208,7 +224,7 @@ class _Run:
             claimed = self.claim_next(tally)
         while claimed is not None:
             lease, batch = claimed
-            _send_batch(batch, lease, tally, self.should_stop, self.said, self.hand)
+            _send_batch(batch, lease, tally, self.stopping, self.said, self.hand)
             claimed = self.claim_next(tally)
 
     def helper_lane(self, tally: RunOutcomes) -> None:
@@ -217,6 +233,7 @@ class _Run:
         try:
             self.lane(tally)
         except BaseException as exc:
+            self.halt.set()  # the other lanes take nothing new
             log.exception("a webhook delivery lane stopped")
             self.crashed.append(exc)
         finally:
@@ -227,9 +244,18 @@ class _Run:
             self.on_attempt(attempt)
 
 
+@dataclass
+class ItemsInHand(ItemInHand):
+    """A worker's hand while several lanes send at once: `pk` names one of the deliveries
+    in hand, `held` counts them all (what a stop request waits for)."""
+
+    held: int = 0
+
+
 class _SharedHand:
     """The worker's ItemInHand, held by several lanes at once: it names one of the
-    deliveries in hand (None when no lane holds one) and counts every one finished."""
+    deliveries in hand (None when no lane holds one), counts every one finished and, in
+    an ItemsInHand, how many are in hand."""
 
     def __init__(self, hand: ItemInHand) -> None:
         self.hand = hand
@@ -241,16 +267,23 @@ class _SharedHand:
         with self._lock:
             self._held.append(pk)
             self.hand.pk = pk
+            self._count()
         try:
             yield
         except BaseException:
             with self._lock:  # as ItemInHand: one whose send raised stays in hand, leased
                 self._held.remove(pk)
+                self._count()
             raise
         with self._lock:
             self._held.remove(pk)
             self.hand.pk = self._held[-1] if self._held else None
             self.hand.finished += 1
+            self._count()
+
+    def _count(self) -> None:
+        if isinstance(self.hand, ItemsInHand):
+            self.hand.held = len(self._held)
 
 
 def claim(
@@ -280,24 +313,40 @@ def _send_batch(
     on_attempt: Callable[[Attempt], None],
     hand: _SharedHand,
 ) -> None:
-    """Send each while the lease leaves time for a whole request; hand the rest back."""
+    """Send each while the lease leaves time for a whole request (WEBHOOK_TIMEOUT_SECONDS,
+    which egress.post holds it to) and for rendering and recording it; hand the rest
+    back, also when something raises (the one in hand then stays leased)."""
     unsent = list(batch)
-    while unsent and not should_stop() and _lease_left(lease) > settings.WEBHOOK_TIMEOUT_SECONDS:
-        delivery = unsent.pop(0)
-        try:
-            with hand.holding(delivery.pk):
-                attempt = _send_or_record_failure(delivery, lease)
-        except DatabaseError:
-            tally.survive_database_error(f"webhook delivery {delivery.pk}")
-            continue
-        tally.add(attempt.outcome)
-        on_attempt(attempt)
-    if unsent:
-        try:
-            tally.handed_back += _release(unsent, lease)
-        except DatabaseError:
-            tally.survive_database_error("handing back webhook deliveries")
-            tally.left_leased += len(unsent)
+    need = settings.WEBHOOK_TIMEOUT_SECONDS + SEND_MARGIN_SECONDS
+    try:
+        while unsent and not should_stop() and _lease_left(lease) > need:
+            delivery = unsent.pop(0)
+            try:
+                with hand.holding(delivery.pk):
+                    attempt = _send_or_record_failure(delivery, lease)
+            except DatabaseError:
+                tally.survive_database_error(f"webhook delivery {delivery.pk}")
+                continue
+            tally.add(attempt.outcome)
+            on_attempt(attempt)
+    finally:
+        _hand_back(unsent, lease, tally)
+
+
+# Besides one whole request, a send needs this long under its lease: rendering the body
+# before it, recording the outcome after. WEBHOOK_LEASE_MARGIN_SECONDS (settings) leaves
+# room for it and for the claim.
+SEND_MARGIN_SECONDS = 0.5
+
+
+def _hand_back(unsent: list[WebhookDelivery], lease: datetime, tally: RunOutcomes) -> None:
+    if not unsent:
+        return
+    try:
+        tally.handed_back += _release(unsent, lease)
+    except DatabaseError:
+        tally.survive_database_error("handing back webhook deliveries")
+        tally.left_leased += len(unsent)
 
 
 def _send_or_record_failure(delivery: WebhookDelivery, lease: datetime) -> Attempt:

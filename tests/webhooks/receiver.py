@@ -26,6 +26,7 @@ class Answer:
     status: int = 200
     delay: float = 0.0  # seconds before answering
     hold: threading.Event | None = None  # answer only once this is set
+    trickle: float = 0.0  # if set, the answer is written a byte at a time, this far apart
 
 
 # How to answer the n-th request (counting from 1) for an event.
@@ -100,6 +101,9 @@ class Receiver:
                 if answer.hold is not None:
                     answer.hold.wait(30)
                 time.sleep(answer.delay)
+                if answer.trickle:
+                    self._trickle(answer)
+                    return
                 try:
                     self.send_response(answer.status)
                     self.send_header("Content-Length", "2")
@@ -107,6 +111,18 @@ class Receiver:
                     self.wfile.write(b"ok")
                 except OSError:
                     pass  # the sender gave up or died
+
+            def _trickle(self, answer: Answer) -> None:
+                """Each byte well inside any read timeout, the whole far outside it."""
+                raw = f"HTTP/1.0 {answer.status} OK\r\nContent-Length: 2\r\n\r\nok".encode()
+                try:
+                    for byte in raw:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(answer.trickle)
+                except OSError:
+                    pass  # the sender gave up
+                self.close_connection = True
 
             def log_message(self, format, *args):  # noqa: A002 - http.server's name
                 pass

@@ -229,6 +229,7 @@ def test_a_stop_finishes_every_delivery_in_hand_and_hands_back_the_rest(endpoint
     output = worker.stop()
 
     assert worker.process.returncode == 0, output
+    assert "stopping: SIGTERM, finishing 4 deliveries in hand (at most 25 s)" in output, output
     assert "stopped: 4 deliveries finished, 4 claimed and handed back unsent, 0 left leased" in (
         output
     ), output
@@ -238,3 +239,141 @@ def test_a_stop_finishes_every_delivery_in_hand_and_hands_back_the_rest(endpoint
     rest = WebhookDelivery.objects.exclude(status="delivered")
     assert rest.count() == 21 - 4
     assert rest.filter(status="pending", attempts=0, leased_until__isnull=True).count() == 17
+
+
+def test_a_stop_past_its_bound_counts_every_delivery_left_in_hand(endpoint, receiver):
+    gate = threading.Event()
+    receiver.behaviour, held = holding_the_first(4, gate)
+    record_events(20)
+    worker = Worker(
+        "--threads", "4", "--batch-size", "2", "--poll-seconds", "0.1", "--stop-seconds", "1",
+        **PATIENT,
+    )  # fmt: skip
+    try:
+        receiver.wait_for(4)
+        worker.process.send_signal(signal.SIGTERM)
+        worker.process.wait(30)
+    finally:
+        gate.set()
+    output = worker.stop()
+
+    assert worker.process.returncode == 128 + signal.SIGTERM, output
+    assert "stopping: SIGTERM, finishing 4 deliveries in hand (at most 1 s)" in output, output
+    assert (
+        "stopped now: stop bound passed; 4 deliveries left in hand, leased: it is sent again"
+        in output
+    ), output
+    in_flight = WebhookDelivery.objects.filter(event_id__in=held)
+    assert set(in_flight.values_list("status", "attempts")) == {("pending", 0)}
+
+
+def lanes_alive() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("deliver-") and t.is_alive()]
+
+
+class BrokenPipeOnce:
+    """An on_attempt that fails in the main lane the first time (its output went away)."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def __call__(self, attempt) -> None:
+        self.seen.append(threading.current_thread().name)
+        if (
+            threading.current_thread() is threading.main_thread()
+            and self.seen.count(threading.main_thread().name) == 1
+        ):
+            raise BrokenPipeError(32, "Broken pipe")
+
+
+def assert_nothing_left_leased_or_sent_twice(receiver) -> None:
+    assert not WebhookDelivery.objects.filter(leased_until__isnull=False).exists()
+    assert all(n == 1 for n in Counter(r.event_id for r in receiver.received).values())
+    sent = WebhookDelivery.objects.filter(attempts=1)
+    assert sent.count() == len(receiver.received)
+    assert not WebhookDelivery.objects.filter(attempts__gt=1).exists()
+
+
+def test_a_crash_in_the_main_lane_stops_every_lane(endpoint, receiver):
+    receiver.behaviour = lambda event_id, nth: Answer(delay=0.2)
+    record_events(40)  # 41 deliveries: about 2 s over four lanes if none stopped
+    on_attempt = BrokenPipeOnce()
+    started = time.monotonic()
+
+    with pytest.raises(BrokenPipeError):
+        deliver_due(threads=4, batch_size=2, on_attempt=on_attempt)
+
+    assert time.monotonic() - started < 1.5
+    assert not lanes_alive()  # joined before the error came out
+    assert len(set(on_attempt.seen)) > 1  # helper lanes were sending
+    # Each lane finished the delivery in hand and handed its batch back: a few were sent,
+    # not the backlog.
+    assert len(receiver.received) <= 4 * 2, len(receiver.received)
+    assert_nothing_left_leased_or_sent_twice(receiver)
+    assert WebhookDelivery.objects.filter(attempts=0, status="pending").count() >= 41 - 8
+
+
+class ThirdLaneWillNotStart(threading.Thread):
+    def start(self) -> None:
+        if self.name == "deliver-2":
+            raise RuntimeError("can't start new thread")
+        super().start()
+
+
+def test_a_lane_that_cannot_start_stops_the_run_and_frees_the_first_batch(
+    endpoint, receiver, monkeypatch
+):
+    receiver.behaviour = lambda event_id, nth: Answer(delay=0.2)
+    record_events(40)
+    monkeypatch.setattr(threading, "Thread", ThirdLaneWillNotStart)
+
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        deliver_due(threads=4, batch_size=2)
+
+    assert not lanes_alive()  # the one that started was stopped and joined
+    assert len(receiver.received) <= 1  # it finished the one in hand, if any
+    assert_nothing_left_leased_or_sent_twice(receiver)  # the first batch handed back too
+
+
+def test_a_receiver_that_trickles_its_answer_is_cut_off_and_sent_once(endpoint, receiver, settings):
+    # One byte every 0.5 s, each well inside the 1.5 s timeout, 20 s for the whole answer:
+    # a per-read timeout never fires. The lease (3 s) outlasts one whole request by the
+    # margin; a second "worker" polls all along for the lease to run out.
+    settings.WEBHOOK_TIMEOUT_SECONDS = 1.5
+    receiver.behaviour = lambda event_id, nth: Answer(trickle=0.5)
+    record_events(0)  # the charge's own event: one delivery
+    attempts: list = []
+    done = threading.Event()
+
+    def first_worker() -> None:
+        try:
+            deliver_due(threads=2, lease_seconds=3, on_attempt=attempts.append)
+        finally:
+            done.set()
+            connection.close()
+
+    def second_worker() -> None:
+        try:
+            while not done.is_set():
+                deliver_due(threads=2, lease_seconds=3)
+                time.sleep(0.2)
+        finally:
+            connection.close()
+
+    started = time.monotonic()
+    first = threading.Thread(target=first_worker)
+    first.start()
+    receiver.wait_for(1)
+    second = threading.Thread(target=second_worker)
+    second.start()
+    first.join(60)
+    took = time.monotonic() - started
+    second.join(60)
+
+    assert took < 1.5 + 1.0, took  # given up within the whole-request deadline
+    assert [(a.outcome, a.status_code, a.error) for a in attempts] == [
+        ("retrying", None, "timed out after 1.5 s")
+    ]
+    assert len(receiver.received) == 1  # nobody sent it again while it was in flight
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.status, delivery.attempts, delivery.leased_until) == ("pending", 1, None)

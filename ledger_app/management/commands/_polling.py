@@ -43,6 +43,8 @@ class PollingWorker(BaseCommand):
     lease_help = "How long a claim holds."
     # What becomes of an item in hand if the worker exits without finishing it.
     left_in_hand = "it is taken up again when its lease runs out"
+    # What holds the items in hand: ItemsInHand where several lanes send at once.
+    hand_type: type[ItemInHand] = ItemInHand
 
     def add_arguments(self, parser):
         mode = parser.add_mutually_exclusive_group()
@@ -86,7 +88,7 @@ class PollingWorker(BaseCommand):
             bound = float(getattr(settings, "WORKER_STOP_SECONDS", STOP_SECONDS))
         if not 0 < bound <= 3600:
             raise CommandError("--stop-seconds must be more than 0 and at most 3600")
-        hand = ItemInHand()
+        hand = self.hand_type()
         total = RunOutcomes()
         nouns = (self.noun, self.plural)
         stop = StopRequest(self.stderr.write, nouns, hand, bound, self.left_in_hand)
@@ -142,8 +144,11 @@ class PollingWorker(BaseCommand):
         return RunOutcomes(errors=1)
 
     def _say_stopped(self, stop: StopRequest, tally: RunOutcomes) -> None:
-        left = tally.left_leased
-        if stop.held_pk is not None and (stop.hand.pk == stop.held_pk or self._leased(stop)):
+        # Of those in hand at the stop, any not finished stayed leased (its send raised);
+        # one that finished may still be leased (a refund whose lookup got no answer).
+        unfinished = max(0, stop.held_at_stop - stop.finished())
+        left = tally.left_leased + unfinished
+        if stop.held_pk is not None and not unfinished and self._leased(stop):
             left += 1
         parts = [f"{stop.count(stop.finished())} finished"]
         if tally.handed_back:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
 from ledger_app.counts import count_of
+from ledger_app.services.webhook_delivery import ItemsInHand
 from ledger_app.services.worker_parts import ItemInHand
 
 
@@ -62,6 +63,7 @@ class StopRequest:
         self.signum: int | None = None
         self.at = 0.0
         self.held_pk: str | int | None = None  # in hand when the stop was requested
+        self.held_at_stop = 0  # how many were in hand then (one per lane sending)
         self.finished_before = 0
         self._timer: threading.Timer | None = None
 
@@ -85,10 +87,11 @@ class StopRequest:
         if self.signum is None:
             self.signum, self.at = signum, time.monotonic()
             self.held_pk, self.finished_before = self.hand.pk, self.hand.finished
+            self.held_at_stop = self.held()
             if self.held_pk is None:
                 self.say(f"stopping: {name}, nothing in hand")
             else:
-                held = self.count(1)
+                held = self.count(self.held_at_stop)
                 self.say(f"stopping: {name}, finishing {held} in hand (at most {self.bound:g} s)")
             self._timer = threading.Timer(
                 self.bound, self._exit_now, args=("stop bound passed", signum)
@@ -104,11 +107,19 @@ class StopRequest:
         if self.hand.pk is None:
             line = f"stopped now: {why}; nothing in hand\n"
         else:
-            line = f"stopped now: {why}; {self.count(1)} left in hand, leased: {self.left}\n"
+            held = self.count(self.held())
+            line = f"stopped now: {why}; {held} left in hand, leased: {self.left}\n"
         os.write(sys.stderr.fileno(), line.encode())
         with suppress(Exception):
             sys.stdout.flush()
         os._exit(128 + signum)
+
+    def held(self) -> int:
+        """How many items are in hand now: the hand's own count where several lanes share
+        it (webhook_delivery.ItemsInHand), else the one it names, if any."""
+        if isinstance(self.hand, ItemsInHand):
+            return max(self.hand.held, 0 if self.hand.pk is None else 1)
+        return 0 if self.hand.pk is None else 1
 
     def count(self, n: int) -> str:
         return count_of(n, *self.nouns)

@@ -15,7 +15,7 @@ from django.core.management.base import CommandError
 
 from backoffice.time_zones import shown_time
 from ledger_app.management.commands._polling import PollingWorker
-from ledger_app.services.webhook_delivery import REFUSED, Attempt, deliver_due
+from ledger_app.services.webhook_delivery import REFUSED, Attempt, ItemsInHand, deliver_due
 
 MAX_LEASE_SECONDS = 86_400
 MAX_THREADS = 64
@@ -28,10 +28,12 @@ class Command(PollingWorker):
         "it is sent again when its lease runs out (WEBHOOK_LEASE_SECONDS); receivers "
         "drop the repeat by event id"
     )
+    hand_type = ItemsInHand  # one delivery in hand per lane
     batch_default = 10
     poll_default = 1.0
     lease_help = (
-        "How long a claim holds (default WEBHOOK_LEASE_SECONDS); more than WEBHOOK_TIMEOUT_SECONDS."
+        "How long a claim holds (default WEBHOOK_LEASE_SECONDS); at least "
+        "WEBHOOK_TIMEOUT_SECONDS + WEBHOOK_LEASE_MARGIN_SECONDS (1 s)."
     )
     help = (
         "Send pending webhook deliveries, signed with each endpoint's secret (Stripe-Signature). "
@@ -70,10 +72,12 @@ class Command(PollingWorker):
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         lease = options["lease_seconds"]
-        if lease is not None and not settings.WEBHOOK_TIMEOUT_SECONDS < lease <= MAX_LEASE_SECONDS:
+        least = settings.WEBHOOK_TIMEOUT_SECONDS + settings.WEBHOOK_LEASE_MARGIN_SECONDS
+        if lease is not None and not least <= lease <= MAX_LEASE_SECONDS:
             raise CommandError(
                 f"--lease-seconds must be more than WEBHOOK_TIMEOUT_SECONDS "
-                f"({settings.WEBHOOK_TIMEOUT_SECONDS:g}) and at most {MAX_LEASE_SECONDS}"
+                f"({settings.WEBHOOK_TIMEOUT_SECONDS:g}) by at least "
+                f"{settings.WEBHOOK_LEASE_MARGIN_SECONDS:g} s, and at most {MAX_LEASE_SECONDS}"
             )
         if options["poll_seconds"] < 0:
             raise CommandError("--poll-seconds must not be negative")
