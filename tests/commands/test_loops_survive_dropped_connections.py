@@ -4,6 +4,8 @@ connection, between passes and during one, and dispatches what is created after.
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -17,7 +19,7 @@ from ledger_app.models import Refund, WebhookDelivery
 from ledger_app.services.refunds import create_refund
 from ledger_app.services.webhook_endpoints import create_endpoint
 from tests.factories import ChargeFactory
-from tests.processes import ROOT, free_loopback_port, start_command
+from tests.processes import ROOT, command_env, free_loopback_port
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -73,7 +75,22 @@ def drop_connections(app_name: str) -> int:
         return cursor.fetchone()[0]
 
 
-def wait_until(done: Callable[[], bool], worker, what: str, timeout: float = 60) -> None:
+def start_worker(log: Path, *args: str, **env: str) -> subprocess.Popen:
+    """The command in a process of its own, everything it prints in `log`: a file, not a
+    pipe, which a storm of logged tracebacks would fill and block the worker on."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), *args],
+            cwd=ROOT,
+            env=command_env(**env),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+
+def wait_until(done: Callable[[], bool], worker, log: Path, what: str, timeout: float = 60) -> None:
     """Until `done()`; the worker's log lines (not its tracebacks) if it exits or never is."""
     deadline = time.monotonic() + timeout
     while not done():
@@ -81,7 +98,7 @@ def wait_until(done: Callable[[], bool], worker, what: str, timeout: float = 60)
             worker.kill()
             worker.wait(10)
         if worker.poll() is not None:
-            err = worker.communicate()[1]
+            err = log.read_text()
             said = "\n".join(line for line in err.splitlines()[-200:] if line[:1] != " ")
             raise AssertionError(f"{what}: exit {worker.returncode} or {timeout} s passed:\n{said}")
         time.sleep(0.1)
@@ -102,7 +119,9 @@ def test_a_loop_goes_on_after_its_connection_is_dropped(
 ):
     dispatched = DISPATCHED[command]
     app_name = f"loop-{command}-{uuid.uuid4().hex[:8]}"
-    worker = start_command(
+    log = tmp_path / f"{command}.log"
+    worker = start_worker(
+        log,
         command,
         "--loop",
         "--poll-seconds",
@@ -117,13 +136,13 @@ def test_a_loop_goes_on_after_its_connection_is_dropped(
     )
     try:
         first = new_refund()
-        wait_until(lambda: dispatched(first), worker, "before any drop")
+        wait_until(lambda: dispatched(first), worker, log, "before any drop")
 
         # Between passes: the worker is idle, its connection open, and it is cut.
         assert drop_connections(app_name) >= 1
         time.sleep(0.5)  # at least one pass (poll 0.2 s) meets the dead connection
         after_idle_drop = new_refund()
-        wait_until(lambda: dispatched(after_idle_drop), worker, "after a drop between passes")
+        wait_until(lambda: dispatched(after_idle_drop), worker, log, "after a drop between passes")
 
         # During passes: work arrives while the connection is cut again and again.
         during = [new_refund() for _ in range(3)]
@@ -135,12 +154,13 @@ def test_a_loop_goes_on_after_its_connection_is_dropped(
         assert cuts >= 2
         after_storm = new_refund()
         for refund in [*during, after_storm]:
-            wait_until(lambda r=refund: dispatched(r), worker, "after drops during passes")
+            wait_until(lambda r=refund: dispatched(r), worker, log, "after drops during passes")
         assert worker.poll() is None, "the worker exited"
     finally:
         if worker.poll() is None:
             worker.send_signal(signal.SIGTERM)
-        out, err = worker.communicate(timeout=60)
+        worker.wait(60)
 
+    err = log.read_text()
     assert worker.returncode == 0, err
     assert "interrupted by a database error" in err
