@@ -1,4 +1,5 @@
 import pytest
+import urllib3.util.connection
 from django.db import transaction
 
 from ledger_app.models import EventType
@@ -42,3 +43,16 @@ def record_events(count: int, charges: int = 1) -> list[str]:
         return [
             events.record(EventType.CHARGE_SUCCEEDED, made[n % charges]).id for n in range(count)
         ]
+
+
+@pytest.fixture
+def no_connection(monkeypatch):
+    """Any attempt to open a connection is logged, and fails."""
+    tried: list = []
+
+    def create_connection(address, *args, **kwargs):
+        tried.append(address)
+        raise OSError(111, "Connection refused")
+
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
+    return tried

@@ -14,7 +14,6 @@ from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 import pytest
-import urllib3.util.connection
 from urllib3.util import parse_url
 
 from ledger_app.models import WebhookDelivery, WebhookEndpoint
@@ -52,19 +51,6 @@ def resolver(monkeypatch):
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     return asked
-
-
-@pytest.fixture
-def no_connection(monkeypatch):
-    """Any attempt to open a connection is logged, and fails."""
-    tried: list = []
-
-    def create_connection(address, *args, **kwargs):
-        tried.append(address)
-        raise OSError(111, "Connection refused")
-
-    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
-    return tried
 
 
 @pytest.mark.usefixtures("resolver")

@@ -13,7 +13,6 @@ import subprocess
 import threading
 
 import pytest
-import urllib3.util.connection
 
 from ledger_app.services import egress, webhook_delivery
 from tests.conftest import IN_CI
@@ -82,19 +81,6 @@ GLOBAL = [
 def url_of(address: str, port: int = 8790) -> str:
     host = f"[{address}]" if ":" in address else address
     return f"http://{host}:{port}/hooks"
-
-
-@pytest.fixture
-def no_connection(monkeypatch):
-    """Any attempt to open a connection is logged, and fails."""
-    tried: list = []
-
-    def create_connection(address, *args, **kwargs):
-        tried.append(address)
-        raise OSError(111, "Connection refused")
-
-    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
-    return tried
 
 
 @pytest.fixture(autouse=True)
