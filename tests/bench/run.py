@@ -279,6 +279,7 @@ def load_expired(url: str, events: int, endpoint: str, days: int) -> None:
 CLAIM_SQL = columns.insert_values(
     "ledger_app.IdempotencyRecord",
     {
+        "owner": "%(actor)s",  # the API key's own keys (services/idempotency.py owner_of)
         "key": "%(key)s",
         "operation": "'refund.create'",
         "fingerprint": "%(fingerprint)s",
@@ -286,7 +287,7 @@ CLAIM_SQL = columns.insert_values(
         "refund_id": "%(refund)s",
         "charge_id": "NULL",
     },
-    "ON CONFLICT (key) DO NOTHING RETURNING id",
+    "ON CONFLICT (owner, key) DO NOTHING RETURNING id",
 )
 # The charge's row as the service's select_for_update reads it: every column.
 CHARGE_COLUMNS = ", ".join(columns.names("ledger_app.Charge"))  # the model's own names
@@ -339,8 +340,8 @@ EVENTS_SQL = columns.insert(
 ENDPOINTS_SQL = """
 SELECT id, url, enabled_events, description, metadata, status, secret, created_at, deleted_at
 FROM ledger_app_webhookendpoint WHERE deleted_at IS NULL AND status = 'enabled'
-ORDER BY created_at, id
-"""
+ORDER BY created_at, id LIMIT 32
+"""  # WEBHOOK_ENDPOINTS_TOTAL's default: the service reads no more (selectors.live_endpoints)
 ACTOR = "api_key:sk_test_bench"
 NO_ADDRESS = dict.fromkeys(("city", "country", "line1", "line2", "postal_code", "state"))
 

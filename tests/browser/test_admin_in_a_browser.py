@@ -2,7 +2,7 @@
 in the database. Screenshots land in test-artifacts/screenshots/."""
 
 import re
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -36,9 +36,11 @@ def assert_a_new_form_for_fifty_dollars(page) -> None:
     """The refund form a link lands on: its own key, for Back and reload, and no amount
     drawn in, for a charge of $50.00 with nothing refunded."""
     # The link lands on the form's own URL: its key is in the query.
-    assert re.fullmatch(r"form=[0-9a-f]{32}", urlsplit(page.url).query)
+    # The key the form issued, signed (admin/forms.py new_form_key): <32 hex>:<signature>.
+    query = unquote(urlsplit(page.url).query)
+    assert re.fullmatch(r"form=[0-9a-f]{32}:[A-Za-z0-9_-]+", query)
     key = page.get_attribute("input[name=idempotency_key]", "value")
-    assert key == "admin:" + urlsplit(page.url).query.removeprefix("form=")
+    assert key == "admin:" + query.removeprefix("form=")
     assert "$50.00" in page.inner_text(".refund-summary")
     # Nothing stands for "the rest": the amount is blank, and the box naming the exact
     # amount left is drawn unticked.

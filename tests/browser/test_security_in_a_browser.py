@@ -18,7 +18,7 @@ import re
 import time
 from importlib import import_module
 from types import SimpleNamespace
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import django_otp.oath
 import django_otp.plugins.otp_totp.models as otp_totp_models
@@ -105,7 +105,8 @@ def path_and_query(url: str) -> str:
 
 def form_key_in_url(page) -> str:
     query = urlsplit(page.url).query
-    assert re.fullmatch(r"form=[0-9a-f]{32}", query), page.url
+    # The key the form issued, signed (admin/forms.py new_form_key): <32 hex>:<signature>.
+    assert re.fullmatch(r"form=[0-9a-f]{32}:[A-Za-z0-9_-]+", unquote(query)), page.url
     return query
 
 

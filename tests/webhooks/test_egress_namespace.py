@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
-from django.test import override_settings
 
 from ledger_app.models import WebhookDelivery, WebhookEndpoint
 from ledger_app.services.webhook_endpoints import create_endpoint
@@ -76,20 +75,21 @@ def in_namespace(*args: str, **env: str) -> dict:
     return report
 
 
-def endpoints_at(urls: list[str]) -> None:
+def endpoints_at(urls: list[str], settings) -> None:
     """An endpoint per URL, stored as is: past the creation check, as if it had changed.
-    The corpus is larger than the default endpoint limits, which are lifted for it."""
+    The corpus is larger than the default endpoint limits, which are lifted for it (for
+    the test's whole length: the fan-out to them is capped at the total too)."""
     room = len(urls) + WebhookEndpoint.objects.count()
-    with override_settings(WEBHOOK_ENDPOINTS_PER_KEY=room, WEBHOOK_ENDPOINTS_TOTAL=room):
-        for url in urls:
-            made = create_endpoint(url=RECEIVER, enabled_events=["*"])
-            WebhookEndpoint.objects.filter(pk=made.pk).update(url=url)
+    settings.WEBHOOK_ENDPOINTS_PER_KEY = settings.WEBHOOK_ENDPOINTS_TOTAL = room
+    for url in urls:
+        made = create_endpoint(url=RECEIVER, enabled_events=["*"])
+        WebhookEndpoint.objects.filter(pk=made.pk).update(url=url)
 
 
 class TestInANamespaceOfItsOwn:
     def test_no_disguise_reaches_the_loopback_receivers(self, settings):
         settings.WEBHOOK_ALLOW_PRIVATE_URLS = True  # only to store them
-        endpoints_at(DISGUISED)
+        endpoints_at(DISGUISED, settings)
         record_events(1)
         deliveries = WebhookDelivery.objects.count()
 
@@ -138,7 +138,7 @@ OWN_ARGS = ("--own", OWN[0], "--own", OWN[1])
 class TestThisMachinesOwnAddresses:
     def test_a_public_address_of_its_own_is_refused_and_its_receivers_get_nothing(self, settings):
         settings.WEBHOOK_ALLOW_PRIVATE_URLS = True  # only to store them
-        endpoints_at(OWN_URLS)
+        endpoints_at(OWN_URLS, settings)
         record_events(1)
 
         report = in_namespace(*OWN_ARGS, WEBHOOK_ALLOW_PRIVATE_URLS="false")
