@@ -401,6 +401,10 @@ NETWORK_CLIENTS = ("requests", "urllib3", "http.client", "urllib.request", "http
 # Who else may import a network client, and why it is not a way out for a client's URL.
 ALLOWED = {
     Path("ledger_app/services/egress.py"): "the one way out",
+    Path("ledger_app/services/egress_addresses.py"): "this machine's own addresses "
+    "(getifaddrs, socket's family numbers); it connects to nothing",
+    Path("ledger_app/services/egress_deadline.py"): "the one way out's whole-request "
+    "deadline: the connections egress.post() opens, shut when its time is up",
     Path("ledger_app/gateways/stripe.py"): "the provider's own API (requests for its errors)",
     Path("simulated_provider/news.py"): "the simulated provider's webhooks, to "
     "SIMULATED_PROVIDER_WEBHOOK_URL from settings, never a client's URL",
