@@ -19,8 +19,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -36,7 +35,7 @@ from ledger_app.errors import DeliveryNotResendable
 from ledger_app.models import Event, WebhookDelivery
 from ledger_app.selectors import due_deliveries
 from ledger_app.services import egress
-from ledger_app.services.worker_parts import ItemInHand, RunOutcomes
+from ledger_app.services.worker_parts import ItemInHand, RunOutcomes, SharedHand
 from ledger_app.snapshots import delivery_body
 
 log = logging.getLogger("ledger_app.webhooks")
@@ -139,7 +138,7 @@ def deliver_due(
         lease_seconds=lease_seconds or settings.WEBHOOK_LEASE_SECONDS,
         should_stop=should_stop,
         on_attempt=on_attempt,
-        hand=_SharedHand(hand or ItemInHand()),
+        hand=SharedHand(hand or ItemInHand()),
     )
     tally = RunOutcomes()
     first = run.claim_next(tally)
@@ -167,17 +166,10 @@ def deliver_due(
         for helper, _ in helpers:
             helper.join()
     for _, helper_tally in helpers:
-        _add(tally, helper_tally)
+        tally.add_up(helper_tally)
     if run.crashed:
         raise run.crashed[0]
     return tally
-
-
-def _add(total: RunOutcomes, part: RunOutcomes) -> None:
-    total.statuses.update(part.statuses)
-    total.errors += part.errors
-    total.handed_back += part.handed_back
-    total.left_leased += part.left_leased
 
 
 Claimed = tuple[datetime, list[WebhookDelivery]]
@@ -194,7 +186,7 @@ class _Run:
     lease_seconds: int
     should_stop: Callable[[], bool]
     on_attempt: Callable[[Attempt], None]
-    hand: _SharedHand
+    hand: SharedHand
 
     def __post_init__(self) -> None:
         self._said = threading.Lock()
@@ -244,48 +236,6 @@ class _Run:
             self.on_attempt(attempt)
 
 
-@dataclass
-class ItemsInHand(ItemInHand):
-    """A worker's hand while several lanes send at once: `pk` names one of the deliveries
-    in hand, `held` counts them all (what a stop request waits for)."""
-
-    held: int = 0
-
-
-class _SharedHand:
-    """The worker's ItemInHand, held by several lanes at once: it names one of the
-    deliveries in hand (None when no lane holds one), counts every one finished and, in
-    an ItemsInHand, how many are in hand."""
-
-    def __init__(self, hand: ItemInHand) -> None:
-        self.hand = hand
-        self._held: list[str | int] = []
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def holding(self, pk: str | int) -> Iterator[None]:
-        with self._lock:
-            self._held.append(pk)
-            self.hand.pk = pk
-            self._count()
-        try:
-            yield
-        except BaseException:
-            with self._lock:  # as ItemInHand: one whose send raised stays in hand, leased
-                self._held.remove(pk)
-                self._count()
-            raise
-        with self._lock:
-            self._held.remove(pk)
-            self.hand.pk = self._held[-1] if self._held else None
-            self.hand.finished += 1
-            self._count()
-
-    def _count(self) -> None:
-        if isinstance(self.hand, ItemsInHand):
-            self.hand.held = len(self._held)
-
-
 def claim(
     *, due_at: datetime, size: int, lease_seconds: int
 ) -> tuple[datetime, list[WebhookDelivery]]:
@@ -311,7 +261,7 @@ def _send_batch(
     tally: RunOutcomes,
     should_stop: Callable[[], bool],
     on_attempt: Callable[[Attempt], None],
-    hand: _SharedHand,
+    hand: SharedHand,
 ) -> None:
     """Send each while the lease leaves time for a whole request (WEBHOOK_TIMEOUT_SECONDS,
     which egress.post holds it to) and for rendering and recording it; hand the rest

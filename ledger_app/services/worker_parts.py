@@ -1,9 +1,11 @@
 """What the two polling workers share (process_refunds with the reconciler, and
-deliver_webhooks): the outcomes of a run, and the item in hand while one is sent."""
+deliver_webhooks): the outcomes of a run, and the item in hand while one is sent (the
+items in hand, when several lanes send at once)."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -36,6 +38,13 @@ class RunOutcomes:
 
     def add(self, status: str) -> None:
         self.statuses[status] += 1
+
+    def add_up(self, part: RunOutcomes) -> None:
+        """Count what another lane of the same run did, too."""
+        self.statuses.update(part.statuses)
+        self.errors += part.errors
+        self.handed_back += part.handed_back
+        self.left_leased += part.left_leased
 
     def summary(self) -> str:
         parts = [f"{n} {s}" for s, n in sorted(self.statuses.items())]
@@ -89,3 +98,45 @@ class ItemInHand:
         yield
         self.pk = None
         self.finished += 1
+
+
+@dataclass
+class ItemsInHand(ItemInHand):
+    """A worker's hand while several lanes send at once: `pk` names one of the deliveries
+    in hand, `held` counts them all (what a stop request waits for)."""
+
+    held: int = 0
+
+
+class SharedHand:
+    """The worker's ItemInHand, held by several lanes at once: it names one of the
+    deliveries in hand (None when no lane holds one), counts every one finished and, in
+    an ItemsInHand, how many are in hand."""
+
+    def __init__(self, hand: ItemInHand) -> None:
+        self.hand = hand
+        self._held: list[str | int] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def holding(self, pk: str | int) -> Iterator[None]:
+        with self._lock:
+            self._held.append(pk)
+            self.hand.pk = pk
+            self._count()
+        try:
+            yield
+        except BaseException:
+            with self._lock:  # as ItemInHand: one whose send raised stays in hand, leased
+                self._held.remove(pk)
+                self._count()
+            raise
+        with self._lock:
+            self._held.remove(pk)
+            self.hand.pk = self._held[-1] if self._held else None
+            self.hand.finished += 1
+            self._count()
+
+    def _count(self) -> None:
+        if isinstance(self.hand, ItemsInHand):
+            self.hand.held = len(self._held)

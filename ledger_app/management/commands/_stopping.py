@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
 from ledger_app.counts import count_of
-from ledger_app.services.webhook_delivery import ItemsInHand
-from ledger_app.services.worker_parts import ItemInHand
+from ledger_app.services.worker_parts import ItemInHand, ItemsInHand
 
 
 @contextmanager
@@ -116,7 +115,7 @@ class StopRequest:
 
     def held(self) -> int:
         """How many items are in hand now: the hand's own count where several lanes share
-        it (webhook_delivery.ItemsInHand), else the one it names, if any."""
+        it (worker_parts.ItemsInHand), else the one it names, if any."""
         if isinstance(self.hand, ItemsInHand):
             return max(self.hand.held, 0 if self.hand.pk is None else 1)
         return 0 if self.hand.pk is None else 1

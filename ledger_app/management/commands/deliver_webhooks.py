@@ -15,7 +15,8 @@ from django.core.management.base import CommandError
 
 from backoffice.time_zones import shown_time
 from ledger_app.management.commands._polling import PollingWorker
-from ledger_app.services.webhook_delivery import REFUSED, Attempt, ItemsInHand, deliver_due
+from ledger_app.services.webhook_delivery import REFUSED, Attempt, deliver_due
+from ledger_app.services.worker_parts import ItemsInHand
 
 MAX_LEASE_SECONDS = 86_400
 MAX_THREADS = 64
