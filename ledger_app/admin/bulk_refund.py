@@ -15,10 +15,8 @@ from ledger_app.admin.base import (
     report_grouped,
     totals_by_currency,
 )
-from ledger_app.admin.forms import (
-    BulkRefundForm,
-    new_form_key,
-)
+from ledger_app.admin.form_keys import new_form_key
+from ledger_app.admin.forms import BulkRefundForm
 from ledger_app.admin.refund_form import (
     by_words,
     create_admin_refund,

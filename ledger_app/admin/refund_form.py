@@ -21,12 +21,8 @@ from django.utils.http import urlencode
 
 from backoffice.time_zones import shown_time
 from ledger_app.admin.charge_history import refunds_table
-from ledger_app.admin.forms import (
-    ReasonAndNote,
-    RefundForm,
-    issued_key,
-    new_form_key,
-)
+from ledger_app.admin.form_keys import issued_key, new_form_key
+from ledger_app.admin.forms import ReasonAndNote, RefundForm
 from ledger_app.admin.second_factor import second_factor_gate, take_held_form
 from ledger_app.db import drop_broken_connection
 from ledger_app.errors import (
@@ -100,7 +96,7 @@ class RefundFormViews(ReadOnlyAdminMixin):
 
     def _refund_form_opened(self, request, charge: Charge):
         """The form under the key in its URL; without a key this back office issued (signed,
-        forms.new_form_key), a redirect to a new one."""
+        form_keys.new_form_key), a redirect to a new one."""
         signed = f"{ADMIN_FORM_KEYS}:{request.GET.get('form', '')}"
         if issued_key(signed) is None:
             minted = new_form_key().removeprefix(f"{ADMIN_FORM_KEYS}:")

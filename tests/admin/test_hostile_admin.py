@@ -12,7 +12,7 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
-from ledger_app.admin.forms import new_form_key
+from ledger_app.admin.form_keys import new_form_key
 from ledger_app.selectors import charge_state
 from tests import hostile
 

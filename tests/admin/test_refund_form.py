@@ -8,7 +8,7 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from ledger_app.admin.bulk_refund import BULK_OUTCOMES, BulkOutcome
-from ledger_app.admin.forms import issued_key, new_form_key
+from ledger_app.admin.form_keys import issued_key, new_form_key
 from ledger_app.models import Charge, IdempotencyRecord, Refund
 from ledger_app.selectors import charge_state
 from ledger_app.services.refunds import create_refund

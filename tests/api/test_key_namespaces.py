@@ -17,7 +17,7 @@ import socket
 import pytest
 import stripe
 
-from ledger_app.admin.forms import new_form_key
+from ledger_app.admin.form_keys import new_form_key
 from ledger_app.models import Charge, IdempotencyRecord, Refund
 from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.bulk import BulkRow, row_request

@@ -36,7 +36,7 @@ def assert_a_new_form_for_fifty_dollars(page) -> None:
     """The refund form a link lands on: its own key, for Back and reload, and no amount
     drawn in, for a charge of $50.00 with nothing refunded."""
     # The link lands on the form's own URL: its key is in the query.
-    # The key the form issued, signed (admin/forms.py new_form_key): <32 hex>:<signature>.
+    # The key the form issued, signed (admin/form_keys.py new_form_key): <32 hex>:<signature>.
     query = unquote(urlsplit(page.url).query)
     assert re.fullmatch(r"form=[0-9a-f]{32}:[A-Za-z0-9_-]+", query)
     key = page.get_attribute("input[name=idempotency_key]", "value")

@@ -105,7 +105,7 @@ def path_and_query(url: str) -> str:
 
 def form_key_in_url(page) -> str:
     query = urlsplit(page.url).query
-    # The key the form issued, signed (admin/forms.py new_form_key): <32 hex>:<signature>.
+    # The key the form issued, signed (admin/form_keys.py new_form_key): <32 hex>:<signature>.
     assert re.fullmatch(r"form=[0-9a-f]{32}:[A-Za-z0-9_-]+", unquote(query)), page.url
     return query
 

@@ -22,7 +22,8 @@ from django.db import OperationalError, connection
 from django.test import Client
 
 from ledger_app import faults
-from ledger_app.admin.forms import BulkRefundForm, new_form_key
+from ledger_app.admin.form_keys import new_form_key
+from ledger_app.admin.forms import BulkRefundForm
 from ledger_app.models import Charge, LedgerEntry, Refund
 from ledger_app.selectors import charge_state
 from ledger_app.services.api_keys import create_api_key
