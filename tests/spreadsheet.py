@@ -1,5 +1,6 @@
 """Reading a CSV file we wrote as a spreadsheet would, to check that no cell of it runs as
-a formula (services/csv_files.py: csv_writer); and the cells an attacker would try."""
+a formula (services/csv_files.py: csv_writer); the cells an attacker would try; and an
+admin export's rows as a person downloads them."""
 
 from __future__ import annotations
 
@@ -72,3 +73,16 @@ def formulas_in(text: str) -> dict[str, list[str]]:
 
 
 NO_FORMULAS = {separator: [] for separator in SEPARATORS}
+
+
+def rows_of(response) -> list[dict[str, str]]:
+    """The CSV a person downloads, read as a spreadsheet reads it (UTF-8, BOM first)."""
+    assert response.status_code == 200, response.content[:300]
+    body = b"".join(response.streaming_content).decode("utf-8")
+    assert body.startswith("\ufeff")
+    return list(csv.DictReader(io.StringIO(body.removeprefix("\ufeff"), newline="")))
+
+
+def header_of(response) -> list[str]:
+    body = b"".join(response.streaming_content).decode("utf-8").removeprefix("\ufeff")
+    return next(csv.reader(io.StringIO(body)))

@@ -4,8 +4,6 @@ constant memory, and only for staff with the export permission."""
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import re
 import tracemalloc
@@ -22,7 +20,7 @@ from ledger_app.models import Charge, LedgerEntry, Refund, new_charge_id
 from ledger_app.services.ledger import append_entry
 from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
-from tests.spreadsheet import HOSTILE_CELLS, NO_FORMULAS, formulas_in
+from tests.spreadsheet import HOSTILE_CELLS, NO_FORMULAS, formulas_in, header_of, rows_of
 
 pytestmark = pytest.mark.django_db
 
@@ -52,19 +50,6 @@ CHARGE_HEADER = [
 
 def at(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-def rows_of(response) -> list[dict[str, str]]:
-    """The CSV a person downloads, read as a spreadsheet reads it (UTF-8, BOM first)."""
-    assert response.status_code == 200, response.content[:300]
-    body = b"".join(response.streaming_content).decode("utf-8")
-    assert body.startswith("\ufeff")
-    return list(csv.DictReader(io.StringIO(body.removeprefix("\ufeff"), newline="")))
-
-
-def header_of(response) -> list[str]:
-    body = b"".join(response.streaming_content).decode("utf-8").removeprefix("\ufeff")
-    return next(csv.reader(io.StringIO(body)))
 
 
 def staff_client(django_user_model, *codenames: str) -> Client:
