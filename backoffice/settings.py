@@ -26,15 +26,21 @@ def env_bool(name: str, default: bool = False) -> bool:
     raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
 
 
-def env_days(name: str, default: int) -> int:
-    """A whole number of days from the environment, 1 to 36500 (a century), or a clear
+def env_count(name: str, default: int, *, of: str, high: int, low: int = 1) -> int:
+    """A whole number of `of` (days, lanes...) from the environment, `low` to `high`, in
+    ASCII digits only (int() would take "1_6", "+8" and other scripts' digits), or a clear
     error that stops the settings from loading."""
     value = os.environ.get(name, "").strip() or str(default)
-    if not (value.isascii() and value.isdigit() and 1 <= int(value) <= 36_500):
+    if not (value.isascii() and value.isdigit() and low <= int(value) <= high):
         raise ImproperlyConfigured(
-            f"{name} must be a whole number of days from 1 to 36500, not {value[:40]!r}"
+            f"{name} must be a whole number of {of} from {low} to {high}, not {value[:40]!r}"
         )
     return int(value)
+
+
+def env_days(name: str, default: int) -> int:
+    """A whole number of days, 1 to 36500 (a century)."""
+    return env_count(name, default, of="days", high=36_500)
 
 
 def local_secret_key() -> str:
@@ -166,15 +172,15 @@ if os.environ.get("DATABASE_TEST_NAME"):  # lets parallel test runs share one se
 # (lock_timeout / idempotency_key_in_use) and the client retries with its key. It bounds
 # all the lock waits of one refund or charge together, not each (ledger_app/db.py,
 # lock_wait_budget).
-DATABASE_LOCK_TIMEOUT_MS = int(os.environ.get("DATABASE_LOCK_TIMEOUT_MS", "5000"))
-if not 1 <= DATABASE_LOCK_TIMEOUT_MS <= 600_000:
-    raise ImproperlyConfigured("DATABASE_LOCK_TIMEOUT_MS must be from 1 to 600000")
+DATABASE_LOCK_TIMEOUT_MS = env_count(
+    "DATABASE_LOCK_TIMEOUT_MS", 5000, of="milliseconds", high=600_000
+)
 # How long opening a connection to PostgreSQL may take before it is given up (a server
 # that does not answer): a request then gets a 503 in about this long, not after the
 # operating system's own TCP timeout of minutes.
-DATABASE_CONNECT_TIMEOUT_SECONDS = int(os.environ.get("DATABASE_CONNECT_TIMEOUT_SECONDS", "3"))
-if not 1 <= DATABASE_CONNECT_TIMEOUT_SECONDS <= 600:
-    raise ImproperlyConfigured("DATABASE_CONNECT_TIMEOUT_SECONDS must be from 1 to 600")
+DATABASE_CONNECT_TIMEOUT_SECONDS = env_count(
+    "DATABASE_CONNECT_TIMEOUT_SECONDS", 3, of="seconds", high=600
+)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
         f"-c lock_timeout={DATABASE_LOCK_TIMEOUT_MS}"
@@ -379,13 +385,9 @@ if SECURE_PROXY_SSL_HEADER and not TRUSTED_PROXY_COUNT:
 # Login lockouts and the API's failed-authentication limit count an IPv6 client by its
 # network of this many bits (backoffice/client_address.py: counted_address): one host gets
 # a whole /64 and can take a new address in it at will. 128 counts each address alone.
-_ipv6_prefix = os.environ.get("DJANGO_CLIENT_IPV6_PREFIX_LENGTH", "").strip() or "64"
-if not (_ipv6_prefix.isascii() and _ipv6_prefix.isdigit() and 1 <= int(_ipv6_prefix) <= 128):
-    raise ImproperlyConfigured(
-        "DJANGO_CLIENT_IPV6_PREFIX_LENGTH must be the bits of an IPv6 client's network to "
-        f"count it by (1 to 128; 64 is one LAN), not {_ipv6_prefix!r}"
-    )
-CLIENT_IPV6_PREFIX_LENGTH = int(_ipv6_prefix)
+CLIENT_IPV6_PREFIX_LENGTH = env_count(
+    "DJANGO_CLIENT_IPV6_PREFIX_LENGTH", 64, of="bits of an IPv6 client's network", high=128
+)
 
 # Content Security Policy (django-csp) on every response: the admin and the API docs load
 # scripts and styles from this site only, and nothing may frame them.
@@ -621,28 +623,14 @@ if not 0 < WEBHOOK_TIMEOUT_SECONDS <= WEBHOOK_LEASE_SECONDS - WEBHOOK_LEASE_MARG
 # each claiming batches of its own and holding a database connection of its own (given
 # back to a DATABASE_POOL_MAX_SIZE pool while it waits on a receiver). PostgreSQL only;
 # SQLite runs one. --threads overrides it.
-_delivery_threads = os.environ.get("WEBHOOK_DELIVERY_THREADS", "").strip() or "8"
-if not (_delivery_threads.isascii() and _delivery_threads.isdigit()) or not (
-    1 <= int(_delivery_threads) <= 64
-):
-    raise ImproperlyConfigured(
-        f"WEBHOOK_DELIVERY_THREADS must be a whole number of lanes from 1 to 64, "
-        f"not {_delivery_threads[:40]!r}"
-    )
-WEBHOOK_DELIVERY_THREADS = int(_delivery_threads)
+WEBHOOK_DELIVERY_THREADS = env_count("WEBHOOK_DELIVERY_THREADS", 8, of="lanes", high=64)
 # How many webhook endpoints one API key may have, and how many there may be in all
 # (services/webhook_endpoints.py). Every event is written once per endpoint that wants it,
 # in the transaction of its refund or charge, so these bound that work. Disabled endpoints
 # count, deleted ones do not. Stripe allows 16 per account.
-_endpoint_counts = {
-    name: os.environ.get(name, "").strip() or default
-    for name, default in (("WEBHOOK_ENDPOINTS_PER_KEY", "16"), ("WEBHOOK_ENDPOINTS_TOTAL", "32"))
-}
-for _name, _count in _endpoint_counts.items():
-    if not (_count.isascii() and _count.isdigit() and 1 <= int(_count) <= 10_000):
-        raise ImproperlyConfigured(
-            f"{_name} must be a whole number of webhook endpoints from 1 to 10000, "
-            f"not {_count[:40]!r}"
-        )
-WEBHOOK_ENDPOINTS_PER_KEY = int(_endpoint_counts["WEBHOOK_ENDPOINTS_PER_KEY"])
-WEBHOOK_ENDPOINTS_TOTAL = int(_endpoint_counts["WEBHOOK_ENDPOINTS_TOTAL"])
+WEBHOOK_ENDPOINTS_PER_KEY = env_count(
+    "WEBHOOK_ENDPOINTS_PER_KEY", 16, of="webhook endpoints", high=10_000
+)
+WEBHOOK_ENDPOINTS_TOTAL = env_count(
+    "WEBHOOK_ENDPOINTS_TOTAL", 32, of="webhook endpoints", high=10_000
+)
