@@ -61,6 +61,22 @@ def command_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def gunicorn_env(port: int, workers: int, threads: int, **env: str) -> dict[str, str]:
+    """gunicorn's environment in the tests: production mode against the test database,
+    `workers` x `threads` on 127.0.0.1:`port`, and no rate limit to hit unless the test
+    is about it (`env` overrides any of it)."""
+    return command_env(
+        DJANGO_DEBUG="false",
+        DJANGO_SECRET_KEY="test-server-secret-key-not-for-production",
+        DJANGO_ALLOWED_HOSTS="127.0.0.1",
+        LEDGER_GATEWAY="simulated",
+        WEB_CONCURRENCY=str(workers),
+        GUNICORN_THREADS=str(threads),
+        GUNICORN_BIND=f"127.0.0.1:{port}",
+        **{"API_RATE_LIMIT": "1000000/second", **env},
+    )
+
+
 def start_command(*args: str, **env: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), *args],
@@ -170,17 +186,7 @@ class GunicornServer(ServerProcess):
         self.port = free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__(tmp_path / "gunicorn.stderr")
-        environment = command_env(
-            DJANGO_DEBUG="false",
-            DJANGO_SECRET_KEY="test-server-secret-key-not-for-production",
-            DJANGO_ALLOWED_HOSTS="127.0.0.1",
-            LEDGER_GATEWAY="simulated",
-            WEB_CONCURRENCY=str(workers),
-            GUNICORN_THREADS=str(threads),
-            GUNICORN_BIND=f"127.0.0.1:{self.port}",
-            # No rate limit to hit, unless the test is about it.
-            **{"API_RATE_LIMIT": "1000000/second", **env},
-        )
+        environment = gunicorn_env(self.port, workers, threads, **env)
         self.process = subprocess.Popen(
             [
                 sys.executable,

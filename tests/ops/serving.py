@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.processes import ROOT, ServerProcess, command_env, free_loopback_port
+from tests.processes import ROOT, ServerProcess, free_loopback_port, gunicorn_env
 
 NGINX_CONF = ROOT / "deploy" / "nginx" / "backoffice.conf"
 
@@ -39,16 +39,7 @@ class ShippedGunicorn(ServerProcess):
         self.port = port or free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__(log_path)
-        environment = command_env(
-            DJANGO_DEBUG="false",
-            DJANGO_SECRET_KEY="test-server-secret-key-not-for-production",
-            DJANGO_ALLOWED_HOSTS="127.0.0.1",
-            LEDGER_GATEWAY="simulated",
-            WEB_CONCURRENCY=str(workers),
-            GUNICORN_THREADS=str(threads),
-            GUNICORN_BIND=f"127.0.0.1:{self.port}",
-            **{"API_RATE_LIMIT": "1000000/second", **env},
-        )
+        environment = gunicorn_env(self.port, workers, threads, **env)
         environment.pop("GUNICORN_CMD_ARGS", None)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "backoffice.wsgi", *args],
