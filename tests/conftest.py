@@ -46,6 +46,7 @@ SQLITE_PASS = (
     "tests/api/test_shared_rate_limits.py",
     "tests/api/test_error_envelope.py",
     "tests/admin/test_refund_form.py",
+    "tests/admin/test_form_keys.py",
     "tests/admin/test_csv_export.py",
     "tests/admin/test_dashboard.py",
     "tests/commands/test_bulk_refund.py",
