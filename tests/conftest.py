@@ -20,43 +20,6 @@ POSTGRES_REASON = (
 )
 _skipped_for_postgres: list[str] = []
 
-# The SQLite pass, when a PostgreSQL pass runs beside it: what the demo and the embedded
-# default database use (the demo's commands and data, the money rules and their writes,
-# the API with the stripe client, the admin's refund form, exports and dashboard, the
-# batch commands, webhook delivery, rate counting, readiness, the purge of what expired),
-# plus the `layout` tests. Everything runs on PostgreSQL; without one, the SQLite pass runs
-# every test that can.
-SQLITE_PASS = (
-    "tests/test_demo_commands.py",
-    "tests/test_seed_demo.py",
-    "tests/test_settings.py",
-    "tests/test_models.py",
-    "tests/test_selectors.py",
-    "tests/services/test_create_refund.py",
-    "tests/services/test_repeat_refunds.py",
-    "tests/services/test_dispatch.py",
-    "tests/services/test_events.py",
-    "tests/services/test_provider_events.py",
-    "tests/services/test_csv_files.py",
-    "tests/services/test_bulk.py",
-    "tests/services/test_import_files.py",
-    "tests/services/test_retention.py",
-    "tests/api/test_stripe_client.py",
-    "tests/api/test_create_charge.py",
-    "tests/api/test_shared_rate_limits.py",
-    "tests/api/test_error_envelope.py",
-    "tests/admin/test_refund_form.py",
-    "tests/admin/test_form_keys.py",
-    "tests/admin/test_csv_export.py",
-    "tests/admin/test_dashboard.py",
-    "tests/commands/test_bulk_refund.py",
-    "tests/commands/test_import_charges.py",
-    "tests/commands/test_operations_commands.py",
-    "tests/commands/test_purge_expired.py",
-    "tests/webhooks/test_delivery.py",
-    "tests/ops/test_health.py",
-)
-
 
 @pytest.fixture(autouse=True, scope="session")
 def _few_hashing_rounds():
@@ -91,13 +54,6 @@ def pytest_runtest_call(item):
         # authentications from 127.0.0.1) must not limit the next.
         caches["shared"].clear()
     return result
-
-
-def pytest_collection_modifyitems(config, items):
-    root = config.rootpath
-    for item in items:
-        if item.path.relative_to(root).as_posix() in SQLITE_PASS:
-            item.add_marker(pytest.mark.sqlite_pass)
 
 
 def pytest_configure(config):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.sqlite_pass
+
 ROOT = Path(__file__).resolve().parent.parent
 GIT = shutil.which("git") or "git"
 VENV = Path(sys.executable).parent.parent

@@ -8,7 +8,7 @@ from ledger_app.models import Charge, LedgerEntry, Refund
 from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]
 
 
 def refused_by_database(action) -> bool:

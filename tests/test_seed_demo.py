@@ -9,7 +9,7 @@ from ledger_app.services.charges import record_charge
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]
 
 
 def test_seed_demo_loads_once_and_prints_the_password_once(capsys):

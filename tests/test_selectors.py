@@ -8,7 +8,7 @@ from ledger_app.services.charges import create_charge
 from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
 
-pytestmark = [pytest.mark.django_db, pytest.mark.allows_drift]
+pytestmark = [pytest.mark.django_db, pytest.mark.allows_drift, pytest.mark.sqlite_pass]
 
 
 def problems():

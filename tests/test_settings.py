@@ -4,6 +4,8 @@ from django.db import connection
 
 from tests.processes import manage_alone
 
+pytestmark = pytest.mark.sqlite_pass
+
 
 def test_sqlite_takes_the_write_lock_at_begin():
     db = settings.DATABASES["default"]

@@ -22,7 +22,7 @@ from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
 from tests.spreadsheet import HOSTILE_CELLS, NO_FORMULAS, formulas_in, header_of, rows_of
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]
 
 CHARGES = "admin:ledger_app_charge_changelist"
 CHARGES_CSV = "admin:ledger_app_charge_export"

@@ -30,6 +30,7 @@ from tests.factories import ChargeFactory
 pytestmark = [
     pytest.mark.django_db,
     pytest.mark.usefixtures("inline_dispatch", "ledger_invariants"),
+    pytest.mark.sqlite_pass,
 ]
 
 INDEX = reverse("admin:index")

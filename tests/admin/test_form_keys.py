@@ -16,7 +16,11 @@ from tests.admin.refund_form_pages import (
 )
 from tests.factories import ChargeFactory
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("ledger_invariants")]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.usefixtures("ledger_invariants"),
+    pytest.mark.sqlite_pass,
+]
 
 
 class TestOnlyKeysTheFormIssued:

@@ -23,7 +23,11 @@ from tests.admin.refund_form_pages import (
 from tests.factories import ChargeFactory
 from tests.invariants import books
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("ledger_invariants")]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.usefixtures("ledger_invariants"),
+    pytest.mark.sqlite_pass,
+]
 
 
 class TestRefundForm:

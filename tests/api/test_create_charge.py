@@ -5,7 +5,7 @@ import pytest
 
 from ledger_app.models import Charge
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]
 
 
 def test_a_charge_source_reaches_the_provider_and_the_fingerprint(api):

@@ -14,7 +14,7 @@ from ledger_app.api.parsing import MAX_JSON_DEPTH
 from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
 from tests.factories import ChargeFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]
 
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 

@@ -21,6 +21,8 @@ from ledger_app.services.api_keys import create_api_key
 from ledger_app.services.rate_counters import count_in_window, purge_ended_windows
 from tests.processes import GunicornServer
 
+pytestmark = pytest.mark.sqlite_pass
+
 WRONG = "sk_test_not_a_key_0123456789"
 HOUR = 3600
 

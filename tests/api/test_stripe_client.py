@@ -10,7 +10,7 @@ from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 from tests.processes import ROOT
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite_pass]
 
 
 @pytest.fixture

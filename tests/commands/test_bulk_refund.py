@@ -11,6 +11,8 @@ from tests.factories import ChargeFactory
 from tests.processes import run_command, start_command
 from tests.spreadsheet import HOSTILE_CELLS, NO_FORMULAS, formulas_in
 
+pytestmark = pytest.mark.sqlite_pass
+
 
 @pytest.mark.django_db
 class TestBulkRefund:

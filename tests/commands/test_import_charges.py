@@ -16,7 +16,7 @@ from simulated_provider.models import ProviderRequest
 from tests.invariants import rows_written
 from tests.processes import run_command
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]
 
 
 def import_file(path, *args: str) -> tuple[int, str, str]:

@@ -14,7 +14,7 @@ from ledger_app.services.api_keys import authenticate_api_key, create_api_key
 from ledger_app.services.refunds import create_refund
 from tests.factories import ChargeFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]
 
 
 def run(name, *args) -> tuple[int, str, str]:

@@ -17,7 +17,7 @@ from ledger_app.services import job_leases, retention
 from tests.processes import run_command, start_command
 from tests.retention_rows import just_inside, just_outside, provider_event
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]
 
 KINDS_SAID = [
     "events, older than 30 days:",

@@ -17,6 +17,8 @@ from backoffice import health
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 from tests.processes import GunicornServer, free_loopback_port, run_command
 
+pytestmark = pytest.mark.sqlite_pass
+
 
 def wait_healthy(server: GunicornServer, timeout: float = 60) -> None:
     """Started is when /healthz answers; GunicornServer.wait_ready asks the API, which a

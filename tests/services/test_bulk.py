@@ -8,6 +8,8 @@ from ledger_app.services.bulk import BulkRow, check_bulk_file, read_bulk_rows, r
 from ledger_app.services.bulk_jobs import job_for
 from ledger_app.services.csv_files import UnusableFile
 
+pytestmark = pytest.mark.sqlite_pass
+
 
 def csv_file(tmp_path, text: str):
     path = tmp_path / "rows.csv"

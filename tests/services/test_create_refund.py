@@ -15,6 +15,7 @@ from tests.invariants import books
 pytestmark = [
     pytest.mark.django_db,
     pytest.mark.usefixtures("ledger_invariants", "worker_dispatch"),
+    pytest.mark.sqlite_pass,
 ]
 
 

@@ -18,6 +18,8 @@ from ledger_app.services.csv_files import (
 )
 from tests.spreadsheet import HOSTILE_CELLS, NO_FORMULAS, SEPARATORS, formulas_in, runs_as_formula
 
+pytestmark = pytest.mark.sqlite_pass
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -23,7 +23,11 @@ from ledger_app.services.refunds import create_refund
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("ledger_invariants")]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.usefixtures("ledger_invariants"),
+    pytest.mark.sqlite_pass,
+]
 
 
 def charge_that(behaviour: str, amount: int = 10_000, **more) -> Charge:

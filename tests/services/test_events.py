@@ -12,6 +12,8 @@ from ledger_app.services.charges import create_charge
 from ledger_app.services.refunds import create_refund, update_refund_metadata
 from tests.factories import ChargeFactory
 
+pytestmark = pytest.mark.sqlite_pass
+
 # What a refund that was pending showed, in the API's terms.
 PENDING_BEFORE = {
     "status": "pending",

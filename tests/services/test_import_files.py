@@ -8,6 +8,8 @@ from ledger_app.models import Charge
 from ledger_app.services.csv_files import UnusableFile
 from ledger_app.services.import_files import Format, Skipped, read_import_rows, stripe_row
 
+pytestmark = pytest.mark.sqlite_pass
+
 
 def stripe_values(**changed) -> dict[str, str]:
     values = {

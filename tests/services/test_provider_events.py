@@ -20,6 +20,8 @@ from simulated_provider import news
 from simulated_provider.models import ProviderRefund
 from tests.factories import ChargeFactory
 
+pytestmark = pytest.mark.sqlite_pass
+
 SECRET = "whsec_test_provider_secret"
 URL = "/webhooks/stripe"
 

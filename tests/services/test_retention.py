@@ -43,7 +43,11 @@ from tests.retention_rows import (
 )
 from tests.services.people import set_limit, staff
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("inline_dispatch")]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.usefixtures("inline_dispatch"),
+    pytest.mark.sqlite_pass,
+]
 
 DELIVERED = WebhookDelivery.Status.DELIVERED
 PENDING = WebhookDelivery.Status.PENDING

@@ -19,7 +19,7 @@ from ledger_app.services.webhook_endpoints import EndpointChanges, delete_endpoi
 from tests.webhooks.conftest import record_events
 from tests.webhooks.receiver import Answer, Receiver
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]
 
 
 def answering(receiver: Receiver, **answer) -> None:
