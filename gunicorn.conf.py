@@ -4,7 +4,7 @@ Threads, not one request per process: a request waiting on the payment provider 
 thread, never the whole process, so admin pages and API reads keep their own threads.
 And no request waits on the provider for long: past REFUND_INLINE_WAIT_SECONDS the
 refund is answered `pending` while the process's send pool finishes it (see
-ledger_app/services/dispatch/pool.py). Every setting can be overridden on the command
+ledger_app/provider/dispatch/pool.py). Every setting can be overridden on the command
 line or with GUNICORN_CMD_ARGS.
 """
 
@@ -40,8 +40,8 @@ graceful_timeout = 25
 access_log_format = '%(h)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s %(M)sms %({request-id}o)s "%(a)s"'
 # One request, one line: the path as the client sent it (still percent-encoded: gunicorn's
 # own %(U)s is decoded, and a %0a in it wrote a forged second line) and every value escaped
-# as the app's own log lines are (backoffice/access_log.py).
-logger_class = "backoffice.access_log.AccessLogger"
+# as the app's own log lines are (serving/access_log.py).
+logger_class = "serving.access_log.AccessLogger"
 
 # Seconds a kept-alive connection may sit idle before gunicorn closes it. The nginx example
 # keeps its connections to gunicorn idle for less (keepalive_timeout in its upstream block,
@@ -121,7 +121,7 @@ def worker_exit(server, worker):
     """The worker's last requests are answered: sends queued in its send pool and not
     started are dropped, pending with no lease, for process_refunds to send at once; the
     ones running finish before the process exits (graceful_timeout bounds them)."""
-    pool = sys.modules.get("ledger_app.services.dispatch.pool")
+    pool = sys.modules.get("ledger_app.provider.dispatch.pool")
     if worker.pid != os.getpid() or pool is None:
         return  # the master reaping a worker, or a worker that never sent a refund
     running, dropped = pool.stop_taking_sends()

@@ -103,19 +103,19 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Outermost, so it counts the response the client got (ledger_app/metrics/middleware.py).
     "ledger_app.metrics.middleware.RequestMetricsMiddleware",
-    "backoffice.request_id.RequestIdMiddleware",
+    "serving.request_id.RequestIdMiddleware",
     # A 503 page (the API's envelope under /v1/) while the database is away, not a 500.
-    "backoffice.database_away.DatabaseAwayMiddleware",
+    "serving.database_away.DatabaseAwayMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
-    "backoffice.security.ApiNoStoreMiddleware",
+    "serving.security.ApiNoStoreMiddleware",
     "ledger_app.api.versions.ApiVersionHeaderMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "backoffice.time_zones.AdminTimeZoneMiddleware",
+    "serving.time_zones.AdminTimeZoneMiddleware",
     "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     # After the session, the user's second factor (OTP) and messages: every admin write
@@ -246,7 +246,7 @@ USE_I18N = True
 USE_TZ = True
 # The admin shows times in the reader's zone: their own (set under "Time zone" in the admin's
 # user links) or this default, an IANA name such as Europe/Paris; every time it shows is
-# labelled with its zone (backoffice/time_zones.py, backoffice/formats/en/formats.py). With
+# labelled with its zone (serving/time_zones.py, backoffice/formats/en/formats.py). With
 # LANGUAGE_CODE en-us the locale's formats win over DATETIME_FORMAT settings, hence a module.
 ADMIN_TIME_ZONE = os.environ.get("ADMIN_TIME_ZONE", "") or "UTC"
 try:
@@ -348,7 +348,7 @@ SECURE_PROXY_SSL_HEADER = (
 )
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
 # Load balancers and scrapers probe the processes directly over plain HTTP, inside the
-# network: a redirect to HTTPS would read as "down" (backoffice/health.py, /metrics).
+# network: a redirect to HTTPS would read as "down" (serving/health.py, /metrics).
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0"))
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
@@ -367,7 +367,7 @@ SESSION_COOKIE_AGE = int(os.environ.get("DJANGO_SESSION_SECONDS", str(12 * 3600)
 X_FRAME_OPTIONS = "DENY"
 # Proxies in front of gunicorn that each append to X-Forwarded-For the address they got
 # the request from (0: none, REMOTE_ADDR is the client). The client's address is the entry
-# this many places from the right (backoffice/client_address.py); login lockouts, the API's
+# this many places from the right (serving/client_address.py); login lockouts, the API's
 # failed-authentication limit and the logs count and name clients by it. Behind a TLS proxy
 # it must be at least 1, or every client would share the proxy's address.
 _proxy_count = os.environ.get("DJANGO_TRUSTED_PROXY_COUNT", "").strip() or "0"
@@ -383,7 +383,7 @@ if SECURE_PROXY_SSL_HEADER and not TRUSTED_PROXY_COUNT:
         "with 0 every client would share the proxy's address for lockouts and limits"
     )
 # Login lockouts and the API's failed-authentication limit count an IPv6 client by its
-# network of this many bits (backoffice/client_address.py: counted_address): one host gets
+# network of this many bits (serving/client_address.py: counted_address): one host gets
 # a whole /64 and can take a new address in it at will. 128 counts each address alone.
 CLIENT_IPV6_PREFIX_LENGTH = env_count(
     "DJANGO_CLIENT_IPV6_PREFIX_LENGTH", 64, of="bits of an IPv6 client's network", high=128
@@ -417,7 +417,7 @@ AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("LOGIN_LOCKOUT_MINUTES", "15")))
 # The address only, never the user name on its own: a user name locks from anywhere, so a
 # stranger who knows it could keep its owner out. The address is the client's own
-# (backoffice/client_address.py), which no header it writes can change.
+# (serving/client_address.py), which no header it writes can change.
 AXES_LOCKOUT_PARAMETERS = ["ip_address"]
 AXES_RESET_ON_SUCCESS = True
 # Axes masks the user name and address in its log lines by default; operators need them to
@@ -430,7 +430,7 @@ AXES_CLIENT_STR_CALLABLE = "ledger_app.admin.sign_in.attempt_str"
 AXES_ENABLE_ADMIN = False  # the admin shows failed attempts read-only (admin/sign_in.py)
 AXES_LOCKOUT_CALLABLE = "ledger_app.admin.sign_in.locked_out"
 # The client as the lockout counts it: its address, or its IPv6 network (counted_address).
-AXES_CLIENT_IP_CALLABLE = "backoffice.client_address.counted_address"
+AXES_CLIENT_IP_CALLABLE = "serving.client_address.counted_address"
 
 # A second factor (TOTP, django-otp) for every admin write and every page that moves money,
 # asked again after ADMIN_OTP_IDLE_MINUTES without one. Only the development and demo
@@ -470,7 +470,7 @@ for _pair in os.environ.get("AMOUNT_CEILINGS", "").split(","):
 
 # Log lines on stderr: plain text, or one JSON object per line with LOG_FORMAT=json. Each
 # names its request, API key prefix, staff member, refund and charge when known, and
-# secret-shaped text is redacted (backoffice/logs.py, docs/operating/health-and-logs.md).
+# secret-shaped text is redacted (serving/logs.py, docs/operating/health-and-logs.md).
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "").strip().lower() or "plain"
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
 if LOG_FORMAT not in {"plain", "json"}:
@@ -481,13 +481,13 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {
-        "request_id": {"()": "backoffice.request_id.RequestIdFilter"},
-        "context": {"()": "backoffice.logs.LogContextFilter"},
-        "redact": {"()": "backoffice.logs.RedactSecretsFilter"},
+        "request_id": {"()": "serving.request_id.RequestIdFilter"},
+        "context": {"()": "serving.logs.LogContextFilter"},
+        "redact": {"()": "serving.logs.RedactSecretsFilter"},
     },
     "formatters": {
-        "plain": {"()": "backoffice.logs.PlainFormatter"},
-        "json": {"()": "backoffice.logs.JsonLinesFormatter"},
+        "plain": {"()": "serving.logs.PlainFormatter"},
+        "json": {"()": "serving.logs.JsonLinesFormatter"},
     },
     "handlers": {
         "console": {
@@ -504,7 +504,7 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
 }
-LOGGING_CONFIG = "backoffice.logs.configure"
+LOGGING_CONFIG = "serving.logs.configure"
 
 # The REST API (/v1/): Stripe's wire format, API keys, Stripe's error envelope.
 # Requests per API key, e.g. 100/second or 5000/minute; both API limits are fixed windows

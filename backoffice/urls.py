@@ -4,12 +4,12 @@ from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
-from backoffice import health
 from ledger_app.admin.second_factor import verify_view
 from ledger_app.admin.time_zone import time_zone_view
 from ledger_app.api.errors import not_found
 from ledger_app.api.provider_webhooks import stripe_webhook
 from ledger_app.metrics.views import metrics_view
+from serving import health
 
 
 def nul_in_admin_url(request, *args, **kwargs):
@@ -42,4 +42,4 @@ urlpatterns = [
 ]
 
 handler400 = "ledger_app.api.errors.bad_request"
-handler500 = "backoffice.request_id.server_error"
+handler500 = "serving.request_id.server_error"

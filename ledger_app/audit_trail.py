@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django.contrib.admin.models import LogEntry
 from django.db.models import Count, ProtectedError
 
-from ledger_app.models import Refund
+from ledger_app.refunds.models import Refund
 
 HOW_TO_LEAVE = "deactivate them instead (is_active=False)"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ledger_app.models import EventType
+from ledger_app.events.models import EventType
 
 
 class LedgerError(Exception):

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ledger_app.models import OPEN_DISPUTE_STATUSES, Charge
-from ledger_app.services.webhook_delivery import signature_header
+from ledger_app.charges.models import OPEN_DISPUTE_STATUSES, Charge
+from ledger_app.events.delivery import signature_header
 from simulated_provider.card_network import destination_details
 from simulated_provider.models import ProviderRefund
 

@@ -129,7 +129,7 @@ def succeeded_charge(db):
 
 @pytest.fixture
 def fully_refunded_charge(db):
-    from ledger_app.services.refunds import create_refund
+    from ledger_app.refunds.services import create_refund
 
     charge = ChargeFactory(amount=2_500, currency="usd")
     create_refund(charge_id=charge.id)

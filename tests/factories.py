@@ -2,8 +2,8 @@
 
 import factory
 
+from ledger_app.charges.services import record_charge
 from ledger_app.models import Charge
-from ledger_app.services.charges import record_charge
 
 
 class ChargeFactory(factory.Factory):

@@ -40,7 +40,7 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from ledger_app.models import Charge, Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRequest
 from tests import tally
 from tests.factories import ChargeFactory

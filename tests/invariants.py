@@ -2,8 +2,8 @@
 
 from django.db.models import Count, F
 
+from ledger_app.ledger.drift import find_ledger_drift
 from ledger_app.models import Charge, Event, IdempotencyRecord, LedgerEntry, Refund
-from ledger_app.selectors import find_ledger_drift
 from simulated_provider.models import ProviderRequest
 
 

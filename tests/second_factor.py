@@ -7,7 +7,7 @@ from django.urls import reverse
 from django_otp.oath import totp
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from ledger_app.services.second_factor import enrol_totp
+from ledger_app.access.second_factor import enrol_totp
 
 
 def device_of(user) -> TOTPDevice:

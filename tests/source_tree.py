@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("ledger_app", "backoffice", "simulated_provider")
+PACKAGES = ("ledger_app", "backoffice", "serving", "simulated_provider")
 
 
 def application_modules() -> dict[Path, ast.Module]:

@@ -15,6 +15,7 @@ from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.test import Client
 
+from ledger_app.access.api_keys import create_api_key, revoke_api_key
 from ledger_app.models import (
     ApiKey,
     Charge,
@@ -26,8 +27,7 @@ from ledger_app.models import (
     new_charge_id,
     new_refund_id,
 )
-from ledger_app.services.api_keys import create_api_key, revoke_api_key
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRefund
 from tests import tally
 from tests.api_routes import FORM, api_endpoints, send, walk

@@ -11,6 +11,15 @@ from django.db.models import F
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
+from ledger_app import compiled
+from ledger_app.access.api_keys import create_api_key, revoke_api_key
+from ledger_app.access.selectors import active_api_key
+from ledger_app.approvals.selectors import api_key_limits
+from ledger_app.charges.selectors import charge_for_update, charges_for_update
+from ledger_app.charges.services import create_charge
+from ledger_app.events.endpoints import new_secret
+from ledger_app.events.selectors import _live_endpoints, live_endpoints
+from ledger_app.idempotency.selectors import idempotency_record, made_with
 from ledger_app.models import (
     ApiKey,
     Charge,
@@ -19,24 +28,8 @@ from ledger_app.models import (
     RefundLimit,
     WebhookEndpoint,
 )
-from ledger_app.selectors import (
-    _live_endpoints,  # noqa: PLC2701 - the compiled query's key
-    active_api_key,
-    api_key_limits,
-    charge_for_update,
-    charges_for_update,
-    compiled,
-    earlier_refund_like,
-    idempotency_record,
-    live_endpoints,
-    locked_refund,
-    made_with,
-    refund_with_charge,
-)
-from ledger_app.services.api_keys import create_api_key, revoke_api_key
-from ledger_app.services.charges import create_charge
-from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhook_endpoints import new_secret
+from ledger_app.refunds.selectors import earlier_refund_like, locked_refund, refund_with_charge
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.django_db

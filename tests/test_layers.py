@@ -1,6 +1,6 @@
 """Imports point down only (docs/architecture.md): services and selectors never import an
 interface (the admin, the API, the commands) or the API's serializers; they render
-objects through ledger_app/snapshots.py, with what to render passed in."""
+objects through ledger_app/rendering/snapshots.py, with what to render passed in."""
 
 from pathlib import Path
 
@@ -11,7 +11,7 @@ INTERFACES = (
     "ledger_app.admin",
     "ledger_app.api",
     "ledger_app.management",
-    "ledger_app.stripe_objects",
+    "ledger_app.rendering.stripe_objects",
 )
 
 
@@ -40,9 +40,14 @@ def test_the_check_finds_an_upward_import():
     import ast
 
     modules = {
-        Path("ledger_app/services/x.py"): ast.parse("from ledger_app.stripe_objects import plain"),
+        Path("ledger_app/services/x.py"): ast.parse(
+            "from ledger_app.rendering.stripe_objects import plain"
+        ),
         Path("ledger_app/api/y.py"): ast.parse("from ledger_app.services import refunds"),
     }
     assert upward_imports(modules) == {
-        "ledger_app/services/x.py": ["ledger_app.stripe_objects", "ledger_app.stripe_objects.plain"]
+        "ledger_app/services/x.py": [
+            "ledger_app.rendering.stripe_objects",
+            "ledger_app.rendering.stripe_objects.plain",
+        ]
     }

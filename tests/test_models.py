@@ -5,7 +5,7 @@ from django.db import IntegrityError, InternalError, connection, transaction
 from django.db.models import F
 
 from ledger_app.models import Charge, LedgerEntry, Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]

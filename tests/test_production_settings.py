@@ -149,7 +149,7 @@ def test_the_docs_page_start_up_script_is_a_file_of_its_own(client):
     ],
 )
 def test_every_api_response_says_no_store(client, path, auth, status):
-    from ledger_app.services.api_keys import create_api_key
+    from ledger_app.access.api_keys import create_api_key
 
     _, secret = create_api_key(name="cache-test")
     headers = {}

@@ -2,10 +2,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from ledger_app.charges.services import record_charge
 from ledger_app.management.commands.seed_demo import DEMO_CHARGES, history_rows
 from ledger_app.models import Charge, LedgerEntry, Refund
-from ledger_app.selectors import needing_attention
-from ledger_app.services.charges import record_charge
+from ledger_app.refunds.selectors import needing_attention
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 

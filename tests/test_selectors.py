@@ -2,10 +2,10 @@
 
 import pytest
 
+from ledger_app.charges.services import create_charge
+from ledger_app.ledger.drift import find_ledger_drift
 from ledger_app.models import Charge, IdempotencyRecord, Refund
-from ledger_app.selectors import find_ledger_drift
-from ledger_app.services.charges import create_charge
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.allows_drift, pytest.mark.sqlite_pass]

@@ -8,7 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from ledger_app.db import numbered, statement_cursor
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 from tests.processes import manage_alone
 

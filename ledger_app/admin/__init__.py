@@ -1,11 +1,10 @@
 """Django admin: where support staff look things up and issue refunds.
 
-Every refund made here goes through ledger_app.services.refunds.create_refund.
+Every refund made here goes through ledger_app.refunds.services.create_refund.
 """
 
 from django.contrib import admin
 
-from backoffice.logs import bind
 from ledger_app.admin import (  # noqa: F401 - registers the admins
     approvals,
     attention,
@@ -19,6 +18,7 @@ from ledger_app.admin import (  # noqa: F401 - registers the admins
 )
 from ledger_app.admin.base import ReadOnlyAdmin
 from ledger_app.admin.lookups import guard_every_admin
+from serving.logs import bind
 
 __all__ = ["ReadOnlyAdmin"]
 

@@ -1,7 +1,7 @@
 """Four eyes in the admin: the queue of refunds over their requester's limit, where someone
 with the approve permission (a support lead) approves or rejects them, and the limits.
 
-Every decision goes through ledger_app.services.approvals, one refund at a time: the
+Every decision goes through ledger_app.approvals.services, one refund at a time: the
 service, not this page, refuses a requester deciding their own refund, a refund someone
 else decided first, or one past its expiry.
 """
@@ -16,8 +16,8 @@ from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db import InterfaceError, OperationalError, models
 
-from backoffice.time_zones import shown_time
 from ledger_app import errors
+from ledger_app.access.models import ApiKey
 from ledger_app.admin.base import ReadOnlyAdmin, clipped, report_grouped, totals_by_currency
 from ledger_app.admin.change_log import AccessChangeLog
 from ledger_app.admin.forms import ApproveForm, RefundLimitForm, RejectForm
@@ -27,11 +27,13 @@ from ledger_app.admin.refunds import (
     requested_by,
     selected_refunds,
 )
+from ledger_app.approvals.models import RefundApproval, RefundLimit
+from ledger_app.approvals.services import approve_refund, reject_refund
 from ledger_app.db import drop_broken_connection
-from ledger_app.models import ApiKey, Refund, RefundApproval, RefundLimit
 from ledger_app.money import format_money
-from ledger_app.services.approvals import approve_refund, reject_refund
+from ledger_app.refunds.models import Refund
 from ledger_app.text import has_unstorable_characters
+from serving.time_zones import shown_time
 
 log = logging.getLogger("ledger_app.admin")
 

@@ -7,14 +7,15 @@ from django.contrib import admin, messages
 from ledger_app.admin.filters import ReasonFilter
 from ledger_app.admin.forms import HandledForm
 from ledger_app.admin.refunds import RefundAdmin, selected_refunds
+from ledger_app.approvals.attention import mark_refund_handled
+from ledger_app.approvals.models import RefundAttention
 from ledger_app.counts import count_of
 from ledger_app.errors import LedgerError
-from ledger_app.models import Refund, RefundAttention
 from ledger_app.money import format_money
-from ledger_app.selectors import needing_attention
-from ledger_app.services.attention import mark_refund_handled
-from ledger_app.services.dispatch import send_refund
-from ledger_app.services.refunds import actor_label
+from ledger_app.provider.dispatch import send_refund
+from ledger_app.refunds.models import Refund
+from ledger_app.refunds.selectors import needing_attention
+from ledger_app.refunds.services import actor_label
 
 # What each step of the guarded send means to the person who pressed the button.
 STEP_WORDS = {

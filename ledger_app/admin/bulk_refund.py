@@ -23,16 +23,15 @@ from ledger_app.admin.refund_form import (
     repeat_window,
     why_not_refundable,
 )
+from ledger_app.charges.models import Charge
+from ledger_app.charges.selectors import charge_states
 from ledger_app.db import drop_broken_connection
 from ledger_app.errors import ChargeChanged, LedgerError, RepeatOfEarlier
+from ledger_app.idempotency.services import ADMIN_BULK_KEYS
 from ledger_app.mixin_bases import ReadOnlyAdminMixin
-from ledger_app.models import Charge, Refund
 from ledger_app.money import format_money
-from ledger_app.selectors import (
-    charge_states,
-    charges_refunded_since,
-)
-from ledger_app.services.idempotency import ADMIN_BULK_KEYS
+from ledger_app.refunds.models import Refund
+from ledger_app.refunds.selectors import charges_refunded_since
 
 log = logging.getLogger("ledger_app.admin")
 

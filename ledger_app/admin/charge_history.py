@@ -7,7 +7,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from ledger_app.models import Charge
+from ledger_app.charges.models import Charge
 from ledger_app.money import format_money
 
 SHOWN_ON_PAGE = 20  # refunds and ledger entries listed on a charge page

@@ -25,7 +25,7 @@ from ledger_app.admin.charge_history import SHOWN_ON_PAGE, history_table, refund
 from ledger_app.admin.export import CsvExport
 from ledger_app.admin.filters import CurrencyFilter
 from ledger_app.admin.refund_form import RefundFormViews, why_not_refundable
-from ledger_app.models import OPEN_DISPUTE_STATUSES, Charge
+from ledger_app.charges.models import OPEN_DISPUTE_STATUSES, Charge
 from ledger_app.money import MAJOR_AMOUNT, format_money
 from ledger_app.replica import ListsFromReplica
 from ledger_app.text import has_unstorable_characters

@@ -14,8 +14,8 @@ from django.utils import timezone
 from django.utils.http import urlencode
 
 from ledger_app.admin.filters import NO_REASON
-from ledger_app.models import Refund
 from ledger_app.money import format_money
+from ledger_app.refunds.models import Refund
 
 VIEW_PERMISSION = "ledger_app.view_refund"
 CHART_DAYS = 30  # today and the 29 days before it

@@ -23,10 +23,10 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from ledger_app.admin.lookups import touches_secret
+from ledger_app.csv_files import csv_writer
 from ledger_app.mixin_bases import ModelAdminMixin
 from ledger_app.money import format_money
 from ledger_app.replica import ListsFromReplica, stale_ok
-from ledger_app.services.csv_files import csv_writer
 
 log = logging.getLogger("ledger_app.admin")
 

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache as django_cache
 from django.db.models import Count, Q
 
-from ledger_app.models import Charge
+from ledger_app.charges.models import Charge
 from ledger_app.text import has_unstorable_characters
 
 # What a refund made without a reason (stored as "") is called in filters and the chart.

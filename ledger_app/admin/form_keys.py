@@ -10,7 +10,7 @@ import uuid
 from django import forms
 from django.core import signing
 
-from ledger_app.services.idempotency import ADMIN_FORM_KEYS
+from ledger_app.idempotency.services import ADMIN_FORM_KEYS
 
 FORM_KEY_SALT = "ledger_app.admin.form-key"
 FORM_KEY_REFUSED = (

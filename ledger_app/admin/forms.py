@@ -6,10 +6,12 @@ from django import forms
 from django.core import signing
 
 from ledger_app.admin.form_keys import unsigned_key
+from ledger_app.approvals.models import RefundLimit
+from ledger_app.charges.models import Charge
 from ledger_app.errors import LedgerError
-from ledger_app.models import Charge, Refund, RefundLimit
+from ledger_app.idempotency.services import ADMIN_BULK_KEYS, ADMIN_FORM_KEYS
 from ledger_app.money import format_money, normalize_currency, parse_major, to_major
-from ledger_app.services.idempotency import ADMIN_BULK_KEYS, ADMIN_FORM_KEYS
+from ledger_app.refunds.models import Refund
 
 OTHER = "other"
 # The model's own labels, so a reason reads the same on the form, the refund's page, the

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from ledger_app.access.models import ApiKey
 from ledger_app.admin.base import ReadOnlyAdmin, clipped
 from ledger_app.admin.filters import exact_id_search
-from ledger_app.models import ApiKey, IdempotencyRecord
+from ledger_app.idempotency.models import IdempotencyRecord
 
 
 @admin.register(IdempotencyRecord)

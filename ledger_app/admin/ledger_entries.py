@@ -7,7 +7,7 @@ from django.contrib import admin
 from ledger_app.admin.base import AmountColumn, ReadOnlyAdmin, clipped, clipped_lines
 from ledger_app.admin.export import CsvExport
 from ledger_app.admin.filters import exact_id_search
-from ledger_app.models import LedgerEntry
+from ledger_app.ledger.models import LedgerEntry
 from ledger_app.money import format_money
 
 

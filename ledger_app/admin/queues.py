@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from django.urls import reverse
 
-from ledger_app.models import Refund
-from ledger_app.selectors import needing_attention
+from ledger_app.refunds.models import Refund
+from ledger_app.refunds.selectors import needing_attention
 
 COUNT_CAP = 1_000  # counted up to this, then "1000+": the index never scans a large queue
 

@@ -19,11 +19,13 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from backoffice.time_zones import shown_time
 from ledger_app.admin.charge_history import refunds_table
 from ledger_app.admin.form_keys import issued_key, new_form_key
 from ledger_app.admin.forms import ReasonAndNote, RefundForm
 from ledger_app.admin.second_factor import second_factor_gate, take_held_form
+from ledger_app.approvals.limits import limits_in_currency, spent_today
+from ledger_app.charges.models import Charge
+from ledger_app.charges.selectors import charge_state
 from ledger_app.db import drop_broken_connection
 from ledger_app.errors import (
     ChargeChanged,
@@ -33,17 +35,14 @@ from ledger_app.errors import (
     LedgerError,
     RepeatOfEarlier,
 )
+from ledger_app.idempotency.selectors import idempotency_record
+from ledger_app.idempotency.services import ADMIN_FORM_KEYS, Created
 from ledger_app.mixin_bases import ReadOnlyAdminMixin
-from ledger_app.models import Charge, Refund
 from ledger_app.money import format_money
-from ledger_app.selectors import (
-    charge_state,
-    idempotency_record,
-)
-from ledger_app.services.idempotency import ADMIN_FORM_KEYS, Created
-from ledger_app.services.limits import limits_in_currency, spent_today
-from ledger_app.services.refunds import actor_label, create_refund
+from ledger_app.refunds.models import Refund
+from ledger_app.refunds.services import actor_label, create_refund
 from ledger_app.text import has_unstorable_characters
+from serving.time_zones import shown_time
 
 log = logging.getLogger("ledger_app.admin")
 

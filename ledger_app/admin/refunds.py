@@ -19,12 +19,12 @@ from ledger_app.admin.base import (
 )
 from ledger_app.admin.export import CsvExport
 from ledger_app.admin.filters import CurrencyFilter, IssuedByFilter, ReasonFilter, exact_id_search
+from ledger_app.approvals.services import APPROVE_PERMISSION, cancel_refund
 from ledger_app.db import drop_broken_connection
-from ledger_app.models import Refund
 from ledger_app.money import format_money
+from ledger_app.refunds.models import Refund
+from ledger_app.refunds.services import actor_label
 from ledger_app.replica import ListsFromReplica
-from ledger_app.services.approvals import APPROVE_PERMISSION, cancel_refund
-from ledger_app.services.refunds import actor_label
 
 log = logging.getLogger("ledger_app.admin")
 

@@ -12,10 +12,10 @@ from ledger_app.admin.base import ReadOnlyAdmin, clipped
 from ledger_app.admin.filters import exact_id_search
 from ledger_app.counts import count_of
 from ledger_app.errors import LedgerError
-from ledger_app.models import Event, WebhookDelivery, WebhookEndpoint
-from ledger_app.selectors import enabled_endpoints_past_the_limit, receiving_endpoints
-from ledger_app.services import webhook_checks  # also registers its deploy check (W260)
-from ledger_app.services.webhook_delivery import resend_delivery
+from ledger_app.events import checks as webhook_checks
+from ledger_app.events.delivery import resend_delivery
+from ledger_app.events.models import Event, WebhookDelivery, WebhookEndpoint
+from ledger_app.events.selectors import enabled_endpoints_past_the_limit, receiving_endpoints
 
 RESEND_PERMISSION = "ledger_app.resend_webhookdelivery"
 MAX_SELECTED = 500  # deliveries one Resend acts on

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from django.conf import settings
 from rest_framework import authentication, exceptions, permissions, throttling
 
-from backoffice.client_address import client_address, counted_address, network_of
-from backoffice.logs import bind
-from ledger_app.models import ApiKey
-from ledger_app.services.api_keys import authenticate_api_key
-from ledger_app.services.rate_counters import WindowCount, count_in_window
+from ledger_app.access.api_keys import authenticate_api_key
+from ledger_app.access.models import ApiKey
+from ledger_app.operations.rate_counters import WindowCount, count_in_window
+from serving.client_address import client_address, counted_address, network_of
+from serving.logs import bind
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ log = logging.getLogger("ledger_app.api.authentication")
 
 
 class FailedAuthentications:
-    """Wrong or revoked keys per client address (backoffice/client_address.py, the one
+    """Wrong or revoked keys per client address (serving/client_address.py, the one
     the admin sign-in lockout and the logs use too; an IPv6 client counted by its network, as
     the lockout counts it: counted_address), in fixed windows of
     API_AUTH_FAILURE_LIMIT's period, counted in the database every process and machine

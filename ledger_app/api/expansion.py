@@ -19,10 +19,11 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS
 
 from ledger_app import api_versions
-from ledger_app.models import Charge
-from ledger_app.payment_intents import payment_intent_in
-from ledger_app.selectors import latest_charges_of, with_first_refunds
-from ledger_app.stripe_objects import EMBEDDED_REFUNDS, plain
+from ledger_app.charges.models import Charge
+from ledger_app.charges.selectors import latest_charges_of
+from ledger_app.refunds.selectors import with_first_refunds
+from ledger_app.rendering.payment_intents import payment_intent_in
+from ledger_app.rendering.stripe_objects import EMBEDDED_REFUNDS, plain
 
 REFUND_FIELDS = frozenset({"charge", "payment_intent"})
 INTENT_FIELDS = frozenset({"latest_charge"})

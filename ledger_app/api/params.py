@@ -41,7 +41,7 @@ from ledger_app.api.fields import (
     Text,
     refuse,
 )
-from ledger_app.models import Refund
+from ledger_app.refunds.models import Refund
 
 
 def create_body(name: str, description: str):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from rest_framework.views import APIView
 
-from backoffice.security import API_PREFIX
 from ledger_app import api_versions
 from ledger_app.api.errors import ApiError
+from serving.security import API_PREFIX
 
 
 def requested_version(request) -> str:

@@ -37,27 +37,25 @@ from ledger_app.api.params import (
     fold,
 )
 from ledger_app.api.versions import StripeView, version_of
+from ledger_app.approvals.services import cancel_refund
+from ledger_app.charges.models import PAYMENT_INTENT_ID, Charge
+from ledger_app.charges.selectors import charge_of_payment_intent
+from ledger_app.charges.services import create_charge
 from ledger_app.errors import InvalidIdempotencyKey, ResourceMissing
-from ledger_app.models import PAYMENT_INTENT_ID, Charge, Event, Refund
-from ledger_app.payment_intents import PaymentIntentSerializer, payment_intent_in
-from ledger_app.replica import stale_ok
-from ledger_app.selectors import (
-    charge_of_payment_intent,
-    created_in,
-    events_listed,
-    page_newest_first,
-    with_first_refunds,
-)
-from ledger_app.services.approvals import cancel_refund
-from ledger_app.services.charges import create_charge
-from ledger_app.services.idempotency import (
+from ledger_app.events.models import Event
+from ledger_app.events.selectors import events_listed
+from ledger_app.idempotency.services import (
     RESERVED_KEY_PREFIXES,
     Created,
     refuse_reserved_key,
     validate_key,
 )
-from ledger_app.services.refunds import create_refund, update_refund_metadata
-from ledger_app.stripe_objects import (
+from ledger_app.paging import created_in, page_newest_first
+from ledger_app.refunds.models import Refund
+from ledger_app.refunds.selectors import with_first_refunds
+from ledger_app.refunds.services import create_refund, update_refund_metadata
+from ledger_app.rendering.payment_intents import PaymentIntentSerializer, payment_intent_in
+from ledger_app.rendering.stripe_objects import (
     EMBEDDED_REFUNDS,
     EXPANDED_REFUNDS,
     ChargeListSerializer,
@@ -69,6 +67,7 @@ from ledger_app.stripe_objects import (
     RefundSerializer,
     refunds_now_for,
 )
+from ledger_app.replica import stale_ok
 
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409, 413, 415, 429)}
 IDEMPOTENCY_KEY = OpenApiParameter(

@@ -23,17 +23,17 @@ from ledger_app.api.fields import (
 from ledger_app.api.params import ListParams, Params, RetrieveParams, create_body
 from ledger_app.api.versions import StripeView
 from ledger_app.api.views import ERRORS, checked_params, listing, read_schema
-from ledger_app.models import WebhookEndpoint
-from ledger_app.selectors import webhook_endpoint, webhook_endpoints
-from ledger_app.services.webhook_endpoints import (
+from ledger_app.events.endpoints import (
     ALL_EVENTS,
     EndpointChanges,
     create_endpoint,
     delete_endpoint,
     update_endpoint,
 )
-from ledger_app.stripe_event_types import STRIPE_EVENT_TYPES
-from ledger_app.stripe_objects import BlankAsNull, StripeList, unix
+from ledger_app.events.event_types import STRIPE_EVENT_TYPES
+from ledger_app.events.models import WebhookEndpoint
+from ledger_app.events.selectors import webhook_endpoint, webhook_endpoints
+from ledger_app.rendering.stripe_objects import BlankAsNull, StripeList, unix
 
 LIST_URL = "/v1/webhook_endpoints"
 

@@ -12,7 +12,8 @@ import os
 
 from prometheus_client import Counter, Histogram
 
-from ledger_app.models import MovementStatus, Refund
+from ledger_app.charges.models import MovementStatus
+from ledger_app.refunds.models import Refund
 
 # prometheus_client opens its files there as each metric is made and fails on a missing
 # directory; every command would then die on start (gunicorn's on_starting makes it too).
@@ -29,7 +30,7 @@ CREATED_OUTCOMES = (
     MovementStatus.AWAITING_APPROVAL,
 )
 PROVIDER_OPERATIONS = ("refund", "lookup_refund", "charge", "lookup_charge")
-# The gateway wrapper's names for what went wrong (ledger_app/gateways/instrumented.py).
+# The gateway wrapper's names for what went wrong (ledger_app/provider/gateways/instrumented.py).
 PROVIDER_ERRORS = ("timeout", "unavailable", "key_conflict", "outcome_unknown", "unexpected")
 # Seconds. The provider is normally answered in well under a second; GATEWAY_TIMEOUT_SECONDS
 # (10 by default) is where a call gives up, so the top buckets show calls running into it.

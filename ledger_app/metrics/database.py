@@ -21,8 +21,10 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ledger_app.models import MovementStatus, Refund
-from ledger_app.selectors import due_deliveries, in_doubt, waiting_to_send
+from ledger_app.charges.models import MovementStatus
+from ledger_app.events.selectors import due_deliveries
+from ledger_app.leases import in_doubt, waiting_to_send
+from ledger_app.refunds.models import Refund
 
 log = logging.getLogger("ledger_app.metrics")
 

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from backoffice import health
+from serving import health
 
 
 class ReadinessCollector(Collector):
-    """The readiness probe's own checks (backoffice.health.readiness_checks), run once per
+    """The readiness probe's own checks (serving.health.readiness_checks), run once per
     scrape in the process that answers it. Added to each scrape's registry, like the
     database figures: never counted into PROMETHEUS_MULTIPROC_DIR's files."""
 

@@ -12,8 +12,8 @@ from django.contrib.auth.models import Group, Permission
 from django.test import Client
 from django.urls import reverse
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import ApiKey, RefundLimit
-from ledger_app.services.api_keys import create_api_key
 from tests.second_factor import verified
 from tests.staff_forms import user_change_form
 

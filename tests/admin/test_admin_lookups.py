@@ -23,7 +23,7 @@ from django.urls import reverse
 from ledger_app.admin.base import LargeTablePaginator
 from ledger_app.admin.export import CsvExport, export_plan
 from ledger_app.models import ApiKey, LedgerEntry, Refund, WebhookDelivery, WebhookEndpoint
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 from tests.second_factor import verified
 

@@ -18,9 +18,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger_app.admin.second_factor import FRESH_AT
+from ledger_app.approvals.services import approve_refund
 from ledger_app.models import Charge, Refund, RefundLimit
-from ledger_app.services.approvals import approve_refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import books

@@ -11,10 +11,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger_app import errors
+from ledger_app.approvals.attention import mark_refund_handled
 from ledger_app.models import Refund
-from ledger_app.selectors import needing_attention
-from ledger_app.services.attention import mark_refund_handled
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.selectors import needing_attention
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import books

@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger_app.models import Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("worker_dispatch")]
 

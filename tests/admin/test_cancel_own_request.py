@@ -17,11 +17,11 @@ from django.contrib.auth.models import Group
 from django.test import Client, RequestFactory
 from django.urls import reverse
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.admin.second_factor import FRESH_AT
+from ledger_app.approvals.services import approve_refund
 from ledger_app.models import Charge, LedgerEntry, Refund, RefundLimit
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.approvals import approve_refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, rows_written

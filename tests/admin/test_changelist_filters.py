@@ -31,7 +31,7 @@ def test_a_currency_newer_than_the_cached_choices_is_still_filtered(admin_client
     seen yet (the dashboard's, the morning the first yen arrives) still filters by it."""
     from django.core.cache import cache
 
-    from ledger_app.services.refunds import create_refund
+    from ledger_app.refunds.services import create_refund
     from tests.factories import ChargeFactory
 
     cache.set("admin:charge-currencies", [], 600)  # cached before any charge existed
@@ -53,7 +53,7 @@ def test_a_currency_newer_than_the_cached_choices_is_still_filtered(admin_client
 def test_the_reason_filter_offers_no_reason_and_lists_exactly_those_refunds(admin_client, url_name):
     """Refunds made without a reason are stored with "": the filter names them "No reason"
     (the home page's chart links there), shows it chosen, and lists only them."""
-    from ledger_app.services.refunds import create_refund
+    from ledger_app.refunds.services import create_refund
     from tests.factories import ChargeFactory
 
     made = {}

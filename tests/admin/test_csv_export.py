@@ -16,9 +16,9 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger_app import replica
+from ledger_app.ledger.services import append_entry
 from ledger_app.models import Charge, LedgerEntry, Refund, new_charge_id
-from ledger_app.services.ledger import append_entry
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 from tests.spreadsheet import HOSTILE_CELLS, NO_FORMULAS, formulas_in, header_of, rows_of
 

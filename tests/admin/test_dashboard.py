@@ -22,9 +22,9 @@ from django.utils import timezone
 
 from ledger_app.admin.chart import BOTTOM, TOP, stacked_bars, tick_step
 from ledger_app.admin.dashboard import CHART_DAYS, refund_activity
+from ledger_app.approvals.services import reject_refund
 from ledger_app.models import Refund, RefundLimit
-from ledger_app.services.approvals import reject_refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = [

@@ -20,13 +20,13 @@ from django.db import transaction
 from django.test import Client, RequestFactory
 from django.urls import URLResolver, get_resolver, resolve, reverse
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.admin.write_gate import EXEMPT
+from ledger_app.charges.services import create_charge
+from ledger_app.events import services as events
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import ApiKey, Charge, EventType, Refund, RefundLimit, WebhookDelivery
-from ledger_app.services import events
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.charges import create_charge
-from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhook_endpoints import create_endpoint
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 from tests.second_factor import device_of, verified
 from tests.staff_forms import user_change_form

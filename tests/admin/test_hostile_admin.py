@@ -13,7 +13,7 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from ledger_app.admin.form_keys import new_form_key
-from ledger_app.selectors import charge_state
+from ledger_app.charges.selectors import charge_state
 from tests import hostile
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("inline_dispatch")]

@@ -14,9 +14,9 @@ from django.contrib.admin.utils import quote
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import Charge, LedgerEntry, Refund, RefundLimit
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,7 @@ from django.test import RequestFactory
 
 from ledger_app.admin import ReadOnlyAdmin
 from ledger_app.models import Charge, Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.django_db

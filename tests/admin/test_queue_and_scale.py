@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger_app.models import Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRefund
 from tests.factories import ChargeFactory
 

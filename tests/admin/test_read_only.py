@@ -5,7 +5,7 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from ledger_app.models import IdempotencyRecord, LedgerEntry
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,9 @@ from django.urls import reverse
 
 from ledger_app.admin.bulk_refund import BULK_OUTCOMES, BulkOutcome
 from ledger_app.admin.form_keys import new_form_key
+from ledger_app.charges.selectors import charge_state
 from ledger_app.models import Charge, Refund
-from ledger_app.selectors import charge_state
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.admin.refund_form_pages import (
     drawn_form,
     form_key,

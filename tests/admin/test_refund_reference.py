@@ -11,7 +11,7 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from ledger_app.models import Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("inline_dispatch")]

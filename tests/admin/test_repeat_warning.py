@@ -7,7 +7,7 @@ from django.urls import reverse
 from ledger_app.admin.charges import ChargeAdmin
 from ledger_app.admin.forms import OTHER, REASONS, RefundForm
 from ledger_app.models import Charge, Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.admin.refund_form_pages import hidden, open_form, submit
 from tests.factories import ChargeFactory
 

@@ -3,7 +3,7 @@
 import pytest
 from django.urls import reverse
 
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import ChargeFactory
 from tests.second_factor import verified

@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from ledger_app.admin.second_factor import FRESH_AT
 from ledger_app.models import Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import ChargeFactory
 from tests.second_factor import current_code, device_of, verified

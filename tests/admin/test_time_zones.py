@@ -15,10 +15,10 @@ from django.test import RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
-from backoffice.time_zones import AdminTimeZoneMiddleware, shown_time
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import Refund, RefundLimit, StaffPreference
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
+from serving.time_zones import AdminTimeZoneMiddleware, shown_time
 from tests.factories import ChargeFactory
 from tests.processes import manage_alone
 

@@ -7,9 +7,9 @@ from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 
 from ledger_app import api_versions
+from ledger_app.access.api_keys import PREFIX_LENGTH, create_api_key
+from ledger_app.approvals.services import reject_refund
 from ledger_app.models import ApiKey, Refund, RefundLimit
-from ledger_app.services.api_keys import PREFIX_LENGTH, create_api_key
-from ledger_app.services.approvals import reject_refund
 from tests.factories import LEADS_MIGRATION, migration_group
 from tests.services.people import staff
 

@@ -6,8 +6,8 @@ import pytest
 from django.core.cache import cache
 from django.core.management import call_command
 
+from ledger_app.access.api_keys import create_api_key, revoke_api_key
 from ledger_app.models import ApiKey, Refund
-from ledger_app.services.api_keys import create_api_key, revoke_api_key
 from tests.api.conftest import basic_auth
 
 pytestmark = pytest.mark.django_db

@@ -6,9 +6,9 @@ import pytest
 import requests
 from django.db import connection, transaction
 
+from ledger_app.access.api_keys import PREFIX_LENGTH
+from ledger_app.idempotency import services as idempotency
 from ledger_app.models import IdempotencyRecord, Refund
-from ledger_app.services import idempotency
-from ledger_app.services.api_keys import PREFIX_LENGTH
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 

@@ -12,12 +12,12 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from ledger_app import api_versions
+from ledger_app.access.api_keys import create_api_key
+from ledger_app.events.delivery import deliver_due
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import ApiKey, WebhookEndpoint
-from ledger_app.services import refunds as refund_service
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhook_delivery import deliver_due
-from ledger_app.services.webhook_endpoints import create_endpoint
+from ledger_app.refunds import services as refund_service
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 from tests.webhooks.receiver import Receiver
 

@@ -4,9 +4,9 @@ awaiting_approval, and it reaches the provider only once a person approves it.""
 
 import pytest
 
+from ledger_app.access.api_keys import PREFIX_LENGTH, create_api_key
+from ledger_app.approvals.services import approve_refund, reject_refund
 from ledger_app.models import ApiKey, Refund, RefundLimit
-from ledger_app.services.api_keys import PREFIX_LENGTH, create_api_key
-from ledger_app.services.approvals import approve_refund, reject_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import LEADS_MIGRATION, ChargeFactory, migration_group
 from tests.services.people import staff

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import RateCounter
-from ledger_app.services.api_keys import create_api_key
 
 pytestmark = pytest.mark.django_db
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from ledger_app.access.api_keys import create_api_key, revoke_api_key
 from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
-from ledger_app.services.api_keys import create_api_key, revoke_api_key
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRequest
 from tests.api.conftest import basic_auth
 from tests.factories import ChargeFactory

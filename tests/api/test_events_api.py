@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import stripe
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import Event
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.dispatch import process_pending_refunds
+from ledger_app.provider.dispatch import process_pending_refunds
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

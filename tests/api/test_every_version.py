@@ -9,11 +9,11 @@ import pytest
 from django.test import Client
 
 from ledger_app import api_versions
+from ledger_app.access.api_keys import create_api_key
+from ledger_app.events.delivery import deliver_due
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import Refund, WebhookEndpoint
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhook_delivery import deliver_due
-from ledger_app.services.webhook_endpoints import create_endpoint
+from ledger_app.refunds.services import create_refund
 from tests.api.stripe_fields import problems
 from tests.factories import ChargeFactory
 from tests.processes import manage_alone

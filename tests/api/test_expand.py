@@ -5,7 +5,7 @@ import pytest
 import stripe
 
 from ledger_app import api_versions
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.usefixtures("inline_dispatch", "ledger_invariants")
@@ -78,7 +78,7 @@ class TestLists:
         assert len(one["refunds"]["data"]) == 12
 
     def test_a_charge_without_a_payment_intent_keeps_null(self, api):
-        from ledger_app.services.charges import record_charge
+        from ledger_app.charges.services import record_charge
 
         charge = record_charge(amount=1_000, currency="usd", payment_intent="")
 

@@ -4,8 +4,8 @@ neither replay nor block the first client's."""
 
 import pytest
 
+from ledger_app.access.api_keys import PREFIX_LENGTH, create_api_key
 from ledger_app.models import IdempotencyRecord, Refund
-from ledger_app.services.api_keys import PREFIX_LENGTH, create_api_key
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.usefixtures("inline_dispatch", "ledger_invariants")

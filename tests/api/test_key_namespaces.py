@@ -17,11 +17,11 @@ import socket
 import pytest
 import stripe
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.admin.form_keys import new_form_key
+from ledger_app.idempotency.services import ADMIN_BULK_KEYS, RESERVED_KEY_PREFIXES
 from ledger_app.models import Charge, IdempotencyRecord, Refund
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.bulk import BulkRow, row_request
-from ledger_app.services.idempotency import ADMIN_BULK_KEYS, RESERVED_KEY_PREFIXES
+from ledger_app.refunds.bulk import BulkRow, row_request
 from tests.commands.bulk_runs import bulk as bulk_refund
 from tests.commands.bulk_runs import write_csv
 from tests.factories import ChargeFactory

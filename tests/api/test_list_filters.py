@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ledger_app.models import Charge, Event, Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 
 T = 1_767_225_600  # 2026-01-01 00:00:00 UTC

@@ -7,8 +7,8 @@ import json
 import pytest
 import stripe
 
+from ledger_app.charges.services import record_charge
 from ledger_app.models import Charge, IdempotencyRecord, Refund
-from ledger_app.services.charges import record_charge
 from tests.api.stripe_fields import problems
 from tests.factories import ChargeFactory
 

@@ -6,11 +6,11 @@ POST /v1/charges/{id}/refunds creates a refund as Stripe's older endpoint does."
 import pytest
 import stripe
 
+from ledger_app.access.api_keys import PREFIX_LENGTH, create_api_key
+from ledger_app.approvals.services import cancel_refund
 from ledger_app.errors import RefundNotCancelable
 from ledger_app.models import ApiKey, Event, LedgerEntry, Refund, RefundLimit
-from ledger_app.services.api_keys import PREFIX_LENGTH, create_api_key
-from ledger_app.services.approvals import cancel_refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
 from tests.services.people import staff

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from ledger_app.models import Charge, MovementStatus, Refund
-from ledger_app.stripe_objects import (
+from ledger_app.rendering.stripe_objects import (
     NO_BILLING_DETAILS,
     ChargeSerializer,
     RefundSerializer,

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from schemathesis.specs.openapi import checks as openapi_checks
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import Event, Refund
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.api.schema_checks import ALL_CHECKS, FUZZ, schema
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("wsgi_in_test_transaction")]

@@ -7,7 +7,7 @@ package against the running server."""
 import pytest
 
 from ledger_app.models import Refund
-from ledger_app.services.dispatch import process_pending_refunds
+from ledger_app.provider.dispatch import process_pending_refunds
 from tests.provider_webhook import SECRET, refund_event
 from tests.provider_webhook import post_event as post
 

@@ -15,10 +15,10 @@ import pytest
 import requests
 from django.db import connection
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import RateCounter
-from ledger_app.services import rate_counters
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.rate_counters import count_in_window, purge_ended_windows
+from ledger_app.operations import rate_counters
+from ledger_app.operations.rate_counters import count_in_window, purge_ended_windows
 from tests.processes import GunicornServer
 
 pytestmark = pytest.mark.sqlite_pass

@@ -4,8 +4,8 @@ import pytest
 import stripe
 from django.core.management import call_command
 
+from ledger_app.access.api_keys import create_api_key, revoke_api_key
 from ledger_app.models import Charge, IdempotencyRecord, Refund
-from ledger_app.services.api_keys import create_api_key, revoke_api_key
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 from tests.processes import ROOT

@@ -20,8 +20,8 @@ from urllib.parse import urlencode
 import pytest
 
 from ledger_app import api_versions
+from ledger_app.access.api_keys import PREFIX_LENGTH
 from ledger_app.models import ApiKey, Event, RefundLimit
-from ledger_app.services.api_keys import PREFIX_LENGTH
 from tests.api.stripe_conformance import PARAMS
 from tests.factories import ChargeFactory
 from tests.invariants import rows_written

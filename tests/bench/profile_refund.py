@@ -60,7 +60,7 @@ def main() -> None:
 
     from django.db import connection
 
-    from ledger_app.services.refunds import create_refund
+    from ledger_app.refunds.services import create_refund
 
     rng = random.Random(7)
     statements = {"sql": 0, "commits": 0}
@@ -80,7 +80,7 @@ def main() -> None:
     if args.http:
         from django.test import Client
 
-        from ledger_app.services.api_keys import create_api_key
+        from ledger_app.access.api_keys import create_api_key
 
         secret = create_api_key(name=f"profile {uuid.uuid4().hex[:6]}")[1]
         client = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {secret}")

@@ -44,6 +44,7 @@ import dj_database_url
 import expiry
 import psycopg
 import webhooks
+
 from serving import (
     ConnectionWatch,
     CpuShare,
@@ -534,7 +535,7 @@ def service_worker(url, hot, seconds, barrier, results, dispatch):
     import random
 
     django_setup(url, dispatch)
-    from ledger_app.services.refunds import create_refund
+    from ledger_app.refunds.services import create_refund
 
     rng = random.Random()
     create_refund(charge_id=charge_for(hot, rng), amount=1, source="api")  # warm up
@@ -559,7 +560,7 @@ def paced_worker(url, rate, offset, ready, go, stop, results):
     import random
 
     django_setup(url, "inline")
-    from ledger_app.services.refunds import create_refund
+    from ledger_app.refunds.services import create_refund
 
     rng = random.Random()
     create_refund(charge_id=charge_for(False, rng), amount=1, source="api")  # warm up
@@ -724,7 +725,7 @@ def _in_django(url, func_name, args, results):
 
 
 def replay_and_growth(count: int) -> dict:
-    from ledger_app.services.refunds import create_refund
+    from ledger_app.refunds.services import create_refund
 
     def per_op(charge, keyed_replay=False):
         key = uuid.uuid4().hex
@@ -799,7 +800,7 @@ def purge_batch_plans() -> list[dict]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from ledger_app.services import retention
+    from ledger_app.operations import retention
 
     asked = []
 

@@ -415,10 +415,10 @@ def widest_rows(settings, django_user_model) -> dict[str, object]:
     from django.test.utils import override_settings
     from django.utils import timezone
 
+    from ledger_app.access.api_keys import create_api_key
+    from ledger_app.charges.services import record_charge
     from ledger_app.models import LedgerEntry, RefundLimit, WebhookDelivery, WebhookEndpoint
-    from ledger_app.services.api_keys import create_api_key
-    from ledger_app.services.charges import record_charge
-    from ledger_app.services.refunds import create_refund
+    from ledger_app.refunds.services import create_refund
 
     settings.REFUND_DISPATCH = "inline"
     WebhookEndpoint.objects.create(

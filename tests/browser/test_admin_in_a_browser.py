@@ -10,7 +10,7 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from ledger_app.models import Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.browser.conftest import (
     CHANGELIST,
     DESKTOP,

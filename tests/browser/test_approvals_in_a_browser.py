@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from ledger_app.models import Charge, Refund, RefundLimit
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.browser.conftest import (
     AGENT,
     REFUND_BUTTON,

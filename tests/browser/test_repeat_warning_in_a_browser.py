@@ -5,7 +5,7 @@ tick "Refund again anyway"."""
 import pytest
 
 from ledger_app.models import Charge, Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.browser.conftest import (
     REFUND_BUTTON,
     at,

@@ -31,7 +31,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from ledger_app.admin.second_factor import FRESH_AT
 from ledger_app.models import Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.browser.conftest import (
     AGENT,
     CHANGELIST,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from ledger_app.models import Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.browser.conftest import DESKTOP, at_charge_page, change_url, new_charge
 
 KNOWN = datetime(2026, 11, 30, 19, 23, tzinfo=UTC)

@@ -21,9 +21,9 @@ import json
 import pytest
 
 from ledger_app import api_versions
+from ledger_app.access.api_keys import create_api_key
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import RefundLimit
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.webhook_endpoints import create_endpoint
 from tests.clients.matrix import MATRIX, WEBHOOK_KEY, Client, require
 from tests.invariants import assert_ledger_invariants
 from tests.processes import GunicornServer, run_alone, run_command

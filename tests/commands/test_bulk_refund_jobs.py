@@ -19,7 +19,7 @@ import pytest
 from django.core.management import call_command
 
 from ledger_app.models import Charge, IdempotencyRecord, Refund
-from ledger_app.services.bulk_jobs import job_for
+from ledger_app.refunds.bulk_jobs import job_for
 from tests.commands.bulk_runs import bulk, counts, report_rows, write_csv
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants

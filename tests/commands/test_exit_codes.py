@@ -18,7 +18,7 @@ import pytest
 from django.db import transaction
 
 from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 from tests.processes import run_command
 

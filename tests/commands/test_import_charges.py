@@ -9,9 +9,9 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from ledger_app import errors
-from ledger_app.gateways.simulated import SimulatedGateway
 from ledger_app.models import Charge, Event, LedgerEntry, Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.provider.gateways.simulated import SimulatedGateway
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRequest
 from tests.invariants import rows_written
 from tests.processes import run_command
@@ -230,7 +230,7 @@ class TestRefundedBeforeImport:
 
     def test_the_whole_row_is_one_transaction(self, tmp_path, monkeypatch):
         """A failure while writing the refund leaves no charge behind either."""
-        from ledger_app.services import imports
+        from ledger_app.charges import imports
 
         def broken(charge, amount):
             raise RuntimeError("disk full")

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 
 from ledger_app import errors
 from ledger_app.models import Charge, LedgerEntry, Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRequest
 from tests.invariants import rows_written
 

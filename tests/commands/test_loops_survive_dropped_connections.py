@@ -15,9 +15,9 @@ import pytest
 from django.core.management import load_command_class
 from django.db import connection
 
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import Refund, WebhookDelivery
-from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhook_endpoints import create_endpoint
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 from tests.processes import ROOT, command_env, free_loopback_port
 

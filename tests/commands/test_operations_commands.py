@@ -9,9 +9,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
+from ledger_app.access.api_keys import authenticate_api_key, create_api_key
 from ledger_app.models import ApiKey, Charge, IdempotencyRecord, LedgerEntry, Refund
-from ledger_app.services.api_keys import authenticate_api_key, create_api_key
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from ledger_app.management.commands import process_refunds
 from ledger_app.models import JobLease, ProviderEvent
-from ledger_app.services import job_leases, retention
+from ledger_app.operations import job_leases, retention
 from tests.processes import run_command, start_command
 from tests.retention_rows import just_inside, just_outside, provider_event
 

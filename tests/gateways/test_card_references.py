@@ -1,4 +1,4 @@
-"""A card refund's reference (ARN) from outside: one guard (ledger_app/card_references.py),
+"""A card refund's reference (ARN) from outside: one guard (ledger_app/provider/card_references.py),
 and the Stripe adapter reading it from refunds' `destination_details` through it (no
 database). Anything that is not a short token of ASCII letters and digits is no
 reference: ignored, and the answer is otherwise the same."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import stripe
 
-from ledger_app.card_references import card_reference, guarded_reference
-from ledger_app.gateways.base import ProviderAnswer
-from ledger_app.gateways.stripe import StripeGateway, _refund_answer
+from ledger_app.provider.card_references import card_reference, guarded_reference
+from ledger_app.provider.gateways.base import ProviderAnswer
+from ledger_app.provider.gateways.stripe import StripeGateway, _refund_answer
 from tests.gateways.stripe_stub import StripeStub
 
 ARN = "74987654321012345678901"  # 23 digits, as real ARNs are

@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from ledger_app.gateways.simulated import SimulatedGateway
 from ledger_app.models import Charge
+from ledger_app.provider.gateways.simulated import SimulatedGateway
 from simulated_provider import news
 from simulated_provider.card_network import acquirer_reference
 from simulated_provider.models import ProviderRefund

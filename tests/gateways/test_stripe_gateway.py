@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from ledger_app.gateways.base import (
+from ledger_app.provider.gateways.base import (
     GatewayTimeout,
     GatewayUnavailable,
     OutcomeUnknown,
     ProviderAnswer,
 )
-from ledger_app.gateways.stripe import IdempotencyKeyConflict, StripeGateway
+from ledger_app.provider.gateways.stripe import IdempotencyKeyConflict, StripeGateway
 from tests.gateways.stripe_stub import StripeStub
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -118,8 +118,8 @@ def test_two_processes_sending_the_same_refund_make_one_refund(stub, charge_id):
         import json, sys
         import django
         django.setup()
-        from ledger_app.gateways.base import OutcomeUnknown
-        from ledger_app.gateways.stripe import StripeGateway
+        from ledger_app.provider.gateways.base import OutcomeUnknown
+        from ledger_app.provider.gateways.stripe import StripeGateway
         gateway = StripeGateway(api_key="sk_test_stub", api_base=sys.argv[1])
         try:
             answer = gateway.refund(

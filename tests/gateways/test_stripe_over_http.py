@@ -32,13 +32,13 @@ import stripe
 from django.db import connection
 from django.test import override_settings
 
-from ledger_app.gateways import get_gateway
-from ledger_app.gateways.base import GatewayUnavailable, OutcomeUnknown
+from ledger_app.charges.services import record_charge
 from ledger_app.models import Refund
-from ledger_app.services.charges import record_charge
-from ledger_app.services.dispatch import reconcile_refunds
-from ledger_app.services.dispatch.send import send_refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.provider.dispatch import reconcile_refunds
+from ledger_app.provider.dispatch.send import send_refund
+from ledger_app.provider.gateways import get_gateway
+from ledger_app.provider.gateways.base import GatewayUnavailable, OutcomeUnknown
+from ledger_app.refunds.services import create_refund
 from tests.invariants import assert_ledger_invariants
 from tests.processes import GunicornServer, manage_alone, run_command
 

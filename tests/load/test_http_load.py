@@ -30,8 +30,8 @@ import pytest
 import requests
 from django.core.management import call_command
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import Charge, Refund
-from ledger_app.services.api_keys import create_api_key
 from tests import tally
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees

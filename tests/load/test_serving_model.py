@@ -19,8 +19,8 @@ import time
 import pytest
 import requests
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import Refund
-from ledger_app.services.api_keys import create_api_key
 from simulated_provider.models import ProviderRefund
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees

@@ -13,8 +13,8 @@ import pytest
 import requests
 import yaml
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import Refund
-from ledger_app.services.api_keys import create_api_key
 from tests.factories import ChargeFactory
 from tests.processes import GunicornServer, run_command
 from tests.prometheus import (

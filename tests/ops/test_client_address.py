@@ -1,4 +1,4 @@
-"""The client's address comes from one function (backoffice/client_address.py): behind
+"""The client's address comes from one function (serving/client_address.py): behind
 DJANGO_TRUSTED_PROXY_COUNT proxies it is the entry that many places from the right of
 X-Forwarded-For, never one the client wrote; the admin lockout, the API's limit on wrong
 keys and the logs all use it; and a setting it cannot work with refuses to start."""
@@ -17,10 +17,10 @@ from django.test import RequestFactory
 from django.urls import reverse
 from rest_framework.request import Request
 
-from backoffice.client_address import UNKNOWN_ADDRESS, client_address, counted_address
-from backoffice.logs import LogContextFilter
 from ledger_app.api.authentication import ApiKeyThrottle
 from ledger_app.models import RateCounter
+from serving.client_address import UNKNOWN_ADDRESS, client_address, counted_address
+from serving.logs import LogContextFilter
 from tests.processes import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -313,9 +313,7 @@ class TestEveryCallerAgrees:
         assert ApiKeyThrottle().get_ident(Request(request)) == HONEST
 
     def test_django_axes_asks_the_one_function(self):
-        assert (
-            django_settings.AXES_CLIENT_IP_CALLABLE == "backoffice.client_address.counted_address"
-        )
+        assert django_settings.AXES_CLIENT_IP_CALLABLE == "serving.client_address.counted_address"
 
     def test_nothing_else_reads_the_address_from_the_request(self):
         reads = re.compile(
@@ -323,7 +321,7 @@ class TestEveryCallerAgrees:
         )
         sources = [
             path
-            for folder in ("backoffice", "ledger_app", "simulated_provider")
+            for folder in ("backoffice", "ledger_app", "serving", "simulated_provider")
             for path in (ROOT / folder).rglob("*.py")
         ]
 

@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from ledger_app.services.api_keys import create_api_key
+from ledger_app.access.api_keys import create_api_key
 from tests.processes import free_loopback_port
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

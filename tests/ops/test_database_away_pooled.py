@@ -16,7 +16,7 @@ import pytest
 import requests
 from django.db import connection
 
-from ledger_app.services.api_keys import create_api_key
+from ledger_app.access.api_keys import create_api_key
 from tests import processes
 from tests.ops.serving import ShippedGunicorn
 

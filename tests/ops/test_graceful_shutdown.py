@@ -20,11 +20,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from ledger_app.access.api_keys import create_api_key
+from ledger_app.events import services as events
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import EventType, Refund, WebhookDelivery
-from ledger_app.services import events
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhook_endpoints import create_endpoint
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees

@@ -13,7 +13,7 @@ from django.db import OperationalError, connection
 from django.db.migrations.recorder import MigrationRecorder
 from django.test import Client
 
-from backoffice import health
+from serving import health
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 from tests.processes import GunicornServer, free_loopback_port, run_command
 

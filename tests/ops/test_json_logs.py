@@ -14,9 +14,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 
-from backoffice.logs import LogContextFilter, RedactSecretsFilter, log_context, start_request
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.refunds import create_refund
+from ledger_app.access.api_keys import create_api_key
+from ledger_app.refunds.services import create_refund
+from serving.logs import LogContextFilter, RedactSecretsFilter, log_context, start_request
 from tests.api.conftest import basic_auth
 from tests.factories import ChargeFactory
 from tests.processes import GunicornServer, run_command

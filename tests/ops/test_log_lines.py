@@ -1,6 +1,6 @@
 """Log lines cannot be forged (issue 44, finding 6): one record is one line, in plain text
 and in JSON, whatever a request put into it. The escaping happens in the formatters
-(backoffice/logs.py), so the tests walk every logger call of the code, each with hostile
+(serving/logs.py), so the tests walk every logger call of the code, each with hostile
 text in every argument, and then send the finding's requests through the real app."""
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from backoffice.logs import (
+from ledger_app.models import Refund
+from serving.logs import (
     JsonLinesFormatter,
     LogContextFilter,
     PlainFormatter,
     RedactSecretsFilter,
     log_context,
 )
-from backoffice.request_id import RequestIdFilter, current_request_id
-from ledger_app.models import Refund
+from serving.request_id import RequestIdFilter, current_request_id
 
 ROOT = Path(__file__).resolve().parents[2]
-WALKED = ("ledger_app", "backoffice", "simulated_provider")
+WALKED = ("ledger_app", "backoffice", "serving", "simulated_provider")
 LEVELS = {"debug", "info", "warning", "error", "exception", "critical"}
 # A line break, then a well-formed line of our own plain format, then every other kind of
 # line break and a terminal escape that would erase the line on screen.

@@ -24,10 +24,12 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from backoffice import health
 from ledger_app import errors
-from ledger_app.gateways.base import Gateway
-from ledger_app.gateways.instrumented import InstrumentedGateway
+from ledger_app.access.api_keys import create_api_key
+from ledger_app.approvals.services import approve_refund, reject_refund
+from ledger_app.charges.services import create_charge
+from ledger_app.events import services as events
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.metrics.database import AGE_BUCKETS, STATES
 from ledger_app.models import (
     EventType,
@@ -36,13 +38,11 @@ from ledger_app.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from ledger_app.services import events
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.approvals import approve_refund, reject_refund
-from ledger_app.services.charges import create_charge
-from ledger_app.services.dispatch.reconcile import reconcile_refund
-from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhook_endpoints import create_endpoint
+from ledger_app.provider.dispatch.reconcile import reconcile_refund
+from ledger_app.provider.gateways.base import Gateway
+from ledger_app.provider.gateways.instrumented import InstrumentedGateway
+from ledger_app.refunds.services import create_refund
+from serving import health
 from tests.factories import ChargeFactory
 from tests.processes import ROOT, GunicornServer
 

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from ledger_app.models import Charge, Event, IdempotencyRecord, LedgerEntry, Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests import processes
 from tests.factories import ChargeFactory
 from tests.processes import ROOT

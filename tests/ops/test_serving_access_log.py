@@ -14,7 +14,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from ledger_app.services.api_keys import create_api_key
+from ledger_app.access.api_keys import create_api_key
 from tests.ops.serving import ShippedGunicorn
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -17,7 +17,7 @@ import pytest
 import requests
 import urllib3
 
-from ledger_app.services.api_keys import create_api_key
+from ledger_app.access.api_keys import create_api_key
 from tests.ops.serving import NGINX_CONF, Nginx, ShippedGunicorn, SlowClients, seconds_to_answer
 from tests.processes import ROOT
 

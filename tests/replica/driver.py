@@ -33,7 +33,7 @@ django.setup()
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.test import Client  # noqa: E402
 
-from ledger_app.services.api_keys import create_api_key, revoke_api_key  # noqa: E402
+from ledger_app.access.api_keys import create_api_key, revoke_api_key  # noqa: E402
 from tests.second_factor import verified  # noqa: E402
 
 

@@ -6,9 +6,9 @@ bounded by its charge."""
 import pytest
 
 from ledger_app import errors
+from ledger_app.charges.services import create_charge, record_charge
 from ledger_app.models import IdempotencyRecord
 from ledger_app.money import amount_ceiling, validate_within_ceiling
-from ledger_app.services.charges import create_charge, record_charge
 from tests.invariants import rows_written
 
 pytestmark = pytest.mark.django_db

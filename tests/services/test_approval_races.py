@@ -9,10 +9,10 @@ import pytest
 from django.utils import timezone
 
 from ledger_app import errors
+from ledger_app.approvals.services import approve_refund, expire_approvals, reject_refund
 from ledger_app.models import LedgerEntry, Refund
-from ledger_app.services.approvals import approve_refund, expire_approvals, reject_refund
-from ledger_app.services.dispatch import process_pending_refunds
-from ledger_app.services.refunds import create_refund
+from ledger_app.provider.dispatch import process_pending_refunds
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.concurrency import run_at_once
 from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
@@ -229,7 +229,7 @@ def test_a_requester_lock_held_too_long_is_a_retryable_lock_timeout(agent, agent
     import psycopg
     from django.db import connection
 
-    from ledger_app.services.limits import LOCK_SPACE
+    from ledger_app.approvals.limits import LOCK_SPACE
 
     set_limit(group=agents, currency="eur", per_day=50_000)  # a daily limit: the lock is taken
     charge = ChargeFactory(amount=10_000)

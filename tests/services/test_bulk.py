@@ -3,10 +3,10 @@ row its key and request, and each charge its job."""
 
 import pytest
 
+from ledger_app.csv_files import UnusableFile
 from ledger_app.models import Refund
-from ledger_app.services.bulk import BulkRow, check_bulk_file, read_bulk_rows, row_request
-from ledger_app.services.bulk_jobs import job_for
-from ledger_app.services.csv_files import UnusableFile
+from ledger_app.refunds.bulk import BulkRow, check_bulk_file, read_bulk_rows, row_request
+from ledger_app.refunds.bulk_jobs import job_for
 
 pytestmark = pytest.mark.sqlite_pass
 

@@ -6,7 +6,7 @@ import pytest
 
 from ledger_app import errors
 from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 from tests.invariants import books
 

@@ -18,9 +18,9 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from ledger_app.models import Event, LedgerEntry, ProviderEvent, Refund
-from ledger_app.services import provider_events
-from ledger_app.services.dispatch import settle
-from ledger_app.services.refunds import create_refund
+from ledger_app.provider import events_in as provider_events
+from ledger_app.provider.dispatch import settle
+from ledger_app.refunds.services import create_refund
 from simulated_provider.card_network import acquirer_reference
 from simulated_provider.models import ProviderRefund
 from tests.concurrency import run_at_once

@@ -9,9 +9,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger_app import errors
+from ledger_app.charges.services import create_charge
 from ledger_app.models import Charge, LedgerEntry, Refund
-from ledger_app.services.charges import create_charge
-from ledger_app.services.dispatch import (
+from ledger_app.provider.dispatch import (
     Outcome,
     process_pending_refunds,
     reconcile_charges,
@@ -19,7 +19,7 @@ from ledger_app.services.dispatch import (
     send_refund,
     settle_refund,
 )
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 

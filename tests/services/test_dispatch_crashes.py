@@ -8,10 +8,10 @@ import psycopg
 import pytest
 from django.db import connection
 
-from ledger_app.gateways.simulated import SimulatedGateway
 from ledger_app.models import Charge, Refund
-from ledger_app.services.dispatch import process_pending_refunds
-from ledger_app.services.refunds import create_refund
+from ledger_app.provider.dispatch import process_pending_refunds
+from ledger_app.provider.gateways.simulated import SimulatedGateway
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees

@@ -13,12 +13,12 @@ from django.core.management import call_command
 from django.test import Client
 
 from ledger_app import errors
+from ledger_app.access.api_keys import create_api_key
+from ledger_app.approvals.services import approve_refund, reject_refund
+from ledger_app.events.delivery import signature_header
 from ledger_app.models import Charge, Event, ProviderEvent, Refund, RefundLimit
-from ledger_app.services import provider_events
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.approvals import approve_refund, reject_refund
-from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhook_delivery import signature_header
+from ledger_app.provider import events_in as provider_events
+from ledger_app.refunds.services import create_refund
 from simulated_provider import news
 from tests.commands.bulk_runs import bulk, write_csv
 from tests.factories import LEADS_MIGRATION, ChargeFactory, migration_group

@@ -7,9 +7,9 @@ import pytest
 from django.utils import timezone
 
 from ledger_app import errors, faults
+from ledger_app.charges.services import create_charge
 from ledger_app.models import Event, WebhookDelivery, WebhookEndpoint
-from ledger_app.services.charges import create_charge
-from ledger_app.services.refunds import create_refund, update_refund_metadata
+from ledger_app.refunds.services import create_refund, update_refund_metadata
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.sqlite_pass

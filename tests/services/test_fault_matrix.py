@@ -22,15 +22,15 @@ from django.db import OperationalError, connection
 from django.test import Client
 
 from ledger_app import faults
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.admin.form_keys import new_form_key
 from ledger_app.admin.forms import BulkRefundForm
+from ledger_app.charges.selectors import charge_state
+from ledger_app.charges.services import create_charge
+from ledger_app.idempotency.services import ADMIN_BULK_KEYS
 from ledger_app.models import Charge, LedgerEntry, Refund
-from ledger_app.selectors import charge_state
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.charges import create_charge
-from ledger_app.services.dispatch import reconcile_charges, reconcile_refunds
-from ledger_app.services.idempotency import ADMIN_BULK_KEYS
-from ledger_app.services.refunds import create_refund
+from ledger_app.provider.dispatch import reconcile_charges, reconcile_refunds
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderCharge, ProviderRefund
 from tests import tally
 from tests.factories import ChargeFactory
@@ -118,7 +118,7 @@ def test_refund_process_killed_at_every_step(inline_dispatch, point):
 
 
 CHARGE_SCRIPT = (
-    "from ledger_app.services.charges import create_charge; "
+    "from ledger_app.charges.services import create_charge; "
     "c = create_charge(amount=3000, currency='usd', idempotency_key='crash-charge'); "
     "print(c.item.id, c.item.status, c.replayed)"
 )

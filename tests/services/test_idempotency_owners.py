@@ -8,12 +8,12 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from ledger_app import errors
+from ledger_app.access.api_keys import PREFIX_LENGTH, create_api_key
+from ledger_app.charges.services import create_charge
+from ledger_app.idempotency.services import BACK_OFFICE, Created, owner_of
 from ledger_app.models import Charge, IdempotencyRecord, Refund
-from ledger_app.services.api_keys import PREFIX_LENGTH, create_api_key
-from ledger_app.services.bulk import RowOutcome, run_bulk_refund
-from ledger_app.services.charges import create_charge
-from ledger_app.services.idempotency import BACK_OFFICE, Created, owner_of
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.bulk import RowOutcome, run_bulk_refund
+from ledger_app.refunds.services import create_refund
 from tests.concurrency import run_at_once
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants

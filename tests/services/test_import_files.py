@@ -4,9 +4,9 @@ own minor units, or refused with its code; a file's header read."""
 import pytest
 
 from ledger_app import errors
+from ledger_app.charges.import_files import Format, Skipped, read_import_rows, stripe_row
+from ledger_app.csv_files import UnusableFile
 from ledger_app.models import Charge
-from ledger_app.services.csv_files import UnusableFile
-from ledger_app.services.import_files import Format, Skipped, read_import_rows, stripe_row
 
 pytestmark = pytest.mark.sqlite_pass
 

@@ -35,17 +35,17 @@ from hypothesis.stateful import (
 )
 
 from ledger_app import errors, faults
+from ledger_app.approvals.services import approve_refund, expire_approvals, reject_refund
+from ledger_app.charges.services import create_charge, record_charge
 from ledger_app.models import Charge, IdempotencyRecord, Refund, RefundLimit
-from ledger_app.services.approvals import approve_refund, expire_approvals, reject_refund
-from ledger_app.services.charges import create_charge, record_charge
-from ledger_app.services.dispatch import (
+from ledger_app.provider.dispatch import (
     process_pending_refunds,
     recheck_succeeded_refunds,
     reconcile_charges,
     reconcile_refunds,
 )
-from ledger_app.services.provider_events import apply_provider_event
-from ledger_app.services.refunds import create_refund
+from ledger_app.provider.events_in import apply_provider_event
+from ledger_app.refunds.services import create_refund
 from simulated_provider import news
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 from tests import tally

@@ -10,12 +10,12 @@ import pytest
 from django.utils import timezone
 
 from ledger_app import errors
+from ledger_app.access.api_keys import create_api_key
+from ledger_app.approvals.services import approve_refund, expire_approvals, reject_refund
 from ledger_app.models import Event, LedgerEntry, Refund
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.approvals import approve_refund, expire_approvals, reject_refund
-from ledger_app.services.dispatch import process_pending_refunds, reconcile_refunds
-from ledger_app.services.provider_events import apply_provider_event
-from ledger_app.services.refunds import create_refund
+from ledger_app.provider.dispatch import process_pending_refunds, reconcile_refunds
+from ledger_app.provider.events_in import apply_provider_event
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
 from tests.invariants import assert_provider_agrees, books

@@ -19,11 +19,11 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
+from ledger_app.access.api_keys import PREFIX_LENGTH, create_api_key
+from ledger_app.approvals.limits import EVERY_REFUND_WAITS, NO_LIMITS, limits_in_currency
+from ledger_app.approvals.services import approve_refund
 from ledger_app.models import ApiKey, Refund, RefundLimit
-from ledger_app.services.api_keys import PREFIX_LENGTH, create_api_key
-from ledger_app.services.approvals import approve_refund
-from ledger_app.services.limits import EVERY_REFUND_WAITS, NO_LIMITS, limits_in_currency
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
 from tests.second_factor import verified

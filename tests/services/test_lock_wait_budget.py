@@ -11,9 +11,9 @@ import pytest
 from django.db import connection, transaction
 
 from ledger_app import errors
+from ledger_app.approvals.limits import LOCK_SPACE
 from ledger_app.models import Charge, Refund
-from ledger_app.services.limits import LOCK_SPACE
-from ledger_app.services.refunds import actor_label, create_refund
+from ledger_app.refunds.services import actor_label, create_refund
 from tests.factories import ChargeFactory
 from tests.services.people import set_limit, staff
 

@@ -18,8 +18,8 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger_app.models import Charge, LedgerEntry, Refund
-from ledger_app.services.dispatch import send_refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.provider.dispatch import send_refund
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees

@@ -9,10 +9,10 @@ import logging
 
 import pytest
 
+from ledger_app.charges.services import create_charge
+from ledger_app.ledger.drift import find_ledger_drift
 from ledger_app.models import Charge, Event, LedgerEntry, ProviderEvent, Refund
-from ledger_app.selectors import find_ledger_drift
-from ledger_app.services.charges import create_charge
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 from tests.provider_webhook import SECRET, charge_object, event_of, post_event, refund_object

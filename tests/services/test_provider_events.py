@@ -12,10 +12,11 @@ import time
 import pytest
 from django.core.management import call_command
 
+from ledger_app.ledger.drift import find_ledger_drift
 from ledger_app.models import Event, LedgerEntry, ProviderEvent, Refund
-from ledger_app.selectors import find_ledger_drift, needing_attention
-from ledger_app.services.dispatch import reconcile_refunds
-from ledger_app.services.refunds import create_refund
+from ledger_app.provider.dispatch import reconcile_refunds
+from ledger_app.refunds.selectors import needing_attention
+from ledger_app.refunds.services import create_refund
 from simulated_provider import news
 from simulated_provider.models import ProviderRefund
 from tests.factories import ChargeFactory

@@ -8,10 +8,10 @@ import pytest
 from django.db import transaction
 
 from ledger_app import errors
+from ledger_app.idempotency import services as idempotency
+from ledger_app.idempotency.services import Created
 from ledger_app.models import Charge, IdempotencyRecord, Refund
-from ledger_app.services import idempotency
-from ledger_app.services.idempotency import Created
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.services import create_refund
 from tests.concurrency import run_at_once
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants

@@ -3,10 +3,10 @@ there first, never resent blindly."""
 
 import pytest
 
-from ledger_app.gateways.simulated import SimulatedGateway
 from ledger_app.models import Refund
-from ledger_app.services.dispatch import process_pending_refunds, send_refund
-from ledger_app.services.refunds import create_refund
+from ledger_app.provider.dispatch import process_pending_refunds, send_refund
+from ledger_app.provider.gateways.simulated import SimulatedGateway
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 

@@ -8,9 +8,9 @@ import pytest
 from django.utils import timezone
 
 from ledger_app import errors
+from ledger_app.approvals.services import reject_refund
 from ledger_app.models import IdempotencyRecord, Refund, RefundLimit
-from ledger_app.services.approvals import reject_refund
-from ledger_app.services.refunds import create_refund, preview_refund
+from ledger_app.refunds.services import create_refund, preview_refund
 from tests.invariants import books
 
 pytestmark = [

@@ -13,6 +13,8 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
 from django.utils import timezone
 
+from ledger_app.events import services as events
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import (
     Charge,
     Event,
@@ -25,11 +27,10 @@ from ledger_app.models import (
     Refund,
     WebhookDelivery,
 )
-from ledger_app.services import events, job_leases, retention
-from ledger_app.services.dispatch import process_pending_refunds
-from ledger_app.services.refunds import create_refund
-from ledger_app.services.retention import purge_expired, purge_expired_if_due
-from ledger_app.services.webhook_endpoints import create_endpoint
+from ledger_app.operations import job_leases, retention
+from ledger_app.operations.retention import purge_expired, purge_expired_if_due
+from ledger_app.provider.dispatch import process_pending_refunds
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 from tests.retention_rows import (

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from ledger_app.services import retention
+from ledger_app.operations import retention
 from tests.retention_rows import just_outside, load_backlog
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]

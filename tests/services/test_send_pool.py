@@ -13,8 +13,8 @@ import time
 import pytest
 
 from ledger_app.models import Refund
-from ledger_app.services.dispatch import pool, process_pending_refunds
-from ledger_app.services.refunds import create_refund
+from ledger_app.provider.dispatch import pool, process_pending_refunds
+from ledger_app.refunds.services import create_refund
 from simulated_provider.models import ProviderRefund
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees

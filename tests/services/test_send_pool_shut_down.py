@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import Refund
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.dispatch import pool, process_pending_refunds
+from ledger_app.provider.dispatch import pool, process_pending_refunds
 from simulated_provider.models import ProviderRefund
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees

@@ -2,9 +2,9 @@ import pytest
 import urllib3.util.connection
 from django.db import transaction
 
+from ledger_app.events import services as events
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import EventType
-from ledger_app.services import events
-from ledger_app.services.webhook_endpoints import create_endpoint
 from tests.api.conftest import (  # noqa: F401 - fixtures
     api,
     api_key,

@@ -114,7 +114,7 @@ def main(argv: list[str]) -> None:
         import django
 
         django.setup()
-        from ledger_app.services import egress
+        from ledger_app.events import egress
 
         address = argv[1]
         url = f"http://[{address}]/hooks" if ":" in address else f"http://{address}/hooks"

@@ -3,8 +3,8 @@ no valid key is 401 for every method; a read-only key reads and writes nothing (
 
 import pytest
 
+from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import WebhookEndpoint
-from ledger_app.services.api_keys import create_api_key
 from tests.api_routes import api_endpoints, send
 
 pytestmark = pytest.mark.django_db

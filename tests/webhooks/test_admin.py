@@ -8,9 +8,9 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
+from ledger_app.access.api_keys import create_api_key
+from ledger_app.events.delivery import deliver_due
 from ledger_app.models import Event, WebhookDelivery, WebhookEndpoint
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.webhook_delivery import deliver_due
 from tests.second_factor import verified
 from tests.webhooks.conftest import record_events
 from tests.webhooks.receiver import Answer

@@ -5,9 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from ledger_app.models import WebhookDelivery
-from ledger_app.services import webhook_delivery
-from ledger_app.services.webhook_delivery import (
+from ledger_app.events import delivery as webhook_delivery
+from ledger_app.events.delivery import (
     DeliveryNotResendable,
     backoff,
     claim,
@@ -15,7 +14,8 @@ from ledger_app.services.webhook_delivery import (
     record,
     resend_delivery,
 )
-from ledger_app.services.webhook_endpoints import EndpointChanges, delete_endpoint, update_endpoint
+from ledger_app.events.endpoints import EndpointChanges, delete_endpoint, update_endpoint
+from ledger_app.models import WebhookDelivery
 from tests.webhooks.conftest import record_events
 from tests.webhooks.receiver import Answer, Receiver
 

@@ -14,9 +14,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from ledger_app.events.delivery import claim, deliver_due
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import Event, WebhookDelivery
-from ledger_app.services.webhook_delivery import claim, deliver_due
-from ledger_app.services.webhook_endpoints import create_endpoint
 from tests.processes import run_command
 from tests.webhooks.conftest import record_events
 from tests.webhooks.overlap import Overlap

@@ -16,10 +16,11 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 from urllib3.util import parse_url
 
+from ledger_app.events import delivery as webhook_delivery
+from ledger_app.events import egress
+from ledger_app.events.delivery import deliver_due
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import WebhookDelivery, WebhookEndpoint
-from ledger_app.services import egress, webhook_delivery
-from ledger_app.services.webhook_delivery import deliver_due
-from ledger_app.services.webhook_endpoints import create_endpoint
 from tests.source_tree import ROOT, application_modules, imported_modules
 from tests.webhooks.conftest import record_events
 from tests.webhooks.disguises import DISGUISED, NAMES, PUBLIC
@@ -400,12 +401,14 @@ class TestTheEgressProxy:
 NETWORK_CLIENTS = ("requests", "urllib3", "http.client", "urllib.request", "httpx", "aiohttp")
 # Who else may import a network client, and why it is not a way out for a client's URL.
 ALLOWED = {
-    Path("ledger_app/services/egress.py"): "the one way out",
-    Path("ledger_app/services/egress_addresses.py"): "this machine's own addresses "
+    Path("ledger_app/events/egress.py"): "the one way out",
+    Path("ledger_app/events/egress_addresses.py"): "this machine's own addresses "
     "(getifaddrs, socket's family numbers); it connects to nothing",
-    Path("ledger_app/services/egress_deadline.py"): "the one way out's whole-request "
+    Path("ledger_app/events/egress_deadline.py"): "the one way out's whole-request "
     "deadline: the connections egress.post() opens, shut when its time is up",
-    Path("ledger_app/gateways/stripe.py"): "the provider's own API (requests for its errors)",
+    Path(
+        "ledger_app/provider/gateways/stripe.py"
+    ): "the provider's own API (requests for its errors)",
     Path("simulated_provider/news.py"): "the simulated provider's webhooks, to "
     "SIMULATED_PROVIDER_WEBHOOK_URL from settings, never a client's URL",
 }
@@ -422,12 +425,12 @@ class TestEveryCallerGoesThroughEgress:
             if name == "socket" or name.split(".")[0] in NETWORK_CLIENTS or name in NETWORK_CLIENTS
         )
 
-        assert len(modules) > 40 and Path("ledger_app/services/webhook_delivery.py") in modules
+        assert len(modules) > 40 and Path("ledger_app/events/delivery.py") in modules
         assert offenders == []
 
     def test_webhooks_reach_the_network_only_through_egress_check_and_post(self):
-        webhook_modules = ("webhook_endpoints.py", "webhook_delivery.py")
-        trees = [ast.parse((ROOT / "ledger_app/services" / m).read_text()) for m in webhook_modules]
+        webhook_modules = ("endpoints.py", "delivery.py")
+        trees = [ast.parse((ROOT / "ledger_app/events" / m).read_text()) for m in webhook_modules]
         used = {
             node.attr
             for tree in trees

@@ -14,7 +14,8 @@ import threading
 
 import pytest
 
-from ledger_app.services import egress, webhook_delivery
+from ledger_app.events import delivery as webhook_delivery
+from ledger_app.events import egress
 from tests.conftest import IN_CI
 
 PUBLIC = "93.184.215.14"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import WebhookDelivery, WebhookEndpoint
-from ledger_app.services.webhook_endpoints import create_endpoint
 from tests.conftest import IN_CI
 from tests.processes import ROOT, command_env
 from tests.webhooks.conftest import record_events

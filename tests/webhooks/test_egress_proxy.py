@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from ledger_app.services import egress, webhook_delivery
+from ledger_app.events import delivery as webhook_delivery
+from ledger_app.events import egress
 from tests.webhooks.proxy import Listener, Proxy, Site, self_signed
 
 PUBLIC = "93.184.215.14"

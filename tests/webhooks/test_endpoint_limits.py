@@ -20,9 +20,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger_app import errors
+from ledger_app.access.api_keys import create_api_key
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import Event, WebhookDelivery, WebhookEndpoint
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.webhook_endpoints import create_endpoint
 from tests.concurrency import run_at_once
 from tests.factories import ChargeFactory
 from tests.processes import manage_alone, run_command
@@ -208,7 +208,7 @@ class TestRacingForTheLastPlace:
         assert WebhookEndpoint.objects.count() == 3
 
     def test_a_create_that_waits_too_long_for_the_count_is_refused_and_writes_nothing(self):
-        from ledger_app.services.webhook_endpoints import CREATE_LOCK
+        from ledger_app.events.endpoints import CREATE_LOCK
 
         holder = connections.create_connection("default")
         try:
@@ -306,7 +306,7 @@ class TestTheFanOutIsCappedWhateverTheTableHolds:
     def test_a_process_logs_one_warning_naming_how_many_get_no_events(
         self, settings, caplog, monkeypatch
     ):
-        monkeypatch.setattr("ledger_app.services.webhook_checks._checked", False)
+        monkeypatch.setattr("ledger_app.events.checks._checked", False)
         settings.WEBHOOK_ENDPOINTS_TOTAL = 4
         endpoints_made_before_the_limits(3 * 4)
         orders = client_of("orders")
@@ -322,7 +322,7 @@ class TestTheFanOutIsCappedWhateverTheTableHolds:
         )
 
     def test_within_the_limit_nothing_is_said(self, settings, caplog, monkeypatch):
-        monkeypatch.setattr("ledger_app.services.webhook_checks._checked", False)
+        monkeypatch.setattr("ledger_app.events.checks._checked", False)
         settings.WEBHOOK_ENDPOINTS_TOTAL = 4
         endpoints_made_before_the_limits(4)
 

@@ -8,9 +8,9 @@ import pytest
 import stripe
 
 from ledger_app import api_versions
+from ledger_app.events.event_types import STRIPE_EVENT_TYPES
 from ledger_app.models import EventType, WebhookDelivery, WebhookEndpoint
-from ledger_app.services.refunds import create_refund
-from ledger_app.stripe_event_types import STRIPE_EVENT_TYPES
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 from tests.webhooks.conftest import record_events
 

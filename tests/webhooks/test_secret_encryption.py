@@ -15,9 +15,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from ledger_app.events.delivery import deliver_due
 from ledger_app.models import Event, WebhookEndpoint
-from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhook_delivery import deliver_due
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.django_db

@@ -7,9 +7,9 @@ import time
 import pytest
 import stripe
 
+from ledger_app.events.delivery import deliver_due, signature_header
 from ledger_app.models import Event, WebhookEndpoint
-from ledger_app.services.refunds import create_refund
-from ledger_app.services.webhook_delivery import deliver_due, signature_header
+from ledger_app.refunds.services import create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.django_db

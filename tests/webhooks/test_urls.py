@@ -5,15 +5,15 @@ import socket
 
 import pytest
 
-from ledger_app.models import WebhookDelivery
-from ledger_app.services.webhook_delivery import deliver_due
-from ledger_app.services.webhook_endpoints import (
+from ledger_app.events.delivery import deliver_due
+from ledger_app.events.endpoints import (
     EndpointChanges,
     InvalidWebhookUrl,
     check_url,
     create_endpoint,
     update_endpoint,
 )
+from ledger_app.models import WebhookDelivery
 from tests.webhooks.conftest import record_events
 
 PUBLIC = "93.184.215.14"

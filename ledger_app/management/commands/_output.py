@@ -9,7 +9,7 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from ledger_app.models import Refund
+from ledger_app.refunds.models import Refund
 
 
 def cli_actor() -> str:

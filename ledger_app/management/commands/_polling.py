@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from ledger_app.management.commands._stopping import STOP_SECONDS, StopRequest
-from ledger_app.services.worker_parts import ItemInHand, RunOutcomes
+from ledger_app.worker_parts import ItemInHand, RunOutcomes
 
 log = logging.getLogger("ledger_app.worker")
 

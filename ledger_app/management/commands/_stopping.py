@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
 from ledger_app.counts import count_of
-from ledger_app.services.worker_parts import ItemInHand, ItemsInHand
+from ledger_app.worker_parts import ItemInHand, ItemsInHand
 
 
 @contextmanager

@@ -15,11 +15,12 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from ledger_app.counts import count_of
+from ledger_app.csv_files import UnusableFile, csv_writer
 from ledger_app.errors import IdempotencyKeyReused
 from ledger_app.management.commands._output import Progress, cli_actor
 from ledger_app.management.commands._stopping import stop_requests
 from ledger_app.money import format_money
-from ledger_app.services.bulk import (
+from ledger_app.refunds.bulk import (
     DEFAULT_REPEAT_WINDOW,
     MAX_JOBS,
     BulkRowResult,
@@ -27,8 +28,7 @@ from ledger_app.services.bulk import (
     RowOutcome,
     run_bulk_refund,
 )
-from ledger_app.services.bulk_jobs import JobFailed
-from ledger_app.services.csv_files import UnusableFile, csv_writer
+from ledger_app.refunds.bulk_jobs import JobFailed
 
 REPORT_COLUMNS = [
     "row",

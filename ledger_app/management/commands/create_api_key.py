@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger_app import api_versions
-from ledger_app.services.api_keys import create_api_key
+from ledger_app.access.api_keys import create_api_key
 
 
 class Command(BaseCommand):

@@ -8,7 +8,7 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from ledger_app.services.second_factor import enrol_totp, enrolment_instructions
+from ledger_app.access.second_factor import enrol_totp, enrolment_instructions
 
 GROUP = "Support agents"
 

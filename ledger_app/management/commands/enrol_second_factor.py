@@ -4,7 +4,7 @@ createsuperuser, or a lost phone. Any earlier one stops working."""
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger_app.services.second_factor import enrol_totp, enrolment_instructions
+from ledger_app.access.second_factor import enrol_totp, enrolment_instructions
 
 
 class Command(BaseCommand):

@@ -4,11 +4,11 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger_app.charges.import_files import Format
+from ledger_app.charges.imports import ImportRowResult, ImportSummary, Outcome, run_import
 from ledger_app.counts import count_of
+from ledger_app.csv_files import UnusableFile
 from ledger_app.management.commands._output import Progress
-from ledger_app.services.csv_files import UnusableFile
-from ledger_app.services.import_files import Format
-from ledger_app.services.imports import ImportRowResult, ImportSummary, Outcome, run_import
 
 
 class Command(BaseCommand):

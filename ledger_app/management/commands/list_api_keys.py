@@ -2,8 +2,8 @@
 
 from django.core.management.base import BaseCommand
 
+from ledger_app.access.models import ApiKey
 from ledger_app.counts import count_of
-from ledger_app.models import ApiKey
 
 
 class Command(BaseCommand):

@@ -22,15 +22,15 @@ import time
 from django.core.management.base import CommandError
 from django.db import DatabaseError
 
+from ledger_app.approvals.services import expire_approvals
 from ledger_app.counts import count_of
 from ledger_app.db import drop_broken_connection
 from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome
 from ledger_app.management.commands._polling import PollingWorker
-from ledger_app.models import Refund
-from ledger_app.services.approvals import expire_approvals
-from ledger_app.services.dispatch import process_pending_refunds
-from ledger_app.services.dispatch.worker import still_leased_refunds
-from ledger_app.services.retention import Purged, purge_expired_if_due
+from ledger_app.operations.retention import Purged, purge_expired_if_due
+from ledger_app.provider.dispatch import process_pending_refunds
+from ledger_app.provider.dispatch.worker import still_leased_refunds
+from ledger_app.refunds.models import Refund
 
 log = logging.getLogger("ledger_app.retention")
 

@@ -3,7 +3,7 @@ rate counters, sign-in records, the simulated provider's request log."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger_app.services.retention import BATCH_SIZE, PAUSE, Purged, PurgeResult, purge_expired
+from ledger_app.operations.retention import BATCH_SIZE, PAUSE, Purged, PurgeResult, purge_expired
 
 
 class Command(BaseCommand):

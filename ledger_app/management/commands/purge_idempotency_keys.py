@@ -4,7 +4,7 @@ from django.conf import settings
 from django.core.management.base import CommandError
 
 from ledger_app.management.commands import purge_expired
-from ledger_app.services.retention import purge_expired as purge
+from ledger_app.operations.retention import purge_expired as purge
 
 
 class Command(purge_expired.Command):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger_app.services.approvals import expire_approvals
-from ledger_app.services.dispatch import (
+from ledger_app.approvals.services import expire_approvals
+from ledger_app.provider.dispatch import (
     recheck_succeeded_refunds,
     reconcile_charges,
     reconcile_refunds,

@@ -14,11 +14,11 @@ the status is in the printed line.
 
 from django.core.management.base import CommandError
 
+from ledger_app.csv_files import DIGITS
 from ledger_app.errors import InvalidAmount, LedgerError
 from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome, cli_actor
-from ledger_app.models import Refund
-from ledger_app.services.csv_files import DIGITS
-from ledger_app.services.refunds import create_refund
+from ledger_app.refunds.models import Refund
+from ledger_app.refunds.services import create_refund
 
 
 class Command(ExitsByOutcome):

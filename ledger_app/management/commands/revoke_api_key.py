@@ -2,9 +2,9 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from backoffice.time_zones import shown_time
-from ledger_app.models import ApiKey
-from ledger_app.services.api_keys import revoke_api_key
+from ledger_app.access.api_keys import revoke_api_key
+from ledger_app.access.models import ApiKey
+from serving.time_zones import shown_time
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from ledger_app.counts import count_of
-from ledger_app.models import WebhookEndpoint
+from ledger_app.events.models import WebhookEndpoint
 
 
 class Command(BaseCommand):

@@ -13,14 +13,17 @@ from django.test.utils import override_settings
 from django.utils import timezone
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
+from ledger_app.access.api_keys import create_api_key
+from ledger_app.access.models import ApiKey
+from ledger_app.access.second_factor import enrol_totp, enrolment_instructions
+from ledger_app.approvals.models import RefundLimit
+from ledger_app.charges.models import Charge
+from ledger_app.charges.services import record_charge
 from ledger_app.counts import count_of
-from ledger_app.models import ApiKey, Charge, Refund, RefundLimit
+from ledger_app.idempotency.services import DEMO_KEYS
 from ledger_app.money import format_money
-from ledger_app.services.api_keys import create_api_key
-from ledger_app.services.charges import record_charge
-from ledger_app.services.idempotency import DEMO_KEYS
-from ledger_app.services.refunds import create_refund
-from ledger_app.services.second_factor import enrol_totp, enrolment_instructions
+from ledger_app.refunds.models import Refund
+from ledger_app.refunds.services import create_refund
 
 ADMIN_USERNAME = "admin"
 QUEUED_CHARGE = "ch_demoUsdQueued0000000014"

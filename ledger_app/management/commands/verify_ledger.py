@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger_app.counts import count_of
-from ledger_app.selectors import find_ledger_drift
+from ledger_app.ledger.drift import find_ledger_drift
 
 
 class Command(BaseCommand):

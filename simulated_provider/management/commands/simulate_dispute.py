@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger_app.models import DISPUTE_STATUSES, Charge
+from ledger_app.charges.models import DISPUTE_STATUSES, Charge
 from simulated_provider import news
 
 

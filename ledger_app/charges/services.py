@@ -1,0 +1,147 @@
+"""Charges: captured through the gateway (create_charge) or recorded as they already are."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from django.db import DatabaseError, transaction
+from django.utils import timezone
+
+from ledger_app import errors, faults
+from ledger_app.charges.models import Charge, new_charge_id, new_payment_intent_id
+from ledger_app.db import drop_broken_connection
+from ledger_app.events import services as events
+from ledger_app.events.models import EventType
+from ledger_app.idempotency import services as idempotency
+from ledger_app.idempotency.models import IdempotencyRecord
+from ledger_app.idempotency.services import Created
+from ledger_app.ledger.models import LedgerEntry
+from ledger_app.ledger.services import append_entry
+from ledger_app.money import normalize_currency, validate_amount, validate_within_ceiling
+from ledger_app.provider.dispatch import send_charge
+from ledger_app.provider.dispatch.pool import send_within_budget
+from ledger_app.validation import validate_metadata, validate_text
+
+log = logging.getLogger("ledger_app.charges")
+
+
+def create_charge(
+    *,
+    amount: int,
+    currency: str,
+    description: str = "",
+    metadata: dict[str, str] | None = None,
+    idempotency_key: str | None = None,
+    actor: str = "",
+) -> Created[Charge]:
+    """Create a charge and capture it through the gateway, with refunds' discipline.
+
+    The charge is written `pending` with its own provider key (`charge:<id>`), minted
+    once; the capture happens after that commit, with no lock held, and settles it to
+    succeeded (with its ledger entry, which names `actor`), failed, or unknown on a
+    timeout (the reconciler asks later). An idempotency key replays the same request and
+    refuses a different one. An amount above the currency's ceiling
+    (money.amount_ceiling) is refused with `amount_too_large` before the key is bound.
+    """
+    validate_amount(amount)
+    currency = normalize_currency(currency)
+    validate_within_ceiling(amount, currency)
+    description = validate_text(description, errors.InvalidDescription)
+    metadata = validate_metadata(metadata)
+    keyed = idempotency.keyed_request(
+        idempotency_key,
+        IdempotencyRecord.Operation.CHARGE_CREATE,
+        {"amount": amount, "currency": currency, "description": description, "metadata": metadata},
+        owner=idempotency.owner_of(actor),
+    )
+    charge_id = new_charge_id()
+
+    def write() -> Charge:
+        charge = Charge.objects.create(
+            id=charge_id,
+            amount=amount,
+            currency=currency,
+            status=Charge.Status.PENDING,
+            description=description,
+            metadata=metadata,
+            payment_intent=new_payment_intent_id(),
+            provider_idempotency_key=f"charge:{charge_id}",
+        )
+        faults.checkpoint("charge.create_locked")  # written, not yet committed
+        return charge
+
+    legacy = idempotency.find_legacy_replay(keyed)  # a key from before keys had owners
+    if legacy is not None:
+        return legacy
+    result = idempotency.create_once(keyed, new_id=charge_id, write=write)
+    if result.replayed:
+        return result
+    return Created(_capture(result.item, actor), replayed=False)
+
+
+def _capture(charge: Charge, actor: str) -> Charge:
+    """One pass of the guarded send, after the charge committed, waited for at most
+    REFUND_INLINE_WAIT_SECONDS (then the charge is answered pending and the send pool
+    finishes it)."""
+    faults.checkpoint("charge.created")  # committed, not yet sent
+    try:
+        charge = send_within_budget(partial(send_charge, actor=actor), charge.id, charge)
+    except DatabaseError:
+        log.exception("charge %s created; capture interrupted, reconcile retries it", charge.id)
+        drop_broken_connection()
+    faults.checkpoint("charge.settled")  # settled (or left to reconcile), client not told
+    return charge
+
+
+def record_charge(
+    *,
+    amount: int,
+    currency: str,
+    status: str = Charge.Status.SUCCEEDED,
+    description: str = "",
+    customer: str = "",
+    metadata: dict[str, Any] | None = None,
+    charge_id: str | None = None,
+    created_at: datetime | None = None,
+    actor: str = "",
+    payment_intent: str | None = None,
+) -> Charge:
+    """Write a charge that already exists at the provider (demo data, imports), and its
+    `charge_succeeded` ledger entry when it succeeded. Nothing is sent to the provider.
+
+    Amount and currency are validated like every amount in the ledger: an int of minor
+    units and a known ISO 4217 code, stored lower-case; the amount at most the currency's
+    ceiling (`amount_too_large`), like a charge made through the API. It belongs to a
+    new PaymentIntent unless `payment_intent` names one ("" for none).
+    """
+    validate_amount(amount)
+    currency = normalize_currency(currency)
+    validate_within_ceiling(amount, currency)
+    if status not in Charge.Status.values:
+        raise errors.InvalidChargeStatus()
+    with transaction.atomic(durable=True):
+        charge = Charge.objects.create(
+            id=charge_id or new_charge_id(),
+            amount=amount,
+            currency=currency,
+            status=status,
+            description=description,
+            customer=customer,
+            payment_intent=new_payment_intent_id() if payment_intent is None else payment_intent,
+            metadata=metadata or {},
+            created_at=created_at or timezone.now(),
+        )
+        if status == Charge.Status.SUCCEEDED:
+            append_entry(
+                charge=charge,
+                kind=LedgerEntry.Kind.CHARGE_SUCCEEDED,
+                amount=amount,
+                actor=actor,
+            )
+            events.record(EventType.CHARGE_SUCCEEDED, charge)
+        elif status == Charge.Status.FAILED:
+            events.record(EventType.CHARGE_FAILED, charge)
+    return charge

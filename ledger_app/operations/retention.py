@@ -1,0 +1,504 @@
+"""What expires, and removing it (`purge_expired`): each kind in short batches, each batch
+selected by an index, deleted and committed on its own, by one process at a time.
+
+Never removed here: charges, refunds, ledger entries, the admin's log, the provider's own
+books, nor anything a charge or refund that is not final still needs (its events and their
+deliveries, its idempotency key). docs/operating/retention.md says what is kept, how long
+and why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
+from django.conf import settings
+from django.db import DatabaseError, models, transaction
+from django.db.models import Exists, OuterRef, QuerySet
+from django.utils import timezone
+
+from ledger_app import faults
+from ledger_app.charges.models import Charge, MovementStatus, ProviderMovement
+from ledger_app.counts import count_of
+from ledger_app.events.models import Event, WebhookDelivery
+from ledger_app.idempotency.selectors import purgeable_keys
+from ledger_app.operations import job_leases, rate_counters
+from ledger_app.operations.models import JobLease
+from ledger_app.provider.models import ProviderEvent
+from ledger_app.refunds.models import Refund
+from simulated_provider.models import ProviderRequest
+
+log = logging.getLogger("ledger_app.retention")
+
+JOB = "purge_expired"  # its JobLease row
+# Rows per batch: one short transaction each (milliseconds), so no lock is held for long
+# and a stop request or a lost lease ends the run between two batches.
+BATCH_SIZE = 1000
+# After each batch the run waits PAUSE times as long as the batch took: it deletes at most
+# half of the time, so the WAL it writes does not queue refunds' commits behind it (they
+# wait on its flushes, not on its locks: docs/benchmarks.md, Data that expires). 0: as
+# fast as it goes.
+PAUSE = 1.0
+# A run renews its lease with every batch; a process that dies frees the job this long after.
+LEASE_SECONDS = 300.0
+# The refund worker's schedule: a run when a whole run last finished this long ago (or
+# never), in slices of at most SLICE_SECONDS between its passes over refunds.
+EVERY = timedelta(days=1)
+SLICE_SECONDS = 10.0
+# What may still move money or wait for a decision: every status that is not final, read
+# from the choices, so that a status added later is kept until someone calls it final.
+NOT_FINAL = tuple(s for s in MovementStatus.values if s not in ProviderMovement.FINAL_STATUSES)
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of a kind: what has expired in it (`expired(now, cutoff)`), walked oldest
+    first by an indexed column, `order_by`, in batches, each selected and deleted by
+    `by` (the primary key, or a column the rule narrows to exactly the expired rows).
+    `dependents` deletes (and counts) the rows that must go before a batch of it can."""
+
+    noun: str
+    plural: str
+    expired: Callable[[datetime, datetime], QuerySet[Any]]
+    order_by: str
+    dependents: Dependents | None = None
+    by: str = "pk"
+
+
+@dataclass(frozen=True)
+class Dependents:
+    noun: str
+    plural: str
+    delete: Callable[[list[Any]], int]  # given a batch's ids: how many it deleted
+    count: Callable[[QuerySet[Any]], int]  # given what has expired: how many would go
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a summary line and `retention_days` call `name`; kept `setting` days (its
+    name in settings), or by its own rule when `setting` is None (`rule`)."""
+
+    name: str
+    label: str
+    setting: str | None
+    tables: tuple[Table, ...]
+    rule: str = ""
+
+
+@dataclass(frozen=True)
+class Tally:
+    noun: str
+    plural: str
+    count: int
+
+    def __str__(self) -> str:
+        return count_of(self.count, self.noun, self.plural)
+
+
+@dataclass(frozen=True)
+class Purged:
+    """What one kind lost (a dry run: would lose); `finished` False: the run stopped in it."""
+
+    kind: str
+    label: str
+    rule: str
+    tallies: tuple[Tally, ...]
+    finished: bool = True
+
+    def line(self, *, dry_run: bool) -> str:
+        counts = ", ".join(str(t) for t in self.tallies)
+        done = "would be deleted" if dry_run else "deleted"
+        end = "" if self.finished else " (stopped before the end)"
+        return f"{self.label}, {self.rule}: {counts} {done}{end}"
+
+
+@dataclass(frozen=True)
+class PurgeResult:
+    """A run's outcome. `held_by`: another process holds the job, so nothing was done.
+    `finished`: every kind asked for was taken to its end. `lease_lost`: the lease ran out
+    under this run and another process claimed the job, so this one stopped (its last batch
+    rolled back)."""
+
+    dry_run: bool
+    purged: tuple[Purged, ...] = ()
+    finished: bool = False
+    held_by: JobLease | None = None
+    lease_lost: bool = False
+
+    @property
+    def ran(self) -> bool:
+        return self.held_by is None
+
+
+# --- what has expired -------------------------------------------------------------------
+
+
+def expired_events(now: datetime, cutoff: datetime) -> QuerySet[Event]:
+    """Events created before `cutoff`, except an event with a delivery still pending (being
+    sent, or waiting for a retry) and every event of a charge that is not final or has a
+    refund that is not final (pending, unknown, awaiting approval): that money's story is
+    still being written, and support reads it there."""
+    pending = WebhookDelivery.objects.filter(
+        event=OuterRef("pk"), status=WebhookDelivery.Status.PENDING
+    )
+    open_charge = Charge.objects.filter(pk=OuterRef("charge_id"), status__in=NOT_FINAL)
+    open_refund = Refund.objects.filter(pk=OuterRef("refund_id"), status__in=NOT_FINAL)
+    open_refund_of_charge = Refund.objects.filter(
+        charge_id=OuterRef("charge_id"), status__in=NOT_FINAL
+    )
+    return (
+        Event.objects.filter(created_at__lt=cutoff)
+        .exclude(Exists(pending))
+        .exclude(Exists(open_charge))
+        .exclude(Exists(open_refund))
+        .exclude(Exists(open_refund_of_charge))
+    )
+
+
+def _delete_deliveries(event_ids: list[Any]) -> int:
+    # Status in the DELETE itself: a delivery resent meanwhile (pending again) stays, and
+    # then so does its event (expired_events no longer selects it).
+    rows = WebhookDelivery.objects.filter(event_id__in=event_ids).exclude(
+        status=WebhookDelivery.Status.PENDING
+    )
+    return rows.delete()[1].get(WebhookDelivery._meta.label, 0)
+
+
+def _count_deliveries(events: QuerySet[Any]) -> int:
+    return WebhookDelivery.objects.filter(event__in=events.values("pk")).count()
+
+
+def expired_keys(now: datetime, cutoff: datetime) -> QuerySet[Any]:
+    """Idempotency keys created before `cutoff` whose refund or charge is final: the
+    selector's rule (purgeable_keys), as the run's clock reads it."""
+    return purgeable_keys(older_than_days=(now - cutoff).days, now=now)
+
+
+def ended_rate_windows(now: datetime, cutoff: datetime) -> QuerySet[Any]:
+    """Rate counters of windows that have ended (rate_counters' own rule and clock)."""
+    return rate_counters.ended_windows(now=now)
+
+
+def expired_access_attempts(now: datetime, cutoff: datetime) -> QuerySet[Any]:
+    """Failed sign-in counts last bumped before `cutoff`, and never one whose lockout
+    (LOGIN_LOCKOUT_MINUTES) may still be running, whatever the retention says."""
+    cooloff = settings.AXES_COOLOFF_TIME
+    if isinstance(cooloff, timedelta):
+        cutoff = min(cutoff, now - cooloff)
+    attempts: QuerySet[Any] = AccessAttempt.objects.filter(attempt_time__lt=cutoff)
+    return attempts  # typed here: django-axes ships no types
+
+
+def _older(model: type[models.Model], field: str) -> Callable[[datetime, datetime], QuerySet[Any]]:
+    def expired(now: datetime, cutoff: datetime) -> QuerySet[Any]:
+        return model._default_manager.filter(**{f"{field}__lt": cutoff})
+
+    expired.__doc__ = f"{model._meta.label} rows whose {field} is before the cutoff."
+    return expired
+
+
+EVENTS = Kind(
+    "events",
+    "events",
+    "EVENT_RETENTION_DAYS",
+    (
+        Table(
+            "event",
+            "events",
+            expired_events,
+            "created_at",
+            Dependents(
+                "webhook delivery", "webhook deliveries", _delete_deliveries, _count_deliveries
+            ),
+        ),
+    ),
+)
+KINDS: dict[str, Kind] = {
+    kind.name: kind
+    for kind in (
+        EVENTS,
+        Kind(
+            "provider_events",
+            "provider events",
+            "PROVIDER_EVENT_RETENTION_DAYS",
+            (
+                Table(
+                    "provider event",
+                    "provider events",
+                    _older(ProviderEvent, "received_at"),
+                    "received_at",
+                ),
+            ),
+        ),
+        Kind(
+            "idempotency_keys",
+            "idempotency keys of final refunds and charges",
+            "IDEMPOTENCY_KEY_RETENTION_DAYS",
+            (Table("key", "keys", expired_keys, "created_at"),),
+        ),
+        Kind(
+            "rate_counters",
+            "rate counters",
+            None,
+            # By key: a composite primary key would make SQLite's DELETE a chain of ORs
+            # (its depth limit is 1000); every ended window of the batch's keys goes.
+            (
+                Table(
+                    "rate counter",
+                    "rate counters",
+                    ended_rate_windows,
+                    "window_ends_at",
+                    by="key",
+                ),
+            ),
+            rule="of windows that have ended",
+        ),
+        Kind(
+            "login_records",
+            "admin sign-in records",
+            "LOGIN_RECORD_RETENTION_DAYS",
+            (
+                Table(
+                    "failed sign-in count",
+                    "failed sign-in counts",
+                    expired_access_attempts,
+                    "attempt_time",
+                ),
+                Table(
+                    "access log", "access logs", _older(AccessLog, "attempt_time"), "attempt_time"
+                ),
+                Table(
+                    "access failure",
+                    "access failures",
+                    _older(AccessFailureLog, "attempt_time"),
+                    "attempt_time",
+                ),
+            ),
+        ),
+        Kind(
+            "provider_requests",
+            "simulated provider requests",
+            "SIMULATED_PROVIDER_LOG_DAYS",
+            (
+                Table(
+                    "request",
+                    "requests",
+                    _older(ProviderRequest, "created_at"),
+                    "created_at",
+                ),
+            ),
+        ),
+    )
+}
+
+
+def retention_days(kind: str) -> int | None:
+    """How many days `kind` is kept (its setting), or None when its own rule decides."""
+    setting = KINDS[kind].setting
+    return None if setting is None else int(getattr(settings, setting))
+
+
+# --- removing it ------------------------------------------------------------------------
+
+
+class LeaseLost(Exception):
+    """The job's lease ran out under this run and another process claimed it."""
+
+
+def purge_expired(
+    *,
+    kinds: Sequence[str] = tuple(KINDS),
+    dry_run: bool = False,
+    days: Mapping[str, int] | None = None,
+    batch_size: int = BATCH_SIZE,
+    pause: float = PAUSE,
+    should_stop: Callable[[], bool] = lambda: False,
+    lease_seconds: float = LEASE_SECONDS,
+    on_kind: Callable[[Purged], None] = lambda purged: None,
+) -> PurgeResult:
+    """Removes what has expired of each of `kinds` (all by default), each kind's tables in
+    batches of `batch_size` rows, oldest first by an indexed column: select the batch's ids,
+    delete them, commit; nothing else is held between batches, and the run waits `pause`
+    times as long as a batch took before the next. A kind is kept its setting's
+    number of days (`days` overrides some), counted back from the run's start.
+
+    One run at a time over every process and machine: the run claims the job's lease
+    (job_leases) and renews it in each batch's transaction; if another process holds it,
+    nothing is done and `held_by` says who. A run that loses its lease (it stalled past
+    `lease_seconds` and another claimed the job) rolls its batch back and stops.
+    `should_stop` is asked before each batch. A whole run (every kind, the settings'
+    days) that finishes is recorded, for the worker's daily schedule.
+
+    `dry_run`: counts what would go, through the same selections, and writes nothing (no
+    lease: it changes nothing another run could trip on). `on_kind` hears each kind as it
+    ends."""
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if unknown or batch_size < 1 or pause < 0 or any(n < 1 for n in (days or {}).values()):
+        raise ValueError(f"purge_expired: unknown kinds {unknown} or a bound below 1")
+    if dry_run:
+        return _run(kinds, days or {}, (batch_size, pause), should_stop, None, on_kind)
+    lease = job_leases.claim_lease(name=JOB, seconds=lease_seconds)
+    if lease is None:
+        return PurgeResult(dry_run=False, held_by=job_leases.lease_state(name=JOB))
+    whole = set(kinds) == set(KINDS) and not days
+    return _run_under(lease, kinds, days or {}, (batch_size, pause), should_stop, on_kind, whole)
+
+
+def purge_expired_if_due(
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    slice_seconds: float = SLICE_SECONDS,
+    on_kind: Callable[[Purged], None] = lambda purged: None,
+) -> PurgeResult | None:
+    """The refund worker's daily purge: a run of every kind when a whole run last finished
+    EVERY ago or more, or never (read from the database, so restarts and other workers
+    agree), claimed with that condition in the same UPDATE as the lease, so two workers
+    that both find it due run it once. It works at most `slice_seconds` and then stops
+    between batches; the next call goes on (the run is not finished, so still due). None:
+    not due, or another process holds the job."""
+    state = job_leases.lease_state(name=JOB)
+    now = timezone.now()
+    if state is not None and (
+        (state.last_finished_at is not None and state.last_finished_at > now - EVERY)
+        or (state.leased_until is not None and state.leased_until > now)
+    ):
+        return None  # a read, not a write, on the worker's frequent path
+    lease = job_leases.claim_lease(name=JOB, seconds=LEASE_SECONDS, finished_before=now - EVERY)
+    if lease is None:
+        return None
+    deadline = time.monotonic() + slice_seconds
+
+    def stop() -> bool:
+        return should_stop() or time.monotonic() >= deadline
+
+    return _run_under(lease, tuple(KINDS), {}, (BATCH_SIZE, PAUSE), stop, on_kind, True)
+
+
+def _run_under(
+    lease: job_leases.Lease,
+    kinds: Sequence[str],
+    days: Mapping[str, int],
+    pace: tuple[int, float],
+    should_stop: Callable[[], bool],
+    on_kind: Callable[[Purged], None],
+    whole: bool,
+) -> PurgeResult:
+    result = PurgeResult(dry_run=False)
+    try:
+        result = _run(kinds, days, pace, should_stop, lease, on_kind)
+    finally:
+        try:
+            job_leases.release_lease(lease, finished=whole and result.finished)
+        except DatabaseError:  # the database went away: the lease runs out on its own
+            log.warning("purge_expired: lease not released; it runs out", exc_info=True)
+    return result
+
+
+def _run(
+    kinds: Sequence[str],
+    days: Mapping[str, int],
+    pace: tuple[int, float],
+    should_stop: Callable[[], bool],
+    lease: job_leases.Lease | None,
+    on_kind: Callable[[Purged], None],
+) -> PurgeResult:
+    """`pace`: the batch size, and the pause after each batch as a multiple of its time."""
+    now = timezone.now()
+    done: list[Purged] = []
+    for name in kinds:
+        kind = KINDS[name]
+        kept = days.get(name, retention_days(name))
+        if kept is None:  # rate counters: their module's clock says which windows ended
+            kind_now = cutoff = datetime.fromtimestamp(rate_counters.clock(), UTC)
+            rule = kind.rule
+        else:
+            kind_now, cutoff = now, now - timedelta(days=kept)
+            rule = f"older than {count_of(kept, 'day')}"
+        tallies: list[Tally] = []
+        finished = True
+        try:
+            for table in kind.tables:
+                counts, finished = _purge_table(table, kind_now, cutoff, pace, should_stop, lease)
+                tallies.append(Tally(table.noun, table.plural, counts[0]))
+                if table.dependents is not None:
+                    tallies.append(Tally(table.dependents.noun, table.dependents.plural, counts[1]))
+                if not finished:
+                    break
+        except LeaseLost:
+            log.warning("purge_expired: lease lost in %s; another process has the job", name)
+            purged = Purged(name, kind.label, rule, tuple(tallies), finished=False)
+            on_kind(purged)
+            return PurgeResult(dry_run=lease is None, purged=(*done, purged), lease_lost=True)
+        purged = Purged(name, kind.label, rule, tuple(tallies), finished=finished)
+        log.info("purge_expired: %s", purged.line(dry_run=lease is None))
+        on_kind(purged)
+        done.append(purged)
+        if not finished:
+            return PurgeResult(dry_run=lease is None, purged=tuple(done))
+    return PurgeResult(dry_run=lease is None, purged=tuple(done), finished=True)
+
+
+def batch_select(
+    table: Table, expired: QuerySet[Any], cursor: Any, batch_size: int
+) -> QuerySet[Any]:
+    """One batch's SELECT: the oldest `batch_size` expired rows of `table` by its indexed
+    column, from `cursor` on (`by` and that column of each). docs/operating/retention.md
+    shows its plan on PostgreSQL."""
+    if cursor is not None:
+        expired = expired.filter(**{f"{table.order_by}__gte": cursor})
+    return expired.order_by(table.order_by).values_list(table.by, table.order_by)[:batch_size]
+
+
+def _purge_table(
+    table: Table,
+    now: datetime,
+    cutoff: datetime,
+    pace: tuple[int, float],
+    should_stop: Callable[[], bool],
+    lease: job_leases.Lease | None,
+) -> tuple[tuple[int, int], bool]:
+    """(rows deleted, dependents deleted), and whether the table was taken to its end.
+    Without a lease: a dry run, which counts the same selection."""
+    expired = table.expired(now, cutoff)
+    if lease is None:
+        dependents = table.dependents.count(expired) if table.dependents else 0
+        return (expired.count(), dependents), True
+    batch_size, pause = pace
+    deleted = dependents_deleted = 0
+    cursor = None
+    while not should_stop():
+        began = time.monotonic()
+        with transaction.atomic(durable=True):
+            if not job_leases.renew_lease(lease):
+                raise LeaseLost()
+            rows = list(batch_select(table, expired, cursor, batch_size))
+            if not rows:
+                return (deleted, dependents_deleted), True
+            ids = list(dict.fromkeys(pk for pk, _ in rows))
+            if table.dependents is not None:
+                dependents_deleted += table.dependents.delete(ids)
+            # The rule again in the DELETE: a row that stopped matching it since the SELECT
+            # (a delivery resent, say) stays.
+            model = expired.model
+            removed = (
+                expired.filter(**{f"{table.by}__in": ids})
+                .only("pk")
+                .delete()[1]
+                .get(model._meta.label, 0)
+            )
+        deleted += removed
+        # Rows of the batch's last instant may remain (ties past the limit); earlier ones
+        # are gone or kept by the rule, so the next batch starts there.
+        cursor = rows[-1][1]
+        faults.checkpoint("purge.batch_committed")
+        if removed == 0:  # selected yet not deleted: never loop on it
+            log.warning("purge_expired: a batch of %s deleted nothing; next kind", table.plural)
+            return (deleted, dependents_deleted), True
+        if pause:
+            time.sleep(pause * (time.monotonic() - began))
+    return (deleted, dependents_deleted), False

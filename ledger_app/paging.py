@@ -1,0 +1,78 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db.models import (
+    Q,
+    QuerySet,
+)
+
+from ledger_app.errors import ResourceMissing
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Any]
+    has_more: bool
+
+
+def page_newest_first(
+    queryset: QuerySet[Any],
+    *,
+    limit: int,
+    starting_after: str | None = None,
+    ending_before: str | None = None,
+) -> Page:
+    """One page of a list, newest first, by cursor: the id of an object on the previous page.
+
+    Cursors compare (created_at, id), so a page does not shift when new objects are
+    inserted while a client walks the list. The cursor is read from the database the
+    queryset reads (the replica's list pages by the replica's rows).
+    """
+    model = queryset.model
+    cursor_id = starting_after or ending_before
+    if cursor_id is None:
+        rows = list(queryset.order_by("-created_at", "-id")[: limit + 1])
+        return Page(rows[:limit], len(rows) > limit)
+    cursors = model.objects.using(queryset.db)
+    cursor = cursors.filter(pk=cursor_id).values("created_at", "id").first()
+    if cursor is None:
+        param = "starting_after" if starting_after else "ending_before"
+        raise ResourceMissing(f"No such {model._meta.model_name}: '{cursor_id}'", param=param)
+    at, pk = cursor["created_at"], cursor["id"]
+    if starting_after:
+        older = queryset.filter(Q(created_at__lt=at) | Q(created_at=at, id__lt=pk))
+        rows = list(older.order_by("-created_at", "-id")[: limit + 1])
+        return Page(rows[:limit], len(rows) > limit)
+    newer = queryset.filter(Q(created_at__gt=at) | Q(created_at=at, id__gt=pk))
+    rows = list(newer.order_by("created_at", "id")[: limit + 1])
+    return Page(list(reversed(rows[:limit])), len(rows) > limit)
+
+
+def created_in(bounds: dict[str, int] | None) -> Q:
+    """Stripe's `created` filter on created_at: {"eq", "gt", "gte", "lt" or "lte": unix
+    seconds}. An object's `created` is its created_at in whole seconds, so created[gt]=T
+    starts at T+1 and created=T is anything within second T."""
+    condition = Q()
+    for operator, seconds in (bounds or {}).items():
+        start, end = _moment(seconds), _moment(seconds + 1)
+        condition &= {
+            "eq": Q(created_at__gte=start, created_at__lt=end),
+            "gt": Q(created_at__gte=end),
+            "gte": Q(created_at__gte=start),
+            "lt": Q(created_at__lt=start),
+            "lte": Q(created_at__lt=end),
+        }[operator]
+    return condition
+
+
+def _moment(seconds: int) -> datetime:
+    """Unix seconds as a datetime; past the last one a datetime holds, that last one."""
+    try:
+        return datetime.fromtimestamp(seconds, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return datetime.max.replace(tzinfo=UTC)

@@ -1,0 +1,346 @@
+"""What the payment provider tells us later, by webhook: applied at most once per event,
+and only to the refund (or charge) the event's object is.
+
+A refund the provider reports `succeeded` or `failed` (or `canceled`) settles as it says,
+including a refund that succeeded and later failed (a closed or expired card): that one
+moves to `failed`, its amount is released with a ledger entry, `refund.failed` is
+appended, and it joins the support queue. Anything still in flight at the provider
+(`pending`, `requires_action`) changes nothing, so an older event arriving after a newer
+one cannot move a refund backwards. Charges likewise.
+
+Which refund an object is (`_not_this`, under the rows' locks): the one holding its
+provider id; or, while a refund has no provider id yet, the one its
+`metadata.ledger_refund_id` names, if the object's charge, amount and currency are that
+refund's. A succeeded refund's event may carry its card reference (ARN) in
+`destination_details`: a refund that has none yet keeps it (`settle_locked_refund`). An
+event about anything else is acknowledged, stored and changes nothing. The
+event is stored in the same transaction as its effect, so it is applied at most once and
+a failed effect leaves it to be sent again.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from ledger_app.charges.models import DISPUTE_STATUSES, Charge, ProviderMovement
+from ledger_app.charges.selectors import charges_for_update
+from ledger_app.events import services as events
+from ledger_app.events.models import EventType
+from ledger_app.events.selectors import live_endpoints
+from ledger_app.provider.card_references import card_reference
+from ledger_app.provider.dispatch import (
+    Outcome,
+    refund_for_update,
+    settle_locked_charge,
+    settle_locked_refund,
+)
+from ledger_app.provider.models import ProviderEvent
+from ledger_app.refunds import sql_writes
+from ledger_app.refunds.models import Refund
+from ledger_app.text import has_control_characters, has_unstorable_characters
+
+log = logging.getLogger("ledger_app.provider_events")
+
+ACTOR = "provider:webhook"
+DUPLICATE = "duplicate: already applied"
+# Stripe's ids are a prefix and letters, digits or underscores; ours (metadata) are too.
+# Checked before any read or write: ProviderEvent.id and the provider id columns hold 255.
+EVENT_ID = re.compile(r"evt_[A-Za-z0-9_]{1,251}")
+OBJECT_ID = re.compile(r"[A-Za-z0-9_]{1,255}")
+# A provider's event nests a handful of levels; far past that it is not one, and storing
+# it must stay clear of Python's recursion limit.
+MAX_DEPTH = 64
+SHOWN = 60  # characters of an outside value that an outcome or a log line quotes
+# The provider's statuses that are its final word; anything else is still in flight.
+REFUND_FINAL = {"succeeded": Refund.Status.SUCCEEDED, "failed": Refund.Status.FAILED}
+REFUND_FINAL["canceled"] = Refund.Status.FAILED
+CHARGE_FINAL = {"succeeded": Charge.Status.SUCCEEDED, "failed": Charge.Status.FAILED}
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    model: type[Refund] | type[Charge]
+    final: Mapping[str, str]
+    reason_field: str  # where the provider says why it failed
+    ledger_key: str  # the metadata key that carries our id
+    names_charge: bool  # the object says which charge it belongs to (a refund does)
+
+
+KINDS = {
+    "refund": Kind("refund", Refund, REFUND_FINAL, "failure_reason", "ledger_refund_id", True),
+    "charge": Kind("charge", Charge, CHARGE_FINAL, "failure_code", "ledger_charge_id", False),
+}
+
+
+@dataclass(frozen=True)
+class Applied:
+    outcome: str
+    ignored: bool = False  # the event is about nothing here that it may change
+
+
+def apply_provider_event(event: Any) -> str:
+    """Apply one provider event (Stripe's shape: id, type, data.object) at most once, and
+    say what it did. An id that is not an event id is acknowledged and nothing is written
+    (it cannot be stored, and no resend could ever be applied); a repeat of a stored event
+    changes nothing."""
+    event_id = event.get("id") if isinstance(event, dict) else None
+    if not (isinstance(event_id, str) and EVENT_ID.fullmatch(event_id)):
+        log.warning("provider event not stored: %s is not an event id", _shown(event_id))
+        return "ignored: not a provider event id"
+    if _deeper_than(event, MAX_DEPTH):
+        log.warning("provider event %s not stored: nested too deep", event_id)
+        return "ignored: nested too deep"
+    if ProviderEvent.objects.filter(pk=event_id).exists():
+        return DUPLICATE
+    event_type = _text(event.get("type"), 100)
+    with transaction.atomic(durable=True):
+        # The event's row first, as an idempotency key is taken first: the same event
+        # delivered twice at once waits here, then finds it.
+        try:
+            with transaction.atomic():
+                stored = ProviderEvent.objects.create(
+                    id=event_id, type=event_type, payload=_storable(event)
+                )
+        except IntegrityError:
+            return DUPLICATE
+        applied = _apply(_object_of(event))
+        stored.outcome = applied.outcome
+        stored.save(update_fields=["outcome"])
+    if applied.ignored:
+        log.warning("provider event %s (%s) %s", event_id, event_type, applied.outcome)
+    else:
+        log.info("provider event %s (%s): %s", event_id, event_type, applied.outcome)
+    return applied.outcome
+
+
+def _apply(obj: dict[str, Any]) -> Applied:
+    said_kind = obj.get("object")
+    if said_kind == "dispute":
+        return _apply_dispute(obj)
+    kind = KINDS.get(said_kind) if isinstance(said_kind, str) else None
+    if kind is None:
+        return Applied(f"ignored: {_shown(said_kind or 'no')} object")
+    provider_id, named = obj.get("id"), _metadata(obj).get(kind.ledger_key)
+    # Checked before any query names them: an id too long or with a NUL is no id.
+    ids = [("id", provider_id, True), (f"metadata.{kind.ledger_key}", named, False)]
+    if kind.names_charge:
+        ids.append(("charge", _charge_of(obj), False))
+    for field, value, required in ids:
+        if (required or value is not None) and not _is_id(value):
+            return Applied(f"ignored: its {kind.name}'s {field} {_shown(value)} is not an id", True)
+    provider_id = cast(str, provider_id)  # checked above: an id
+    found = _candidate(kind, provider_id, named)
+    if found is None:
+        return Applied(f"unknown {kind.name} {provider_id}")
+    if isinstance(found, str):
+        return Applied(f"ignored: {found}", True)
+    pk, charge_id = found
+    item: Refund | Charge
+    if kind.names_charge:
+        endpoints = live_endpoints()  # not the charge's: read before its lock is taken
+        charge, item = refund_for_update(charge_id=charge_id, refund_id=pk)
+    else:
+        item = charge = charges_for_update().get(pk=pk)
+    why = _not_this(kind, obj, item, charge)
+    if why:
+        return Applied(f"ignored: {why}", True)
+    said = obj.get("status")
+    status = kind.final.get(said) if isinstance(said, str) else None
+    if status is None:
+        return Applied(f"{kind.name} {item.pk}: provider says {_shown(said)}; nothing changes")
+    # A refund's card reference (ARN), guarded there: refund.updated carries it when the
+    # card network gives it; the settle records it on a succeeded refund that has none.
+    reference = card_reference(obj.get("destination_details")) if kind.names_charge else ""
+    outcome = Outcome(status, provider_id, _reason(obj, kind.reason_field), reference)
+    before, noted = item.status, ""
+    after: Refund | Charge
+    if isinstance(item, Refund):
+        had = item.destination_reference
+        after = settle_locked_refund(
+            charge=charge,
+            refund=item,
+            outcome=outcome,
+            actor=ACTOR,
+            reversal=True,
+            endpoints=endpoints,
+        )
+        noted = ", card reference recorded" if after.destination_reference != had else ""
+    else:
+        after = settle_locked_charge(charge=charge, outcome=outcome, actor=ACTOR)
+    return Applied(f"{kind.name} {item.pk}: {before} -> {after.status}{noted}")
+
+
+def _apply_dispute(obj: dict[str, Any]) -> Applied:
+    """A dispute the provider tells of (charge.dispute.created, .updated, .closed): kept
+    on its charge, under the charge's lock, so no refund is reserved while it is open. The
+    charge is the one the provider knows by the dispute's `charge`; a charge has at most
+    one dispute, of at most its amount, in its currency. Its first word appends
+    `charge.updated` (`disputed` becomes true)."""
+    dispute_id, charge_ref, status = obj.get("id"), _charge_of(obj), obj.get("status")
+    for field, value in (("id", dispute_id), ("charge", charge_ref)):
+        if not _is_id(value):
+            return Applied(f"ignored: its dispute's {field} {_shown(value)} is not an id", True)
+    if status not in DISPUTE_STATUSES:
+        return Applied(f"ignored: dispute {dispute_id}'s status {_shown(status)} is not one", True)
+    # A charge's amount and currency never change, so they are checked before its lock.
+    found = (
+        Charge.objects.filter(
+            Q(provider_charge_id=charge_ref) | Q(pk=charge_ref, provider_charge_id="")
+        )
+        .values_list("pk", "amount", "currency")
+        .first()
+    )
+    if found is None:
+        return Applied(f"unknown charge {charge_ref} of dispute {dispute_id}")
+    pk, charge_amount, charge_currency = found
+    amount, currency = obj.get("amount"), _lower(obj.get("currency"))
+    if type(amount) is not int or not 0 < amount <= charge_amount or currency != charge_currency:
+        return Applied(
+            f"ignored: dispute {dispute_id} of {_shown(amount)} {_shown(currency)} does not fit "
+            f"charge {pk} ({charge_amount} {charge_currency})",
+            True,
+        )
+    endpoints = live_endpoints()  # read before the charge's lock, as every move does
+    charge = charges_for_update().get(pk=pk)
+    if charge.dispute_id and charge.dispute_id != dispute_id:
+        return Applied(f"ignored: charge {charge.pk} is disputed as {charge.dispute_id}", True)
+    before = charge.dispute_status or "none"
+    first = not charge.dispute_id
+    charge.dispute_id, charge.dispute_status = cast(str, dispute_id), status  # checked above
+    statements: list[sql_writes.Statement | None] = [
+        sql_writes.update(charge, ["dispute_id", "dispute_status", "updated_at"])
+    ]
+    if first:
+        statements += events.event_writes(
+            [(EventType.CHARGE_UPDATED, charge, {"disputed": False})], endpoints=endpoints
+        )
+    sql_writes.execute_together(statements)
+    return Applied(f"charge {charge.pk}: dispute {dispute_id} {before} -> {status}")
+
+
+def _candidate(kind: Kind, provider_id: str, named: str | None) -> tuple[str, str] | str | None:
+    """(pk, charge id) of the refund or charge the object may be, read without locks: the
+    one holding its provider id, else the one its metadata names; a string says why none
+    can be chosen."""
+    columns = ("pk", "charge_id") if kind.names_charge else ("pk", "pk")
+    holding = kind.model.objects.filter(**{kind.model.provider_id_field: provider_id})
+    rows = list(holding.values_list(*columns)[:2])
+    if len(rows) > 1:
+        return f"more than one {kind.name} holds provider id {provider_id}"
+    if rows:
+        return cast("tuple[str, str]", rows[0])
+    if named is None:
+        return None
+    return kind.model.objects.filter(pk=named).values_list(*columns).first()
+
+
+def _not_this(kind: Kind, obj: dict[str, Any], item: ProviderMovement, charge: Charge) -> str:
+    """Why the provider's object is not this refund (or charge), read on its locked row;
+    empty when it is. It is the one holding its provider id (any metadata naming no other,
+    any charge, amount and currency stated agreeing); or one with no provider id yet that
+    its metadata names, with the same charge, amount and currency. Every event type comes
+    through here: the kind is the object's, not the event's."""
+    what, provider_id = f"{kind.name} {item.pk}", obj["id"]
+    named = _metadata(obj).get(kind.ledger_key)
+    if item.provider_id and item.provider_id != provider_id:
+        return f"{what} is {item.provider_id} at the provider, not {provider_id}"
+    if named is not None and named != item.pk:
+        return f"{provider_id} is {what}, but its metadata names {named}"
+    if not item.provider_id and named is None:
+        return f"{what} has no provider id and the event's metadata names none"
+    facts: list[tuple[str, object, object]] = [
+        ("amount", item.amount, obj.get("amount")),
+        ("currency", item.currency, _lower(obj.get("currency"))),
+    ]
+    if kind.names_charge:
+        facts.append(("charge", charge.provider_reference, _charge_of(obj)))
+    for field, ours, theirs in facts:
+        if theirs is None and item.provider_id:
+            continue  # its provider id says which it is; a fact left out is no conflict
+        if type(theirs) is not type(ours) or theirs != ours:
+            return f"{what}'s {field} is {ours}, the event's {_shown(theirs)}"
+    return ""
+
+
+def _object_of(event: dict[str, Any]) -> dict[str, Any]:
+    data = event.get("data")
+    obj = data.get("object") if isinstance(data, dict) else None
+    return obj if isinstance(obj, dict) else {}
+
+
+def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    metadata = obj.get("metadata")
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _charge_of(obj: dict[str, Any]) -> Any:
+    """A refund's charge: its id, or the charge object when the provider expanded it."""
+    charge = obj.get("charge")
+    return charge.get("id") if isinstance(charge, dict) else charge
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str) and OBJECT_ID.fullmatch(value) is not None
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _reason(obj: dict[str, Any], field: str) -> str:
+    said = obj.get("status")
+    if said in ("failed", "canceled"):
+        reason = obj.get(field)
+        return _text(reason if isinstance(reason, str) and reason else said, 255)
+    return ""
+
+
+def _shown(value: Any) -> str:
+    """An outside value as an outcome or log line may quote it: ids as they are, anything
+    else escaped (no newline, NUL or surrogate gets through) and cut short."""
+    if _is_id(value) and len(value) <= SHOWN:
+        return cast(str, value)
+    return repr(value)[:SHOWN]
+
+
+def _text(value: Any, limit: int) -> str:
+    """An outside string as the database can store it and a log line can quote it, at most
+    `limit` characters: with a control character (or a NUL, a lone surrogate) escaped."""
+    text = value if isinstance(value, str) else ""
+    return text[:limit] if not has_control_characters(text) else repr(text)[:limit]
+
+
+def _storable(value: Any) -> Any:
+    """The event as received, but with text PostgreSQL cannot store (NUL, lone
+    surrogates) replaced, so that it can be kept as the record of what came."""
+    if isinstance(value, str):
+        if not has_unstorable_characters(value):
+            return value
+        return value.encode("utf-8", "replace").decode().replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_storable(str(key)): _storable(inner) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [_storable(inner) for inner in value]
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    level = [value]
+    for _ in range(limit):
+        level = [
+            inner
+            for outer in level
+            if isinstance(outer, dict | list)
+            for inner in (outer.values() if isinstance(outer, dict) else outer)
+        ]
+        if not level:
+            return False
+    return True

@@ -1,1 +1,0 @@
-"""The only code that writes ledger rows. Interfaces call these functions and nothing else."""
