@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""Object ids: a prefix and random letters and digits, as Stripe's look."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""Which refunds or charges a sender holds (a lease), and which wait or are in doubt:
+the conditions the dispatch worker, the reconciler and the support queue share."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""List pages by cursor, newest first, and Stripe's `created` filter."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Access: API keys, staff preferences, the second factor."""

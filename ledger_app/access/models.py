@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""API keys (hashed, shown once) and each staff member's preferences."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""Reads of API keys: the live key behind a request's prefix."""
 
 from __future__ import annotations
 

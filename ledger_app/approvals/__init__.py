@@ -1,0 +1,2 @@
+"""Limits and approvals: who may refund how much alone, and the four-eyes decision on
+what is over a limit."""

@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""Refund limits per staff member or API key, and the admin's views of refunds that
+wait for a second person or for attention (proxies of Refund)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""Reads of refund limits: those set on an API key."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Charges: the charges refunds are made against, created through the API or imported."""

@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""Charges, and what charges and refunds share: a movement of money the provider
+answers for (its status, lease, provider id and provider idempotency key)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""Reads of charges: for update under a row lock, by PaymentIntent, and each
+charge's state (its newest ledger entry) for the admin's stale-form check."""
 
 from __future__ import annotations
 

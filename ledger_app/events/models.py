@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""Events (what changed, as Stripe's event objects), webhook endpoints and their
+deliveries."""
 
 from __future__ import annotations
 

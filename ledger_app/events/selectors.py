@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""Reads of events and webhook endpoints: the endpoints an event fans out to, the
+deliveries a worker may claim, the API's event list."""
 
 from __future__ import annotations
 

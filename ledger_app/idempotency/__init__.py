@@ -1,0 +1,1 @@
+"""Idempotency: keys that make a retry replay what the first request made."""

@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""Idempotency records: one per (owner, key), bound to the refund or charge it made."""
 
 from __future__ import annotations
 

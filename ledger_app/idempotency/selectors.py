@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""Reads of idempotency records: a key's record and what it made, and the keys old
+enough to purge."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""The append-only ledger: one entry for every moment money is reserved, moved or
+released."""
 
 from __future__ import annotations
 

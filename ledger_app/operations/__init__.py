@@ -1,0 +1,1 @@
+"""Operations: leases on jobs, shared rate counters, retention of what expired."""

@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""Rows the running system keeps for itself: shared rate counters and job leases."""
 
 from __future__ import annotations
 

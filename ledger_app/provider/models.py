@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""What the provider told us: each webhook event received, once."""
 
 from __future__ import annotations
 

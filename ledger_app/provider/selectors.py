@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""Reads for talking to the provider: the dispatch worker's queue and what the
+reconciler asks about."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Refunds: the one service that writes them, its checks, and bulk refunds."""

@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""Refunds: the amount, reason and status of money given back on a charge."""
 
 from __future__ import annotations
 

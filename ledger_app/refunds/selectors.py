@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""Reads of refunds: a key's earlier refund, a refund under its charge's lock, the
+refunds that recently succeeded, the support queue and a charge's newest refunds."""
 
 from __future__ import annotations
 
