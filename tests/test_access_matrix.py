@@ -20,8 +20,6 @@ from ledger_app.models import (
     ApiKey,
     Charge,
     Event,
-    IdempotencyRecord,
-    LedgerEntry,
     Refund,
     WebhookEndpoint,
     new_charge_id,
@@ -32,6 +30,7 @@ from simulated_provider.models import ProviderRefund
 from tests import tally
 from tests.api_routes import FORM, api_endpoints, send, walk
 from tests.factories import ChargeFactory
+from tests.invariants import books, rows_written
 from tests.second_factor import verified
 
 pytestmark = pytest.mark.django_db
@@ -49,7 +48,9 @@ def fill(route: str, charge: Charge, refund: Refund) -> str:
 
 
 @pytest.fixture
-def books(inline_dispatch):
+def url_objects(inline_dispatch):
+    """(charge, refund, snapshot): an object for every URL here to find, and what a refused
+    request must leave as it was (every table's rows and the charge's books)."""
     # A refund left unknown by a provider timeout: it is in the attention queue too, so
     # every refund admin URL finds its object and answers for the permission alone.
     charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "timeout"})
@@ -58,16 +59,7 @@ def books(inline_dispatch):
     sent = create_refund(charge_id=ChargeFactory(amount=1_000).id, amount=100).item
     assert sent.status == "succeeded"  # and the simulated provider holds its record
 
-    def snapshot():
-        return (
-            Charge.objects.count(),
-            Refund.objects.count(),
-            LedgerEntry.objects.count(),
-            IdempotencyRecord.objects.count(),
-            Charge.objects.get(pk=charge.pk).amount_refunded,
-        )
-
-    return charge, refund, snapshot
+    return charge, refund, lambda: (rows_written(), books(charge))
 
 
 def test_the_api_has_the_endpoints_this_file_checks():
@@ -88,8 +80,8 @@ def test_the_api_has_the_endpoints_this_file_checks():
 
 
 @pytest.mark.parametrize("credential", ["none", "wrong", "revoked", "basic-wrong"])
-def test_every_api_endpoint_and_method_without_a_valid_key_is_401(client, books, credential):
-    charge, refund, snapshot = books
+def test_every_api_endpoint_and_method_without_a_valid_key_is_401(client, url_objects, credential):
+    charge, refund, snapshot = url_objects
     key, secret = create_api_key(name="soon revoked")
     revoke_api_key(prefix=key.prefix)
     header = {
@@ -114,8 +106,8 @@ def test_every_api_endpoint_and_method_without_a_valid_key_is_401(client, books,
     tally.add("access", operations=checked, invariant_checks=1)
 
 
-def test_a_read_only_key_reads_everywhere_and_writes_nowhere(client, books):
-    charge, refund, snapshot = books
+def test_a_read_only_key_reads_everywhere_and_writes_nowhere(client, url_objects):
+    charge, refund, snapshot = url_objects
     headers = {"HTTP_AUTHORIZATION": f"Bearer {create_api_key(name='ro', read_only=True)[1]}"}
     before = snapshot()
     writes = 0
@@ -163,8 +155,10 @@ def assert_forbidden(client: Client, requests: list[tuple[str, str]]) -> None:
         assert response.status_code == 403, (method, url, response.status_code)
 
 
-def test_staff_without_permissions_get_403_on_every_refund_url(staff_without_permissions, books):
-    charge, refund, snapshot = books
+def test_staff_without_permissions_get_403_on_every_refund_url(
+    staff_without_permissions, url_objects
+):
+    charge, refund, snapshot = url_objects
     before = snapshot()
     urls = admin_refund_urls(charge, refund)
 
@@ -182,8 +176,8 @@ def test_staff_without_permissions_get_403_on_every_refund_url(staff_without_per
     tally.add("access", operations=2 * len(urls), invariant_checks=1)
 
 
-def test_staff_who_may_only_look_get_403_on_every_url_that_refunds(viewer_client, books):
-    charge, refund, snapshot = books
+def test_staff_who_may_only_look_get_403_on_every_url_that_refunds(viewer_client, url_objects):
+    charge, refund, snapshot = url_objects
     before = snapshot()
     charge_refund = f"/admin/ledger_app/charge/{quote(charge.pk)}/refund/"
     writing = [
@@ -202,9 +196,9 @@ def test_staff_who_may_only_look_get_403_on_every_url_that_refunds(viewer_client
     tally.add("access", operations=len(writing), invariant_checks=1)
 
 
-def test_no_api_secret_is_stored_anywhere_in_the_database(client, books):
+def test_no_api_secret_is_stored_anywhere_in_the_database(client, url_objects):
     """Not only ApiKey: every text column of every table, after the key has been used."""
-    charge, _, _ = books
+    charge, _, _ = url_objects
     _, secret = create_api_key(name="order-service")
     used = client.post(
         "/v1/refunds",

@@ -16,8 +16,6 @@ from django.test import RequestFactory
 
 from ledger_app.admin import ReadOnlyAdmin
 from ledger_app.models import Charge, Refund
-from ledger_app.refunds.services import create_refund
-from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -63,14 +61,9 @@ def test_every_admin_of_this_project_is_read_only_and_so_refuses_nul_ids():
     assert {m for m in admin.site._registry if m not in ours} == {User, Group}
 
 
-@pytest.fixture
-def some_books(inline_dispatch):
-    charge = ChargeFactory(amount=5_000)
-    refund = create_refund(charge_id=charge.pk, amount=100).item
-    return charge, refund
-
-
-def test_nul_in_any_admin_object_url_is_404_for_a_superuser(admin_client, some_books, caplog):
+def test_nul_in_any_admin_object_url_is_404_for_a_superuser(
+    admin_client, charge_with_a_refund, caplog
+):
     caplog.set_level(logging.INFO)
     before = (Charge.objects.count(), Refund.objects.count())
     urls = nul_urls()
@@ -87,7 +80,7 @@ def test_nul_in_any_admin_object_url_is_404_for_a_superuser(admin_client, some_b
     assert errors == [], [r.getMessage() for r in errors]
 
 
-def test_nul_in_an_admin_url_is_404_for_anyone(client, some_books):
+def test_nul_in_an_admin_url_is_404_for_anyone(client, charge_with_a_refund):
     """No login page in between: such a URL names nothing, whoever asks."""
     for url in ["/admin/ledger_app/charge/%00/change/", "/admin/auth/user/%00/change/"]:
         assert client.get(url).status_code == 404, url
@@ -108,8 +101,8 @@ def test_read_only_admins_refuse_nul_ids_themselves(rf: RequestFactory, admin_us
             model_admin.get_object(request, object_id)
 
 
-def test_real_object_pages_still_open(admin_client, some_books):
-    charge, refund = some_books
+def test_real_object_pages_still_open(admin_client, charge_with_a_refund):
+    charge, refund = charge_with_a_refund
     charge_id, refund_id = quote(charge.pk), quote(refund.pk)  # ids may hold "_3B" and such
 
     for url in [
@@ -123,7 +116,9 @@ def test_real_object_pages_still_open(admin_client, some_books):
 
 
 @pytest.mark.postgres
-def test_on_postgresql_a_nul_id_would_reach_the_database_as_an_error(admin_client, some_books):
+def test_on_postgresql_a_nul_id_would_reach_the_database_as_an_error(
+    admin_client, charge_with_a_refund
+):
     """Why this matters: PostgreSQL refuses NUL in a query outright, so any admin that
     looked such an id up would answer 500."""
     with pytest.raises(DataError), transaction.atomic():

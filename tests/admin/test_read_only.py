@@ -5,25 +5,16 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from ledger_app.models import IdempotencyRecord, LedgerEntry
-from ledger_app.refunds.services import create_refund
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def books(succeeded_charge):
-    refund = create_refund(
-        charge_id=succeeded_charge.id, amount=1_234, idempotency_key="k-admin"
-    ).item
-    return succeeded_charge, refund
-
-
 @pytest.mark.parametrize("model", ["charge", "refund", "idempotencyrecord", "ledgerentry"])
-def test_changelists_show_the_data(admin_client, books, model):
+def test_changelists_show_the_data(admin_client, charge_with_a_refund, model):
     response = admin_client.get(reverse(f"admin:ledger_app_{model}_changelist"))
 
     assert response.status_code == 200
-    charge, refund = books
+    charge, refund = charge_with_a_refund
     expected = {
         "charge": charge.id,
         "refund": refund.id,
@@ -33,7 +24,7 @@ def test_changelists_show_the_data(admin_client, books, model):
     assert expected.encode() in response.content
 
 
-def test_money_is_formatted_for_its_currency(admin_client, books):
+def test_money_is_formatted_for_its_currency(admin_client, charge_with_a_refund):
     response = admin_client.get(reverse("admin:ledger_app_charge_changelist"))
 
     assert b"$100.00" in response.content  # amount
@@ -48,8 +39,8 @@ def test_nothing_can_be_added_by_hand(admin_client, model):
     assert response.status_code == 403
 
 
-def test_refund_page_is_read_only_and_cannot_be_deleted(admin_client, books):
-    _, refund = books
+def test_refund_page_is_read_only_and_cannot_be_deleted(admin_client, charge_with_a_refund):
+    _, refund = charge_with_a_refund
     change_url = reverse("admin:ledger_app_refund_change", args=[quote(refund.pk)])
     delete_url = reverse("admin:ledger_app_refund_delete", args=[quote(refund.pk)])
 
@@ -65,8 +56,8 @@ def test_refund_page_is_read_only_and_cannot_be_deleted(admin_client, books):
     assert IdempotencyRecord.objects.filter(key="k-admin").exists()
 
 
-def test_the_simulated_providers_records_are_visible_read_only(admin_client, books):
-    _, refund = books
+def test_the_simulated_providers_records_are_visible_read_only(admin_client, charge_with_a_refund):
+    _, refund = charge_with_a_refund
     url = reverse("admin:simulated_provider_providerrefund_changelist")
 
     response = admin_client.get(url)

@@ -11,8 +11,9 @@ from django.conf import settings
 from django.test import Client
 
 from ledger_app.api.parsing import MAX_JSON_DEPTH
-from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
+from ledger_app.models import Charge, Refund
 from tests.factories import ChargeFactory
+from tests.invariants import rows_written
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]
 
@@ -182,19 +183,10 @@ def bodies(path: str, charge_id: str) -> list[tuple[str, str]]:
     return found
 
 
-def books() -> tuple[int, ...]:
-    return (
-        Refund.objects.count(),
-        Charge.objects.count(),
-        LedgerEntry.objects.count(),
-        IdempotencyRecord.objects.count(),
-    )
-
-
 @pytest.mark.parametrize("path", ["/v1/refunds", "/v1/charges"])
 def test_deeply_nested_json_is_a_400_and_writes_nothing(api, path, caplog):
     charge = ChargeFactory(amount=10_000)
-    before = books()
+    before = rows_written()
     caplog.set_level(logging.INFO)
     too_deep = f"The request body could not be parsed: nested more than {MAX_JSON_DEPTH} levels"
     wrong = []
@@ -218,7 +210,7 @@ def test_deeply_nested_json_is_a_400_and_writes_nothing(api, path, caplog):
             wrong.append((name, *answer))
 
     assert wrong == [], wrong
-    assert books() == before
+    assert rows_written() == before
     tracebacks = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     assert tracebacks == [], [r.getMessage() for r in tracebacks]
 

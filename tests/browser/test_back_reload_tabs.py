@@ -43,7 +43,7 @@ CONFIRM_BUTTON = "input[type=submit][value='Yes, refund them in full']"
 in_both_browsers = pytest.mark.parametrize("page", FLAVOURS, indirect=True)
 
 
-def books(charge) -> tuple[int, int]:
+def settled_refunds(charge) -> tuple[int, int]:
     """(refunds of the charge, its amount_refunded) once every refund has settled."""
     wait_until(lambda: settled(charge))
     charge.refresh_from_db()
@@ -56,8 +56,8 @@ def provider_refund_requests() -> int:
 
 
 def refunds_made(charge) -> tuple[int, int, int]:
-    """books(charge), then every refund request that reached the provider."""
-    return (*books(charge), provider_refund_requests())
+    """settled_refunds(charge), then every refund request that reached the provider."""
+    return (*settled_refunds(charge), provider_refund_requests())
 
 
 def form_key(page) -> str:
@@ -323,14 +323,14 @@ def test_two_forms_drawn_separately_cannot_both_refund_what_they_showed(
     assert submit(second) == second_url, "the second tab must not refund"
     assert_drawn_again_from_the_charge_now(second, charge, refund)
     assert form_key(second) == second_key
-    assert books(charge) == (1, 100)
+    assert settled_refunds(charge) == (1, 100)
 
     # Reload posts the refused submission again, with the state it was drawn against.
     response = second.reload()
     assert response.request.method == "POST"
     assert "(charge_changed)" in second.inner_text("p.errornote.charge-changed")
     assert second.input_value("#id_amount") == ""
-    assert books(charge) == (1, 100)
+    assert settled_refunds(charge) == (1, 100)
 
     # Typing the same amount on the form drawn from the charge as it is now repeats the
     # first tab's refund: the form says so and refunds nothing until it is ticked.
@@ -339,7 +339,7 @@ def test_two_forms_drawn_separately_cannot_both_refund_what_they_showed(
     assert "repeat_of_earlier" in second.inner_text("#repeat-warning") or refund.pk in (
         second.inner_text("#repeat-warning")
     )
-    assert books(charge) == (1, 100)
+    assert settled_refunds(charge) == (1, 100)
     second.check("#id_refund_again")
     assert at_charge_page(charge)(submit(second))
     newer = Refund.objects.exclude(pk=refund.pk).get(charge=charge)
@@ -383,7 +383,7 @@ def test_a_double_click_on_refund_issues_exactly_one_refund(agent_page, how):
         f"Already submitted: this form issued refund {refund.pk} of {shown} ("
     )
     assert "Nothing new was refunded" in warning.inner_text()
-    assert books(charge) == (1, amount)
+    assert settled_refunds(charge) == (1, amount)
     refund.refresh_from_db()
     assert (refund.charge_id, refund.amount) == (charge.pk, amount)
     assert refund.status == Refund.Status.SUCCEEDED
@@ -482,9 +482,9 @@ def test_back_after_a_bulk_refund_refunds_nothing_more(agent_page, browser_probl
 
     assert Refund.objects.count() == 2
     for charge in (first, second):
-        assert books(charge) == (1, charge.amount)
-    assert books(failed) == (0, 0)
-    assert books(untouched) == (0, 0)
+        assert settled_refunds(charge) == (1, charge.amount)
+    assert settled_refunds(failed) == (0, 0)
+    assert settled_refunds(untouched) == (0, 0)
     assert provider_refund_requests() == 2
 
 
@@ -511,7 +511,7 @@ def test_a_double_click_on_the_bulk_confirmation_refunds_each_charge_once(agent_
     assert "Already refunded by this confirmation (replayed): " in messages
     assert all(charge.pk in messages for charge in chosen)
     for charge in chosen:
-        assert books(charge) == (1, charge.amount)
+        assert settled_refunds(charge) == (1, charge.amount)
     assert Refund.objects.count() == 2
     assert provider_refund_requests() == 2
 
@@ -539,4 +539,4 @@ def test_a_blank_amount_with_the_box_unticked_is_refused_and_refunds_nothing(age
     assert at_charge_page(charge)(submit(page))
     refund = Refund.objects.get()
     assert page.inner_text(".messagelist .success") == f"Refund {refund.pk} of $50.00: succeeded."
-    assert books(charge) == (1, 5_000)
+    assert settled_refunds(charge) == (1, 5_000)

@@ -67,7 +67,9 @@ def post(client, event: dict, **sign):
     )
 
 
-def books(refund: Refund) -> tuple[str, int, list[str]]:
+def as_booked(refund: Refund) -> tuple[str, int, list[str]]:
+    """What the ledger holds of a refund: its status, its charge's amount_refunded and the
+    kinds of its ledger entries."""
     refund.refresh_from_db()
     refund.charge.refresh_from_db()
     kinds = list(LedgerEntry.objects.filter(refund=refund).values_list("kind", flat=True))
@@ -94,7 +96,7 @@ class TestInboundWebhook:
         answer = post(client, refund_event(unknown_refund, "succeeded", event_id="evt_1"))
 
         assert answer.status_code == 200
-        assert books(unknown_refund) == (
+        assert as_booked(unknown_refund) == (
             "succeeded",
             1_200,
             ["refund_reserved", "refund_succeeded"],
@@ -109,7 +111,7 @@ class TestInboundWebhook:
         answer = post(client, event)
 
         assert answer.status_code == 200
-        assert books(succeeded_refund) == (
+        assert as_booked(succeeded_refund) == (
             "failed",
             0,
             ["refund_reserved", "refund_succeeded", "refund_released"],
@@ -137,13 +139,13 @@ class TestInboundWebhook:
     def test_a_repeated_event_changes_nothing(self, client, succeeded_refund):
         event = refund_event(succeeded_refund, "failed", event_id="evt_3")
         assert post(client, event).status_code == 200
-        before = (books(succeeded_refund), Event.objects.count())
+        before = (as_booked(succeeded_refund), Event.objects.count())
 
         again = post(client, event)
 
         assert again.status_code == 200
         assert again.json()["outcome"] == "duplicate: already applied"
-        assert (books(succeeded_refund), Event.objects.count()) == before
+        assert (as_booked(succeeded_refund), Event.objects.count()) == before
         assert ProviderEvent.objects.filter(pk="evt_3").count() == 1
 
     @pytest.mark.parametrize(
@@ -155,13 +157,13 @@ class TestInboundWebhook:
         ids=["wrong_secret", "stale"],
     )
     def test_a_bad_or_stale_signature_is_400_and_writes_nothing(self, client, unknown_refund, sign):
-        before = books(unknown_refund)
+        before = as_booked(unknown_refund)
 
         answer = post(client, refund_event(unknown_refund, "succeeded", event_id="evt_4"), **sign)
 
         assert answer.status_code == 400
         assert answer.json()["error"]["code"] == "signature_invalid"
-        assert books(unknown_refund) == before
+        assert as_booked(unknown_refund) == before
         assert not ProviderEvent.objects.exists()
 
     def test_no_signature_or_a_tampered_body_is_400(self, client, unknown_refund):
@@ -177,7 +179,7 @@ class TestInboundWebhook:
         )
 
         assert (unsigned.status_code, tampered.status_code) == (400, 400)
-        assert unknown_refund.status == books(unknown_refund)[0] == "unknown"
+        assert unknown_refund.status == as_booked(unknown_refund)[0] == "unknown"
         assert not ProviderEvent.objects.exists()
 
     def test_an_event_about_an_unknown_refund_is_stored_and_acknowledged(self, client, db):
@@ -195,19 +197,19 @@ class TestInboundWebhook:
 
     def test_an_older_pending_after_succeeded_changes_nothing(self, client, unknown_refund):
         post(client, refund_event(unknown_refund, "succeeded", event_id="evt_new"))
-        before = books(unknown_refund)
+        before = as_booked(unknown_refund)
 
         answer = post(client, refund_event(unknown_refund, "pending", event_id="evt_old"))
 
         assert answer.status_code == 200
-        assert books(unknown_refund) == before == ("succeeded", 1_200, before[2])
+        assert as_booked(unknown_refund) == before == ("succeeded", 1_200, before[2])
 
     def test_an_older_succeeded_after_failed_changes_nothing(self, client, succeeded_refund):
         post(client, refund_event(succeeded_refund, "failed", event_id="evt_fail"))
 
         post(client, refund_event(succeeded_refund, "succeeded", event_id="evt_late_success"))
 
-        assert books(succeeded_refund)[:2] == ("failed", 0)
+        assert as_booked(succeeded_refund)[:2] == ("failed", 0)
 
     def test_get_is_not_allowed(self, client, db):
         assert client.get(URL).status_code == 405
@@ -223,7 +225,7 @@ class TestReconcilerRecheck:
         out = io.StringIO()
         call_command("reconcile", stdout=out)
 
-        assert books(refund) == (
+        assert as_booked(refund) == (
             "failed",
             0,
             ["refund_reserved", "refund_succeeded", "refund_released"],
@@ -239,7 +241,7 @@ class TestReconcilerRecheck:
 
         call_command("reconcile", stdout=io.StringIO())
 
-        assert books(fine)[0] == books(failing)[0] == "succeeded"
+        assert as_booked(fine)[0] == as_booked(failing)[0] == "succeeded"
 
 
 @pytest.fixture
@@ -254,12 +256,12 @@ def webhook_door(live_server, settings):
 class TestSimulatedProviderNews:
     def test_pending_then_succeed_settles_when_the_provider_sends_its_news(self, unknown_refund):
         reconcile_refunds()  # the provider still says pending: nothing changes
-        assert books(unknown_refund)[0] == "unknown"
+        assert as_booked(unknown_refund)[0] == "unknown"
 
         out = io.StringIO()
         call_command("advance_simulated_provider", stdout=out)
 
-        assert books(unknown_refund) == (
+        assert as_booked(unknown_refund) == (
             "succeeded",
             1_200,
             ["refund_reserved", "refund_succeeded"],
@@ -274,5 +276,5 @@ class TestSimulatedProviderNews:
         call_command("advance_simulated_provider", stdout=io.StringIO())
         call_command("advance_simulated_provider", stdout=io.StringIO())  # nothing more
 
-        assert books(refund)[:2] == ("failed", 0)
+        assert as_booked(refund)[:2] == ("failed", 0)
         assert Event.objects.filter(refund=refund, type="refund.failed").count() == 1
