@@ -116,7 +116,7 @@ def card_error_response(charge) -> Response:
     """Stripe's answer to a declined charge: 402 `card_error`, naming the charge (which
     stays retrievable, `status: failed`), `card_declined` with the provider's decline code
     when it gave one that reads as a code (`generic_decline` otherwise)."""
-    from ledger_app.rendering.stripe_objects import FAILURE_CODE
+    from ledger_app.rendering.charges import FAILURE_CODE
 
     detail = charge.status_detail
     decline = detail if FAILURE_CODE.match(detail) else "generic_decline"

@@ -2,7 +2,7 @@
 the ledger holds.
 
 - a refund: `charge` (the charge, as GET /v1/charges/{id} shows it) and `payment_intent`;
-- a charge: `refunds` (its 100 newest, rather than 10; stripe_objects.ChargeSerializer)
+- a charge: `refunds` (its 100 newest, rather than 10; rendering/charges.py's ChargeSerializer)
   and `payment_intent`;
 - a PaymentIntent: `latest_charge`;
 - a list: `data.<field>`, the same for every object of the page, fetched in one query per
@@ -22,8 +22,9 @@ from ledger_app import api_versions
 from ledger_app.charges.models import Charge
 from ledger_app.charges.selectors import latest_charges_of
 from ledger_app.refunds.selectors import with_first_refunds
+from ledger_app.rendering.charges import EMBEDDED_REFUNDS
 from ledger_app.rendering.payment_intents import payment_intent_in
-from ledger_app.rendering.stripe_objects import EMBEDDED_REFUNDS, plain
+from ledger_app.rendering.snapshots import object_snapshot
 
 REFUND_FIELDS = frozenset({"charge", "payment_intent"})
 INTENT_FIELDS = frozenset({"latest_charge"})
@@ -66,7 +67,7 @@ def _expand_charges(
     charges = list(Charge.objects.using(using).filter(pk__in=ids))
     if embed_refunds:
         charges = with_first_refunds(charges, EMBEDDED_REFUNDS + 1)
-    shown = {c.pk: plain(c, embed_refunds=embed_refunds) for c in charges}
+    shown = {c.pk: object_snapshot(c, embed_refunds=embed_refunds) for c in charges}
     for item in items:
         if isinstance(item.get(field), str):
             item[field] = shown[item[field]]

@@ -20,9 +20,9 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 
 
 class FixedFieldSchema(OpenApiSerializerFieldExtension):
-    """A field that is always the same value (stripe_objects.Fixed) carries its schema."""
+    """A field that is always the same value (rendering/fields.py's Fixed) carries its schema."""
 
-    target_class = "ledger_app.rendering.stripe_objects.Fixed"
+    target_class = "ledger_app.rendering.fields.Fixed"
 
     def map_serializer_field(self, auto_schema, direction):
         return dict(self.target.schema)
@@ -31,7 +31,7 @@ class FixedFieldSchema(OpenApiSerializerFieldExtension):
 class ExpandableIdSchema(OpenApiSerializerFieldExtension):
     """An id that expand[] may replace by its object: the id, or the object."""
 
-    target_class = "ledger_app.rendering.stripe_objects.ExpandableId"
+    target_class = "ledger_app.rendering.fields.ExpandableId"
 
     def map_serializer_field(self, auto_schema, direction):
         return {
@@ -57,7 +57,7 @@ class ExpandSchema(OpenApiSerializerFieldExtension):
 def fields_left_out(result, generator, request, public):
     """Fields Stripe leaves out when they have no value (StripeObject.LEFT_OUT_WHEN_NULL)
     are not required: drf-spectacular marks every read-only field required."""
-    from ledger_app.rendering.stripe_objects import StripeObject
+    from ledger_app.rendering.fields import StripeObject
 
     schemas = result.get("components", {}).get("schemas", {})
     for serializer in StripeObject.__subclasses__():

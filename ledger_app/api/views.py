@@ -54,19 +54,16 @@ from ledger_app.paging import created_in, page_newest_first
 from ledger_app.refunds.models import Refund
 from ledger_app.refunds.selectors import with_first_refunds
 from ledger_app.refunds.services import create_refund, update_refund_metadata
-from ledger_app.rendering.payment_intents import PaymentIntentSerializer, payment_intent_in
-from ledger_app.rendering.stripe_objects import (
+from ledger_app.rendering.charges import (
     EMBEDDED_REFUNDS,
     EXPANDED_REFUNDS,
     ChargeListSerializer,
     ChargeSerializer,
-    ErrorSerializer,
-    EventListSerializer,
-    EventSerializer,
-    RefundListSerializer,
-    RefundSerializer,
-    refunds_now_for,
 )
+from ledger_app.rendering.events import EventListSerializer, EventSerializer, refunds_now_for
+from ledger_app.rendering.fields import ErrorSerializer
+from ledger_app.rendering.payment_intents import PaymentIntentSerializer, payment_intent_in
+from ledger_app.rendering.refunds import RefundListSerializer, RefundSerializer
 from ledger_app.replica import stale_ok
 
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409, 413, 415, 429)}
@@ -463,7 +460,7 @@ def api_refund(request, key: str | None, params: dict[str, Any], **charge_named)
 
 def refunds_now(events: list[Event], context: dict[str, Any]) -> list[Event]:
     """A page of events, with what older API versions show of their charges' refunds
-    read for the page at once (stripe_objects.refunds_now_for), not once per event."""
+    read for the page at once (rendering/events.py's refunds_now_for), not once per event."""
     context["refunds_now"] = refunds_now_for(events, context["version"])
     return events
 

@@ -33,7 +33,7 @@ from ledger_app.events.endpoints import (
 from ledger_app.events.event_types import STRIPE_EVENT_TYPES
 from ledger_app.events.models import WebhookEndpoint
 from ledger_app.events.selectors import webhook_endpoint, webhook_endpoints
-from ledger_app.rendering.stripe_objects import BlankAsNull, StripeList, unix
+from ledger_app.rendering.fields import BlankAsNull, StripeList, unix
 
 LIST_URL = "/v1/webhook_endpoints"
 

@@ -35,7 +35,7 @@ from ledger_app.errors import DeliveryNotResendable
 from ledger_app.events import egress
 from ledger_app.events.models import Event, WebhookDelivery
 from ledger_app.events.selectors import due_deliveries
-from ledger_app.rendering.snapshots import delivery_body
+from ledger_app.rendering.events import delivery_body
 from ledger_app.worker_parts import ItemInHand, RunOutcomes, SharedHand
 
 log = logging.getLogger("ledger_app.webhooks")
@@ -216,8 +216,28 @@ class _Run:
             claimed = self.claim_next(tally)
         while claimed is not None:
             lease, batch = claimed
-            _send_batch(batch, lease, tally, self.stopping, self.said, self.hand)
+            self.send_batch(batch, lease, tally)
             claimed = self.claim_next(tally)
+
+    def send_batch(self, batch: list[WebhookDelivery], lease: datetime, tally: RunOutcomes) -> None:
+        """Send each while the lease leaves time for a whole request (WEBHOOK_TIMEOUT_SECONDS,
+        which egress.post holds it to) and for rendering and recording it; hand the rest
+        back, also when something raises (the one in hand then stays leased)."""
+        unsent = list(batch)
+        need = settings.WEBHOOK_TIMEOUT_SECONDS + SEND_MARGIN_SECONDS
+        try:
+            while unsent and not self.stopping() and _lease_left(lease) > need:
+                delivery = unsent.pop(0)
+                try:
+                    with self.hand.holding(delivery.pk):
+                        attempt = _send_or_record_failure(delivery, lease)
+                except DatabaseError:
+                    tally.survive_database_error(f"webhook delivery {delivery.pk}")
+                    continue
+                tally.add(attempt.outcome)
+                self.said(attempt)
+        finally:
+            _hand_back(unsent, lease, tally)
 
     def helper_lane(self, tally: RunOutcomes) -> None:
         """A lane in a thread of its own: its own connection, closed (or given back to
@@ -253,34 +273,6 @@ def claim(
         WebhookDelivery.objects.filter(pk__in=ids).update(leased_until=lease)
     batch = WebhookDelivery.objects.filter(pk__in=ids).select_related("event", "endpoint")
     return lease, list(batch.order_by("next_attempt_at", "id"))
-
-
-def _send_batch(
-    batch: list[WebhookDelivery],
-    lease: datetime,
-    tally: RunOutcomes,
-    should_stop: Callable[[], bool],
-    on_attempt: Callable[[Attempt], None],
-    hand: SharedHand,
-) -> None:
-    """Send each while the lease leaves time for a whole request (WEBHOOK_TIMEOUT_SECONDS,
-    which egress.post holds it to) and for rendering and recording it; hand the rest
-    back, also when something raises (the one in hand then stays leased)."""
-    unsent = list(batch)
-    need = settings.WEBHOOK_TIMEOUT_SECONDS + SEND_MARGIN_SECONDS
-    try:
-        while unsent and not should_stop() and _lease_left(lease) > need:
-            delivery = unsent.pop(0)
-            try:
-                with hand.holding(delivery.pk):
-                    attempt = _send_or_record_failure(delivery, lease)
-            except DatabaseError:
-                tally.survive_database_error(f"webhook delivery {delivery.pk}")
-                continue
-            tally.add(attempt.outcome)
-            on_attempt(attempt)
-    finally:
-        _hand_back(unsent, lease, tally)
 
 
 # Besides one whole request, a send needs this long under its lease: rendering the body

@@ -30,7 +30,7 @@ from ledger_app.provider.dispatch import send_refund
 from ledger_app.provider.dispatch.pool import send_within_budget
 from ledger_app.refunds import sql_writes
 from ledger_app.refunds.models import Refund, new_refund_id
-from ledger_app.rendering.snapshots import EMBEDDED_REFUNDS
+from ledger_app.rendering.charges import EMBEDDED_REFUNDS
 from ledger_app.text import has_unstorable_characters
 from ledger_app.validation import merge_metadata, validate_metadata, validate_text
 from serving.logs import bind, naming

@@ -12,18 +12,17 @@ from rest_framework import serializers
 from ledger_app import api_versions
 from ledger_app.charges.models import Charge, MovementStatus
 from ledger_app.refunds.selectors import with_first_refunds
-from ledger_app.rendering.stripe_objects import (
-    EMBEDDED_REFUNDS,
-    FAILURE_CODE,
+from ledger_app.rendering.charges import EMBEDDED_REFUNDS, FAILURE_CODE
+from ledger_app.rendering.fields import (
     FALSE,
     NULL_INTEGER,
     NULL_OBJECT,
     ExpandableId,
     Fixed,
-    _metadata,
-    plain,
+    shown_metadata,
     unix,
 )
+from ledger_app.rendering.snapshots import object_snapshot
 
 # A PaymentIntent's status from its latest charge's.
 INTENT_STATUS: dict[str, str] = {
@@ -70,7 +69,7 @@ def render_payment_intent(charge: Charge, *, charges: list[Charge] | None = None
     if charges is not None:
         shown["charges"] = {
             "object": "list",
-            "data": [plain(c) for c in charges[:EMBEDDED_CHARGES]],
+            "data": [object_snapshot(c) for c in charges[:EMBEDDED_CHARGES]],
             "has_more": len(charges) > EMBEDDED_CHARGES,
             "url": f"/v1/charges?payment_intent={charge.payment_intent}",
         }
@@ -87,7 +86,7 @@ def render_payment_intent(charge: Charge, *, charges: list[Charge] | None = None
         latest_charge=charge.id,
         livemode=False,
         managed_payments=None,
-        metadata=_metadata(charge.metadata),
+        metadata=shown_metadata(charge.metadata),
         next_action=None,
         on_behalf_of=None,
         payment_method=None,

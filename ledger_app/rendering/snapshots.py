@@ -1,19 +1,23 @@
 """What the services record of an object as Stripe shows it: the one place they render an
-event's `data.object` and a delivery's body. What to render is passed in, a charge's
-newest refunds included when the caller has just read them, so no service reaches into
-the API's serializers (stripe_objects.py) or hands them data on the side."""
+event's `data.object` and its `previous_attributes`. What to render is passed in, a
+charge's newest refunds included when the caller has just read them, so no service hands
+the API's serializers data on the side. A webhook delivery's body is rendering/events.py's
+delivery_body."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from ledger_app.charges.models import Charge
-from ledger_app.events.models import Event
 from ledger_app.refunds.models import Refund
-from ledger_app.rendering import stripe_objects
-
-# How many of its newest refunds a charge embeds (the API's answer and the snapshot alike).
-EMBEDDED_REFUNDS = stripe_objects.EMBEDDED_REFUNDS
+from ledger_app.rendering.charges import (
+    EMBEDDED_REFUNDS,
+    read_newest_refunds,
+    refund_list,
+    render_charge,
+)
+from ledger_app.rendering.refunds import render_refund
 
 
 def object_snapshot(
@@ -22,23 +26,46 @@ def object_snapshot(
     newest_refunds: list[Refund] | None = None,
     embed_refunds: bool = True,
 ) -> dict[str, Any]:
-    """The object as the API shows it now, as plain JSON. A charge embeds its refunds
-    only with `embed_refunds` (an endpoint on an API version before 2022-11-15 will be
-    sent it): `newest_refunds` (newest first, at most EMBEDDED_REFUNDS + 1) when given,
-    else the ones read now."""
-    # Plain JSON values in containers of its own: stored as they are, no copy needed.
-    return stripe_objects.plain(obj, newest_refunds=newest_refunds, embed_refunds=embed_refunds)
+    """The object as GET /v1/charges/{id} or /v1/refunds/{id} shows it with no expand[]:
+    what an event's `data.object` holds and what a charge embeds of its refunds. A charge
+    embeds its refunds only with `embed_refunds` (older API versions): then
+    `newest_refunds` (newest first, EMBEDDED_REFUNDS + 1 at most) are the ones it embeds,
+    when the caller has them; without them they are read. Plain JSON values in containers
+    of its own: an event stores them as they are, no copy needed."""
+    if not isinstance(obj, Charge):
+        return render_refund(obj)
+    if not embed_refunds:
+        return render_charge(obj)
+    if newest_refunds is None:
+        newest_refunds = read_newest_refunds(obj, EMBEDDED_REFUNDS + 1)
+    return render_charge(obj, refunds=refund_list(obj, newest_refunds, EMBEDDED_REFUNDS))
 
 
 def previous_snapshot(
-    obj: Charge | Refund, moved: dict[str, Any], snapshot: dict[str, Any]
+    obj: Charge | Refund, moved: dict[str, Any], shown_now: dict[str, Any]
 ) -> dict[str, Any]:
-    """An event's `previous_attributes`: what the fields `moved` (model fields, as they
-    were) changed in the object's `snapshot`, as the API showed them before."""
-    return stripe_objects.shown_previous(obj, moved, snapshot)
+    """Stripe's `previous_attributes` for a change that moved `moved` (model fields, as
+    they were) on `obj`, now shown as `shown_now`: the fields the API shows differently,
+    as it showed them before (null for a field it left out). A status move can change
+    several fields (status, ledger_status, pending_reason, destination_details) or, from
+    one pending to another, only ledger_status; a card reference given, only
+    destination_details. Other moves (amount_refunded, metadata) are already in the API's
+    terms and are passed on as they are."""
+    if not {"status", "destination_reference"} & set(moved):
+        return moved
+    before = copy.copy(obj)
+    for name, value in moved.items():
+        if name in MOVABLE_FIELDS:
+            setattr(before, name, value)
+    shown_before = object_snapshot(before, embed_refunds=False)
+    names = (set(shown_before) | set(shown_now)) - {"refunds"}
+    return {
+        name: shown_before.get(name)
+        for name in sorted(names)
+        if shown_before.get(name) != shown_now.get(name)
+    }
 
 
-def delivery_body(event: Event, version: str) -> str:
-    """The body of a webhook delivery: the event as the API shows it now, in the
-    endpoint's API version."""
-    return stripe_objects.event_body(event, version)
+MOVABLE_FIELDS = frozenset(
+    {"status", "status_detail", "amount_refunded", "metadata", "destination_reference"}
+)

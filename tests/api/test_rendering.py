@@ -8,14 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from ledger_app.models import Charge, MovementStatus, Refund
-from ledger_app.rendering.stripe_objects import (
-    NO_BILLING_DETAILS,
-    ChargeSerializer,
-    RefundSerializer,
-    plain,
-    render_charge,
-    render_refund,
-)
+from ledger_app.rendering.charges import NO_BILLING_DETAILS, ChargeSerializer, render_charge
+from ledger_app.rendering.refunds import RefundSerializer, render_refund
+from ledger_app.rendering.snapshots import object_snapshot
 
 MOMENT = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 REFUND_STATES = [
@@ -107,7 +102,7 @@ def test_the_serializers_render_the_same_as_the_functions():
 
     assert RefundSerializer(refund).data == render_refund(refund)
     assert ChargeSerializer(charge, context={"embed_refunds": False}).data == render_charge(charge)
-    assert plain(charge, newest_refunds=[], embed_refunds=True)["refunds"]["data"] == []
+    assert object_snapshot(charge, newest_refunds=[], embed_refunds=True)["refunds"]["data"] == []
 
 
 def test_every_answer_is_a_new_object():
@@ -141,4 +136,4 @@ def test_an_answer_holds_plain_json_values(status, detail):
     charge.status = MovementStatus.SUCCEEDED
 
     assert plain_json(render_refund(refund))
-    assert plain_json(plain(charge, newest_refunds=[refund], embed_refunds=True))
+    assert plain_json(object_snapshot(charge, newest_refunds=[refund], embed_refunds=True))
