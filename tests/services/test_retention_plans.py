@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from ledger_app.operations import retention
+from ledger_app.operations import expiry
 from tests.retention_rows import just_outside, load_backlog
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
@@ -45,17 +45,17 @@ def loaded_database(django_db_setup, django_db_blocker):
 
 
 def batch_plans(*, from_cursor: bool) -> dict[str, str]:
-    """EXPLAIN of the SELECT each table's batch runs (retention.batch_select), as a run
+    """EXPLAIN of the SELECT each table's batch runs (expiry.batch_select), as a run
     would issue it now: the first batch, or a later one that starts from a cursor."""
     now = timezone.now()
     plans = {}
-    for kind in retention.KINDS.values():
-        days = retention.retention_days(kind.name)
+    for kind in expiry.KINDS.values():
+        days = expiry.retention_days(kind.name)
         cutoff = now if days is None else now - timedelta(days=days)
         for table in kind.tables:
             expired = table.expired(now, cutoff)
             cursor = now - timedelta(days=401) if from_cursor else None  # before the old rows
-            plans[table.plural] = retention.batch_select(table, expired, cursor, 1000).explain()
+            plans[table.plural] = expiry.batch_select(table, expired, cursor, 1000).explain()
     return plans
 
 
