@@ -84,7 +84,8 @@ ALLOWED_HOSTS = [
 ]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # django.contrib.admin, with its site a BackOfficeAdminSite (backoffice/admin_site.py).
+    "backoffice.admin_site.BackOfficeAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -115,7 +116,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "serving.time_zones.AdminTimeZoneMiddleware",
+    "ledger_app.access.time_zones.AdminTimeZoneMiddleware",
     "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     # After the session, the user's second factor (OTP) and messages: every admin write
@@ -246,7 +247,7 @@ USE_I18N = True
 USE_TZ = True
 # The admin shows times in the reader's zone: their own (set under "Time zone" in the admin's
 # user links) or this default, an IANA name such as Europe/Paris; every time it shows is
-# labelled with its zone (serving/time_zones.py, backoffice/formats/en/formats.py). With
+# labelled with its zone (ledger_app/access/time_zones.py, backoffice/formats/en/formats.py). With
 # LANGUAGE_CODE en-us the locale's formats win over DATETIME_FORMAT settings, hence a module.
 ADMIN_TIME_ZONE = os.environ.get("ADMIN_TIME_ZONE", "") or "UTC"
 try:

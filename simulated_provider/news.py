@@ -10,6 +10,7 @@ provider's webhooks come through.
 
 from __future__ import annotations
 
+import hmac
 import json
 import secrets
 import time
@@ -20,10 +21,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ledger_app.charges.models import OPEN_DISPUTE_STATUSES, Charge
-from ledger_app.events.delivery import signature_header
 from simulated_provider.card_network import destination_details
-from simulated_provider.models import ProviderRefund
+from simulated_provider.models import ProviderRefund, ProviderRequest
 
 Status = ProviderRefund.Status
 LATER = {
@@ -80,31 +79,49 @@ def _event(event_type: str, obj: dict) -> dict:
     }
 
 
-def dispute_event(charge: Charge, status: str) -> dict:
-    """The news of a dispute of `charge` in `status`: created (its first word), updated
-    while open, closed once it ends. One dispute per charge, with an id made from it."""
-    first = not charge.dispute_id
+def dispute_event(
+    *,
+    charge_reference: str,
+    amount: int,
+    currency: str,
+    dispute_id: str,
+    status: str,
+    is_open: bool,
+) -> dict:
+    """The news of a dispute of the charge the provider knows as `charge_reference`, in
+    `status`: created (its first word, when there is no `dispute_id` yet), updated while
+    it `is_open` (an open dispute leaves the charge unrefundable), closed once it ends.
+    One dispute per charge, with an id made from it."""
+    first = not dispute_id
     event_type = (
         "charge.dispute.created"
         if first
         else "charge.dispute.updated"
-        if status in OPEN_DISPUTE_STATUSES
+        if is_open
         else "charge.dispute.closed"
     )
     return _event(
         event_type,
         {
-            "id": charge.dispute_id or "dp_sim_" + secrets.token_hex(12),
+            "id": dispute_id or "dp_sim_" + secrets.token_hex(12),
             "object": "dispute",
-            "charge": charge.provider_reference,
-            "amount": charge.amount,
-            "currency": charge.currency,
+            "charge": charge_reference,
+            "amount": amount,
+            "currency": currency,
             "status": status,
             "reason": "fraudulent",
-            "is_charge_refundable": status not in OPEN_DISPUTE_STATUSES,
+            "is_charge_refundable": not is_open,
             "metadata": {},
         },
     )
+
+
+def _signed(body: str, secret: str) -> str:
+    """The Stripe-Signature header Stripe sends: the time, and v1, the hex HMAC-SHA256
+    of "<time>.<body>" keyed with the endpoint's secret."""
+    now = int(time.time())
+    mac = hmac.new(secret.encode(), b"%d.%s" % (now, body.encode()), "sha256")
+    return f"t={now},v1={mac.hexdigest()}"
 
 
 def send(events: list[dict]) -> list[str]:
@@ -119,7 +136,7 @@ def send(events: list[dict]) -> list[str]:
     answers = []
     for event in events:
         body = json.dumps(event)
-        header = signature_header(body, settings.STRIPE_WEBHOOK_SECRET, int(time.time()))
+        header = _signed(body, settings.STRIPE_WEBHOOK_SECRET)
         request = urllib.request.Request(  # noqa: S310 - http(s) only, checked above
             url,
             data=body.encode(),
@@ -135,6 +152,12 @@ def send(events: list[dict]) -> list[str]:
 
 
 def _behaviour(record: ProviderRefund) -> str:
-    charge_id = (record.metadata or {}).get("ledger_charge_id")
-    metadata = Charge.objects.filter(pk=charge_id).values_list("metadata", flat=True).first()
-    return (metadata or {}).get("simulate_refund", "succeed")
+    """How the refund was asked to behave, from the provider's own log of the requests
+    it received (the first with the refund's key); `succeed` once the log has expired."""
+    asked = (
+        ProviderRequest.objects.filter(operation="refund", idempotency_key=record.idempotency_key)
+        .order_by("created_at", "id")
+        .values_list("behaviour", flat=True)
+        .first()
+    )
+    return asked or "succeed"

@@ -1,53 +1,98 @@
-"""Imports point down only (docs/architecture.md): services and selectors never import an
-interface (the admin, the API, the commands) or the API's serializers; they render
-objects through ledger_app/rendering/snapshots.py, with what to render passed in."""
+"""The layers and the domains (docs/architecture.md, "Rules the tools enforce") are
+import-linter contracts in pyproject.toml, indirect imports included: `make test` runs
+`lint-imports` before the suite, and these tests prove the contracts hold and would fail."""
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-from tests.source_tree import application_modules, imported_modules
+import pytest
 
-LOWER_LAYERS = ("ledger_app/services", "ledger_app/selectors", "ledger_app/gateways")
-INTERFACES = (
-    "ledger_app.admin",
-    "ledger_app.api",
-    "ledger_app.management",
-    "ledger_app.rendering.stripe_objects",
-)
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+PACKAGES = ("backoffice", "ledger_app", "serving", "simulated_provider")
 
 
-def upward_imports(modules: dict[Path, object]) -> dict[str, list[str]]:
-    found = {}
-    for path, tree in modules.items():
-        if not path.as_posix().startswith(LOWER_LAYERS):
-            continue
-        names = sorted(
-            name
-            for name in imported_modules(tree)
-            if any(name == i or name.startswith(i + ".") for i in INTERFACES)
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603 - the venv's own lint-imports
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def tree_copy(tmp_path: Path) -> Path:
+    """The packages and the contracts, copied where a test may plant a bad import."""
+    for package in PACKAGES:
+        shutil.copytree(
+            ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
         )
-        if names:
-            found[path.as_posix()] = names
-    return found
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
 
 
-def test_no_service_selector_or_gateway_imports_an_interface():
-    modules = application_modules()
-    assert sum(p.as_posix().startswith(LOWER_LAYERS) for p in modules) > 30
-    assert upward_imports(modules) == {}
+def test_every_contract_is_kept():
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "broken" not in result.stdout.lower().replace("0 broken", "")
 
 
-def test_the_check_finds_an_upward_import():
-    import ast
+def plant(root: Path, module: str, line: str) -> None:
+    path = root / (module.replace(".", "/") + ".py")
+    path.write_text(path.read_text() + f"\n{line}\n")
 
-    modules = {
-        Path("ledger_app/services/x.py"): ast.parse(
-            "from ledger_app.rendering.stripe_objects import plain"
+
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        # A service reaching up into the API, directly.
+        (
+            "ledger_app.refunds.services",
+            "from ledger_app.api import views  # noqa",
+            "Nothing below the interfaces imports the admin, the API or the commands",
         ),
-        Path("ledger_app/api/y.py"): ast.parse("from ledger_app.services import refunds"),
-    }
-    assert upward_imports(modules) == {
-        "ledger_app/services/x.py": [
-            "ledger_app.rendering.stripe_objects",
-            "ledger_app.rendering.stripe_objects.plain",
-        ]
-    }
+        # A selector that reaches a service through a shared module (indirectly).
+        (
+            "ledger_app.paging",
+            "from ledger_app.refunds import bulk  # noqa",
+            "Models and selectors import no service, no rendering",
+        ),
+        (
+            "ledger_app.charges.models",
+            "from ledger_app.refunds import bulk  # noqa",
+            "Models and selectors import no service, no rendering",
+        ),
+        (
+            "ledger_app.rendering.payment_intents",
+            "from ledger_app.events import endpoints  # noqa",
+            "Rendering reads models and selectors only: it calls no service",
+        ),
+        (
+            "simulated_provider.news",
+            "from ledger_app import ids  # noqa",
+            "The simulated provider imports nothing from the back office",
+        ),
+        (
+            "serving.logs",
+            "from ledger_app.refunds import models  # noqa",
+            "The serving process's parts know no domain",
+        ),
+        # A lower domain calling a higher one's service.
+        (
+            "ledger_app.events.services",
+            "from ledger_app.refunds import services  # noqa",
+            "The domains, by what their services call",
+        ),
+    ],
+)
+def test_a_planted_import_breaks_its_contract(tree_copy, module, line, contract):
+    plant(tree_copy, module, line)
+    result = lint_imports(tree_copy)
+    assert result.returncode != 0
+    broken = result.stdout.split("Broken contracts", 1)[1]
+    assert contract in broken

@@ -18,6 +18,7 @@ from django.db import InterfaceError, OperationalError, models
 
 from ledger_app import errors
 from ledger_app.access.models import ApiKey
+from ledger_app.access.time_zones import shown_time
 from ledger_app.admin.base import ReadOnlyAdmin, clipped, report_grouped, totals_by_currency
 from ledger_app.admin.change_log import AccessChangeLog
 from ledger_app.admin.forms import ApproveForm, RefundLimitForm, RejectForm
@@ -33,7 +34,6 @@ from ledger_app.db import drop_broken_connection
 from ledger_app.money import format_money
 from ledger_app.refunds.models import Refund
 from ledger_app.text import has_unstorable_characters
-from serving.time_zones import shown_time
 
 log = logging.getLogger("ledger_app.admin")
 

@@ -18,7 +18,9 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.http import urlencode
+from typing_extensions import override
 
+from ledger_app.access.time_zones import shown_time
 from ledger_app.admin.charge_history import refunds_table
 from ledger_app.admin.form_keys import issued_key, new_form_key
 from ledger_app.admin.forms import ReasonAndNote, RefundForm
@@ -42,7 +44,6 @@ from ledger_app.money import format_money
 from ledger_app.refunds.models import Refund
 from ledger_app.refunds.services import actor_label, create_refund
 from ledger_app.text import has_unstorable_characters
-from serving.time_zones import shown_time
 
 log = logging.getLogger("ledger_app.admin")
 
@@ -65,6 +66,7 @@ class RefundFormViews(ReadOnlyAdminMixin):
         )
         return [refund_url, *super().get_urls()]
 
+    @override  # the signature is ModelAdmin's
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         """The charge page offers "Refund…" to those who may refund, when there is something
         left to refund."""
@@ -137,7 +139,6 @@ class RefundFormViews(ReadOnlyAdminMixin):
                 amount=form.cleaned_data["amount"],
                 key=form.cleaned_data["idempotency_key"],  # the key `signed` names
                 state=form.cleaned_data["charge_state"],
-                refuse_repeats=not form.refunds_again(),
             )
         except RepeatOfEarlier as exc:
             # Nothing was written and the key is still free: the same form, ticked, refunds.
@@ -269,12 +270,11 @@ def create_admin_refund(
     amount: int,
     key: str,
     state: int,
-    refuse_repeats: bool,
 ) -> Created[Refund]:
     """A refund through the service, by this person, with the form's reason and note;
-    unless the person insisted, refused as repeat_of_earlier when it repeats a live
-    refund of the same amount made within REFUND_REPEAT_WINDOW_DAYS. The refund form and
-    the bulk refund action both refund through it."""
+    unless the person insisted (form.refunds_again), refused as repeat_of_earlier when it
+    repeats a live refund of the same amount made within REFUND_REPEAT_WINDOW_DAYS. The
+    refund form and the bulk refund action both refund through it."""
     return create_refund(
         charge_id=charge.pk,
         amount=amount,
@@ -284,7 +284,7 @@ def create_admin_refund(
         actor=request.user,
         source=Refund.Source.ADMIN,
         unchanged_since=state,
-        refuse_repeats_within=repeat_window() if refuse_repeats else None,
+        refuse_repeats_within=None if form.refunds_again() else repeat_window(),
     )
 
 

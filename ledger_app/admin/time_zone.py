@@ -1,5 +1,5 @@
 """The admin's Time zone page: each staff member chooses the zone the admin shows them
-times in (serving/time_zones.py). Like changing one's own password, it is open to every
+times in (ledger_app/access/time_zones.py). Like changing one's own password, it is open to every
 staff member and changes nothing but how their own pages read."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from ledger_app.access.models import StaffPreference
+from ledger_app.access.time_zones import chosen_zone_name, shown_time, zone_for, zone_names
 from ledger_app.admin.forms import CodedChoiceField
 from ledger_app.admin.second_factor import _safe_next
-from serving.time_zones import chosen_zone_name, shown_time, zone_for, zone_names
 
 UNKNOWN_ZONE = "That is not a time zone this back office knows: choose one from the list."
 

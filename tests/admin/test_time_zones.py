@@ -16,9 +16,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger_app.access.api_keys import create_api_key
+from ledger_app.access.time_zones import AdminTimeZoneMiddleware, shown_time
 from ledger_app.models import Refund, RefundLimit, StaffPreference
 from ledger_app.refunds.services import create_refund
-from serving.time_zones import AdminTimeZoneMiddleware, shown_time
 from tests.factories import ChargeFactory
 from tests.processes import manage_alone
 

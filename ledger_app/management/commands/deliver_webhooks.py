@@ -13,10 +13,10 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import CommandError
 
+from ledger_app.access.time_zones import shown_time
 from ledger_app.events.delivery import REFUSED, Attempt, deliver_due
 from ledger_app.management.commands._polling import PollingWorker
 from ledger_app.worker_parts import ItemsInHand
-from serving.time_zones import shown_time
 
 MAX_LEASE_SECONDS = 86_400
 MAX_THREADS = 64

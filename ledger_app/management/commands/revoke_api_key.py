@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ledger_app.access.api_keys import revoke_api_key
 from ledger_app.access.models import ApiKey
-from serving.time_zones import shown_time
+from ledger_app.access.time_zones import shown_time
 
 
 class Command(BaseCommand):

@@ -1,8 +1,9 @@
-"""The provider's side, read-only, to compare with the ledger."""
+"""The simulated provider's side, read-only, to compare with the ledger (registered here:
+the simulated provider imports nothing from the back office)."""
 
 from django.contrib import admin
 
-from ledger_app.admin import ReadOnlyAdmin
+from ledger_app.admin.base import ReadOnlyAdmin
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 
 

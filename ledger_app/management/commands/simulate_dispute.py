@@ -1,11 +1,12 @@
-"""The simulated provider opens, moves or closes a dispute of a charge, and tells the back
-office as Stripe does (a signed charge.dispute.* webhook)."""
+"""Asks the simulated provider to open, move or close a dispute of a charge, which tells
+the back office as Stripe does (a signed charge.dispute.* webhook). A demo's tool: it lives
+here because the simulated provider reads nothing of the back office's."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger_app.charges.models import DISPUTE_STATUSES, Charge
+from ledger_app.charges.models import DISPUTE_STATUSES, OPEN_DISPUTE_STATUSES, Charge
 from simulated_provider import news
 
 
@@ -24,7 +25,14 @@ class Command(BaseCommand):
         found = Charge.objects.filter(pk=charge).first()
         if found is None:
             raise CommandError(f"simulate_dispute: no such charge {charge[:64]!r}")
-        event = news.dispute_event(found, status)
+        event = news.dispute_event(
+            charge_reference=found.provider_reference,
+            amount=found.amount,
+            currency=found.currency,
+            dispute_id=found.dispute_id,
+            status=status,
+            is_open=status in OPEN_DISPUTE_STATUSES,
+        )
         try:
             [outcome] = news.send([event])
         except (OSError, RuntimeError) as exc:
