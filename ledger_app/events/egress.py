@@ -93,18 +93,7 @@ def destination(url: object) -> Destination:
     hosts that are neither a dotted IPv4 address, an IPv6 literal nor a DNS name."""
     if not isinstance(url, str) or not url:
         raise Refused("the URL must be a string")
-    if len(url) > MAX_URL_LENGTH:
-        raise Refused(f"the URL is longer than {MAX_URL_LENGTH} characters")
-    if has_control_characters(url) or any(ch.isspace() for ch in url):
-        raise Refused("the URL must not contain spaces or control characters")
-    if not url.isascii():
-        raise Refused("the URL must be ASCII (an international host in its xn-- form)")
-    for sign, what in (("\\", "a backslash"), ("@", "an @ (userinfo)"), ("#", "a fragment")):
-        if sign in url:
-            raise Refused(f"the URL must not contain {what}")
-    encoded = ENCODED_DELIMITER.search(url)
-    if encoded:
-        raise Refused(f"the URL must not contain the encoded delimiter {encoded.group(0)}")
+    _refuse_odd_characters(url)
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in SCHEMES:
         raise Refused("the URL must start with http:// or https://")
@@ -125,6 +114,22 @@ def destination(url: object) -> Destination:
         raise Refused("the URL's port must be between 1 and 65535")
     host, literal = _plain_host(parts.host)
     return Destination(scheme, host, port, parts.request_uri, literal)
+
+
+def _refuse_odd_characters(url: str) -> None:
+    """Refused when the URL is too long or holds a character no plain URL needs."""
+    if len(url) > MAX_URL_LENGTH:
+        raise Refused(f"the URL is longer than {MAX_URL_LENGTH} characters")
+    if has_control_characters(url) or any(ch.isspace() for ch in url):
+        raise Refused("the URL must not contain spaces or control characters")
+    if not url.isascii():
+        raise Refused("the URL must be ASCII (an international host in its xn-- form)")
+    for sign, what in (("\\", "a backslash"), ("@", "an @ (userinfo)"), ("#", "a fragment")):
+        if sign in url:
+            raise Refused(f"the URL must not contain {what}")
+    encoded = ENCODED_DELIMITER.search(url)
+    if encoded:
+        raise Refused(f"the URL must not contain the encoded delimiter {encoded.group(0)}")
 
 
 def _plain_host(host: str) -> tuple[str, IPAddress | None]:

@@ -92,20 +92,30 @@ def not_public(address: IPAddress) -> str | None:
     if address.is_multicast:  # 224.0.0.0/4 and ff00::/8 have registries of their own
         return "multicast"
     if isinstance(address, ipaddress.IPv6Address):
-        embedded = embedded_ipv4(address)
-        if embedded is not None:
-            kind, inner = embedded
-            if kind in ("IPv4-mapped", "IPv4-compatible"):
-                return f"{kind} IPv6 (give the IPv4 address itself)"
-            why = not_public(inner)
-            if why:
-                return f"{kind} IPv6 of a {why} address ({inner})"
-        if address in SITE_LOCAL:
-            return "site-local"
-        if block is None and address not in GLOBAL_UNICAST:
-            return "reserved (outside 2000::/3, the global unicast space)"
+        why = _not_public_ipv6(address, listed=block is not None)
+        if why:
+            return why
     if block is not None and block[0] is None:  # the registry says N/A: not reachable as such
         return f"{block[1]}, not globally reachable"
+    return None
+
+
+def _not_public_ipv6(address: ipaddress.IPv6Address, *, listed: bool) -> str | None:
+    """What only an IPv6 address can be: a carrier of a non-public IPv4 address,
+    site-local, or outside the global unicast space (when no SPECIAL_PURPOSE block,
+    `listed`, holds it)."""
+    embedded = embedded_ipv4(address)
+    if embedded is not None:
+        kind, inner = embedded
+        if kind in ("IPv4-mapped", "IPv4-compatible"):
+            return f"{kind} IPv6 (give the IPv4 address itself)"
+        why = not_public(inner)
+        if why:
+            return f"{kind} IPv6 of a {why} address ({inner})"
+    if address in SITE_LOCAL:
+        return "site-local"
+    if not listed and address not in GLOBAL_UNICAST:
+        return "reserved (outside 2000::/3, the global unicast space)"
     return None
 
 
