@@ -129,13 +129,9 @@ def _apply(obj: dict[str, Any]) -> Applied:
     if kind is None:
         return Applied(f"ignored: {_shown(said_kind or 'no')} object")
     provider_id, named = obj.get("id"), _metadata(obj).get(kind.ledger_key)
-    # Checked before any query names them: an id too long or with a NUL is no id.
-    ids = [("id", provider_id, True), (f"metadata.{kind.ledger_key}", named, False)]
-    if kind.names_charge:
-        ids.append(("charge", _charge_of(obj), False))
-    for field, value, required in ids:
-        if (required or value is not None) and not _is_id(value):
-            return Applied(f"ignored: its {kind.name}'s {field} {_shown(value)} is not an id", True)
+    not_an_id = _not_an_id(kind, obj, provider_id, named)
+    if not_an_id:
+        return Applied(f"ignored: {not_an_id}", True)
     provider_id = cast(str, provider_id)  # checked above: an id
     found = _candidate(kind, provider_id, named)
     if found is None:
@@ -176,6 +172,18 @@ def _apply(obj: dict[str, Any]) -> Applied:
     else:
         after = settle_locked_charge(charge=charge, outcome=outcome, actor=ACTOR)
     return Applied(f"{kind.name} {item.pk}: {before} -> {after.status}{noted}")
+
+
+def _not_an_id(kind: Kind, obj: dict[str, Any], provider_id: Any, named: Any) -> str | None:
+    """Which of the object's ids is none, checked before any query names them: an id too
+    long or with a NUL is no id."""
+    ids = [("id", provider_id, True), (f"metadata.{kind.ledger_key}", named, False)]
+    if kind.names_charge:
+        ids.append(("charge", _charge_of(obj), False))
+    for field, value, required in ids:
+        if (required or value is not None) and not _is_id(value):
+            return f"its {kind.name}'s {field} {_shown(value)} is not an id"
+    return None
 
 
 def _apply_dispute(obj: dict[str, Any]) -> Applied:

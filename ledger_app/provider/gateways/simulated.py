@@ -145,7 +145,14 @@ class SimulatedGateway(Gateway):
             late = latency > timeout
         canonical = json.dumps(params, sort_keys=True, separators=(",", ":"))
         fingerprint = hashlib.sha256(canonical.encode()).hexdigest()
-        record = _record(model, key, fingerprint, behaviour, params, fields)
+        record = _record(
+            model,
+            key=key,
+            fingerprint=fingerprint,
+            behaviour=behaviour,
+            params=params,
+            fields=fields,
+        )
         if record.fingerprint != fingerprint:
             _log(operation, key, behaviour, "key_conflict")
             raise IdempotencyKeyConflict(
@@ -160,6 +167,7 @@ class SimulatedGateway(Gateway):
 
 def _record(
     model: Provided,
+    *,
     key: str,
     fingerprint: str,
     behaviour: str,
