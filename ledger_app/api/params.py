@@ -286,7 +286,8 @@ def fold(params_class: type[Params], data: QueryDict | Mapping) -> parsing.Folde
         if match is None or match[1] not in shapes:
             continue
         name, inner = match.groups()
-        _fold_filter(filters, raw_key, shapes[name], name, inner, rest.pop(raw_key))
+        values = rest.pop(raw_key)
+        _fold_filter(filters, raw_key, shape=shapes[name], name=name, inner=inner, values=values)
     folded = parsing.fold(rest)
     for name, value in filters.items():
         if name in folded:
@@ -307,7 +308,7 @@ def _refuse_unknown_hashes(params_class: type[Params], data: QueryDict) -> None:
 
 
 def _fold_filter(
-    filters: dict, raw_key: str, shape: type, name: str, inner: str, values: list[str]
+    filters: dict, raw_key: str, *, shape: type, name: str, inner: str, values: list[str]
 ) -> None:
     if shape is list and (inner == "" or inner.isdigit()):
         filters.setdefault(name, []).extend(values)

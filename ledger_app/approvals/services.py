@@ -193,6 +193,7 @@ def _cancel(
     note: str,
     now: datetime,
     endpoints: list[WebhookEndpoint],
+    *,
     why: str = "",
 ) -> None:
     """Canceled, and the amount back on the charge with a `refund_released` entry whose
