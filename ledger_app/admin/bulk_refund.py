@@ -132,7 +132,6 @@ class BulkRefundAction(ReadOnlyAdminMixin):
                 amount=amount,
                 key=f"{form.cleaned_data['batch_key']}:{charge.pk}",
                 state=state,
-                refuse_repeats=not form.cleaned_data.get("refund_again"),
             )
         except RepeatOfEarlier as exc:
             earlier = exc.earlier

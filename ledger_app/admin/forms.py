@@ -99,6 +99,11 @@ class ReasonAndNote(forms.Form):
         reason = self.cleaned_data["reason"]
         return "" if reason == OTHER else reason
 
+    def refunds_again(self) -> bool:
+        """Whether the person ticked "Refund again anyway" (no repeat check then); a form
+        without that box never does."""
+        return bool(self.cleaned_data.get("refund_again"))
+
     def clean(self):
         cleaned = super().clean()
         if cleaned.get("reason") == OTHER and not cleaned.get("note", "").strip():
@@ -215,10 +220,6 @@ class RefundForm(ReasonAndNote):
         if needs_note(self.charge, cleaned.get("amount")) and not cleaned.get("note", "").strip():
             self.add_error("note", note_required("A full refund of the charge needs a note."))
         return cleaned
-
-    def refunds_again(self) -> bool:
-        """Whether the person ticked "Refund again anyway" (no repeat check then)."""
-        return bool(self.cleaned_data.get("refund_again"))
 
 
 def needs_note(charge: Charge, amount: int | None) -> bool:

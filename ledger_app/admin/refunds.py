@@ -8,6 +8,7 @@ from collections import defaultdict
 from django import forms
 from django.contrib import admin, messages
 from django.db import InterfaceError, OperationalError, models
+from typing_extensions import override
 
 from ledger_app import errors
 from ledger_app.admin.base import (
@@ -228,6 +229,7 @@ class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     def detail_display(self, obj: Refund) -> str:
         return clipped(obj.status_detail, "text")
 
+    @override  # the signature is ModelAdmin's
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         """A refund awaiting approval offers "Approve…" and "Reject…" (the queue's actions,
         for this one refund) to those who may decide it: not to the person who asked..."""

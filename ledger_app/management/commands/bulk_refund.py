@@ -13,6 +13,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
+from typing_extensions import override
 
 from ledger_app.counts import count_of
 from ledger_app.csv_files import UnusableFile, csv_writer
@@ -132,6 +133,7 @@ class Command(BaseCommand):
             signal.signal(stopped.signum, signal.SIG_DFL)
             os.kill(os.getpid(), stopped.signum)
 
+    @override  # Django calls it with each option of add_arguments as a keyword
     def handle(
         self,
         *args,
