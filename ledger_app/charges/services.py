@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.db import DatabaseError, transaction
 from django.utils import timezone
@@ -96,18 +96,25 @@ def _capture(charge: Charge, actor: str) -> Charge:
     return charge
 
 
+class ChargeDetails(TypedDict, total=False):
+    """What record_charge may be told of a charge besides its amount, currency and status:
+    each left out is blank, a new id, or now."""
+
+    description: str
+    customer: str
+    metadata: dict[str, Any] | None
+    charge_id: str | None
+    created_at: datetime | None
+    payment_intent: str | None
+
+
 def record_charge(
     *,
     amount: int,
     currency: str,
     status: str = Charge.Status.SUCCEEDED,
-    description: str = "",
-    customer: str = "",
-    metadata: dict[str, Any] | None = None,
-    charge_id: str | None = None,
-    created_at: datetime | None = None,
     actor: str = "",
-    payment_intent: str | None = None,
+    **details: Unpack[ChargeDetails],
 ) -> Charge:
     """Write a charge that already exists at the provider (demo data, imports), and its
     `charge_succeeded` ledger entry when it succeeded. Nothing is sent to the provider.
@@ -115,24 +122,25 @@ def record_charge(
     Amount and currency are validated like every amount in the ledger: an int of minor
     units and a known ISO 4217 code, stored lower-case; the amount at most the currency's
     ceiling (`amount_too_large`), like a charge made through the API. It belongs to a
-    new PaymentIntent unless `payment_intent` names one ("" for none).
+    new PaymentIntent unless `details` names one (`payment_intent`, "" for none).
     """
     validate_amount(amount)
     currency = normalize_currency(currency)
     validate_within_ceiling(amount, currency)
     if status not in Charge.Status.values:
         raise errors.InvalidChargeStatus()
+    payment_intent = details.get("payment_intent")
     with transaction.atomic(durable=True):
         charge = Charge.objects.create(
-            id=charge_id or new_charge_id(),
+            id=details.get("charge_id") or new_charge_id(),
             amount=amount,
             currency=currency,
             status=status,
-            description=description,
-            customer=customer,
+            description=details.get("description", ""),
+            customer=details.get("customer", ""),
             payment_intent=new_payment_intent_id() if payment_intent is None else payment_intent,
-            metadata=metadata or {},
-            created_at=created_at or timezone.now(),
+            metadata=details.get("metadata") or {},
+            created_at=details.get("created_at") or timezone.now(),
         )
         if status == Charge.Status.SUCCEEDED:
             append_entry(
