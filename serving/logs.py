@@ -186,7 +186,7 @@ class RedactSecretsFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a broken message is the formatter's to report
+        except Exception:  # a broken message is the formatter's to report
             return True
         redacted = redact(message)
         if redacted != message:

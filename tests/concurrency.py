@@ -23,7 +23,7 @@ def run_at_once(calls: list[Callable[[], Any]], timeout: float = 60) -> list[Any
             connection.ensure_connection()
             barrier.wait(timeout=timeout)
             results[index] = call()
-        except Exception as exc:  # noqa: BLE001 - the caller asserts on it
+        except Exception as exc:  # the caller asserts on it
             results[index] = exc
         finally:
             connection.close()

@@ -64,7 +64,7 @@ class ApiError(Exception):
         code: str,
         param: str | None = None,
         status: int = 400,
-        type: str = INVALID_REQUEST,  # noqa: A002 - Stripe's field name
+        type: str = INVALID_REQUEST,  # Stripe's field name
     ) -> None:
         super().__init__(message)
         self.message, self.code, self.param, self.status, self.type = (
@@ -76,7 +76,7 @@ class ApiError(Exception):
         )
 
 
-def body(*, type: str, code: str | None, message: str, param: str | None = None) -> dict:  # noqa: A002
+def body(*, type: str, code: str | None, message: str, param: str | None = None) -> dict:
     error = {"type": type, "code": code, "message": message}
     if param:
         error["param"] = param

@@ -45,7 +45,7 @@ def view_label(request) -> str:
             match = resolve(request.path_info, getattr(request, "urlconf", None))
         except Resolver404:
             return UNMATCHED
-        except Exception:  # noqa: BLE001 - a path the resolver chokes on is just unmatched
+        except Exception:  # a path the resolver chokes on is just unmatched
             return UNMATCHED
     return match.view_name or UNMATCHED
 

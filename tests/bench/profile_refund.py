@@ -85,7 +85,7 @@ def main() -> None:
         secret = create_api_key(name=f"profile {uuid.uuid4().hex[:6]}")[1]
         client = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {secret}")
 
-        def refund() -> None:  # noqa: F811 - the HTTP form of the same refund
+        def refund() -> None:  # the HTTP form of the same refund
             answer = client.post(
                 "/v1/refunds",
                 urlencode({"charge": run.charge_for(args.hot, rng), "amount": "1"}),

@@ -208,7 +208,7 @@ def build(url: str, refunds: int) -> dict:
     started = time.monotonic()
     env = {**os.environ, "DATABASE_URL": url}
     env.setdefault("DJANGO_SECRET_KEY", "throwaway-bench-restore-drill-0123456789-abcdefghijklmnop")
-    subprocess.run(  # noqa: S603 - our own interpreter and manage.py
+    subprocess.run(  # our own interpreter and manage.py
         [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True
     )
     t = step("migrate", started)
@@ -237,7 +237,7 @@ def run_drill(url: str, jobs: int, keep_dump: str | None, built: dict) -> int:
     if keep_dump:
         drill.append(f"--keep-dump={keep_dump}")
     print(f"running scripts/backup-check --jobs={jobs}", flush=True)
-    done = subprocess.run(  # noqa: S603 - our own script
+    done = subprocess.run(  # our own script
         drill, cwd=ROOT, env={**os.environ, "DATABASE_URL": url}, capture_output=True, text=True
     )
     sys.stderr.write(done.stderr)

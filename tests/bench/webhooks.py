@@ -21,7 +21,7 @@ def _serve(port: int, latency_ms: int, ready) -> None:
     """Answer every POST 200 after `latency_ms`, as a receiver across a network does."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
+        def do_POST(self):  # http.server's name
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             time.sleep(latency_ms / 1000)
             self.send_response(200)
@@ -29,7 +29,7 @@ def _serve(port: int, latency_ms: int, ready) -> None:
             self.end_headers()
             self.wfile.write(b"ok")
 
-        def log_message(self, format, *args):  # noqa: A002 - http.server's name
+        def log_message(self, format, *args):  # http.server's name
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)

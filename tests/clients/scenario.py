@@ -172,7 +172,7 @@ def main(mode: str) -> int:
     steps: dict[str, Callable[[], None]] = {"run": run, "verify-webhook": verify_webhook}
     try:
         steps[mode]()
-    except Exception as error:  # noqa: BLE001 - every failure is one line and exit 1
+    except Exception as error:  # every failure is one line and exit 1
         failure = {"step": "failed", "ok": False, "after": LAST_STEP[0], "error": repr(error)}
         print(json.dumps(failure), flush=True)
         return 1

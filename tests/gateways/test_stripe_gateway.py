@@ -136,7 +136,7 @@ def test_two_processes_sending_the_same_refund_make_one_refund(stub, charge_id):
 
     answers = [
         json.loads(
-            subprocess.run(  # noqa: S603 - our own interpreter and script
+            subprocess.run(  # our own interpreter and script
                 [sys.executable, "-c", script, stub.url, charge_id],
                 cwd=PROJECT_ROOT,
                 env=env,

@@ -80,7 +80,7 @@ class TestColumnsFromTheModels:
     ids=["admin_changelists", "restore_drill", "year"],
 )
 def test_the_bench_scripts_run_on_postgresql(script):
-    done = subprocess.run(  # noqa: S603 - our own interpreter and script
+    done = subprocess.run(  # our own interpreter and script
         [sys.executable, str(BENCH / script[0]), *script[1:], "--url", server_url()],
         cwd=ROOT,
         capture_output=True,

@@ -106,7 +106,7 @@ TABLES = [
 ]
 
 
-class Crash(BaseException):  # noqa: N818 - not an error the application may handle
+class Crash(BaseException):  # not an error the application may handle
     """The process died here."""
 
 

@@ -45,7 +45,7 @@ def add_own_address(address: str) -> None:
 
 def receivers(hits: list[dict], own: tuple[str, ...] = ()) -> list[http.server.ThreadingHTTPServer]:
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
+        def do_POST(self):  # http.server's name
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             hits.append(
                 {
@@ -62,9 +62,9 @@ def receivers(hits: list[dict], own: tuple[str, ...] = ()) -> list[http.server.T
             self.end_headers()
             self.wfile.write(b"internal reply")
 
-        do_GET = do_POST  # noqa: N815 - http.server's name
+        do_GET = do_POST  # http.server's name
 
-        def log_message(self, format, *args):  # noqa: A002 - http.server's name
+        def log_message(self, format, *args):  # http.server's name
             pass
 
     servers = []

@@ -46,7 +46,7 @@ class OverlapReceiver(Receiver):
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):  # http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 receiver._log(body, self.headers.get("Stripe-Signature", ""))
                 receiver.overlap.serve(receiver.port, json.loads(body)["id"])
@@ -58,7 +58,7 @@ class OverlapReceiver(Receiver):
                 except OSError:
                     pass  # the sender gave up or died
 
-            def log_message(self, format, *args):  # noqa: A002 - http.server's name
+            def log_message(self, format, *args):  # http.server's name
                 pass
 
         return Handler

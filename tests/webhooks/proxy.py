@@ -50,7 +50,7 @@ class Site:
         site = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):  # http.server's name
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 site.seen.append((self.path, self.headers["Host"]))
                 self.send_response(204)
@@ -150,7 +150,7 @@ class Proxy:
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_CONNECT(self):  # noqa: N802 - http.server's name
+            def do_CONNECT(self):  # http.server's name
                 proxy.asked.append(self.path)
                 proxy.hosts.append(self.headers["Host"])
                 host, port = _host_and_port(self.path)
@@ -166,7 +166,7 @@ class Proxy:
                 _pipe(self.connection, upstream)
                 self.close_connection = True
 
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):  # http.server's name
                 parts = urlsplit(self.path)
                 proxy.asked.append(parts.netloc)
                 proxy.hosts.append(self.headers["Host"])

@@ -95,7 +95,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):  # http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 answer = receiver._log(body, self.headers.get("Stripe-Signature", ""))
                 if answer.hold is not None:
@@ -124,7 +124,7 @@ class Receiver:
                     pass  # the sender gave up
                 self.close_connection = True
 
-            def log_message(self, format, *args):  # noqa: A002 - http.server's name
+            def log_message(self, format, *args):  # http.server's name
                 pass
 
         return Handler

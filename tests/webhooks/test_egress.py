@@ -227,7 +227,7 @@ class TestTheAnswerKept:
         body = b"Traceback\x00\x1b[31m secret=" + b"x" * 5000
 
         class Answering(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):  # http.server's name
                 self.rfile.read(int(self.headers["Content-Length"]))
                 self.send_response(500)
                 self.send_header("Content-Length", str(len(body)))
@@ -256,7 +256,7 @@ class TestTheAnswerKept:
         hits = []
 
         class Redirecting(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):  # http.server's name
                 hits.append(self.path)
                 self.send_response(307)
                 self.send_header("Location", "http://169.254.169.254/latest/meta-data/")
@@ -292,7 +292,7 @@ class _server:
 class Recording(http.server.BaseHTTPRequestHandler):
     seen: list[tuple[str, str]] = []
 
-    def do_POST(self):  # noqa: N802 - http.server's name
+    def do_POST(self):  # http.server's name
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         Recording.seen.append((self.path, self.headers["Host"]))
         self.send_response(204)
