@@ -8,13 +8,18 @@ written the one way the formats module says ("2026-11-30 14:23 EST").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, tzinfo
 from functools import cache
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from django.conf import settings
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils import formats, timezone
+
+from ledger_app.access.models import StaffPreference
 
 # Names the tz database ships that are no place anyone lives in.
 NOT_PLACES = frozenset({"Factory", "localtime", "posixrules"})
@@ -40,17 +45,15 @@ def default_zone() -> ZoneInfo:
     return ZoneInfo(settings.ADMIN_TIME_ZONE)  # checked when the settings loaded
 
 
-def chosen_zone_name(user) -> str:
+def chosen_zone_name(user: Any) -> str:
     """The zone this staff member chose for themselves; "" when they chose none."""
-    from ledger_app.access.models import StaffPreference
-
     if not getattr(user, "is_authenticated", False) or not user.is_staff:
         return ""
     found = StaffPreference.objects.filter(user_id=user.pk).values_list("time_zone", flat=True)
     return found.first() or ""
 
 
-def zone_for(user) -> tzinfo:
+def zone_for(user: Any) -> tzinfo:
     """The zone the admin shows this person times in: their own choice, else the default.
     A stored name the tz database no longer knows falls back to the default too."""
     return known_zone(chosen_zone_name(user)) or default_zone()
@@ -68,10 +71,10 @@ class AdminTimeZoneMiddleware:
     """Activates the reader's zone for the admin's requests, and only theirs: the API, the
     provider's webhooks and everything else keep the default zone (UTC)."""
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> HttpResponse:
         if not request.path_info.startswith(reverse("admin:index")):
             return self.get_response(request)
         timezone.activate(zone_for(getattr(request, "user", None)))
