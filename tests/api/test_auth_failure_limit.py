@@ -6,12 +6,12 @@ not affected; nothing logs a secret."""
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 
 from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import RateCounter
+from tests.clock import start_of_a_window
 
 pytestmark = pytest.mark.django_db
 
@@ -24,12 +24,10 @@ def secret():
 
 
 @pytest.fixture(autouse=True)
-def three_a_minute(settings):
+def three_a_minute(settings, time_machine):
     settings.API_AUTH_FAILURE_LIMIT = "3/minute"
-    # A test's requests all fall into one window: none starts within its last seconds.
-    left = 60 - time.time() % 60
-    if left < 5:
-        time.sleep(left + 0.1)
+    # A test's requests all fall into one window: its clock starts a second into a new one.
+    time_machine.move_to(start_of_a_window(60), tick=True)
 
 
 def get(client, key, address="10.1.1.1"):

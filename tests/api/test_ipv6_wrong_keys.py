@@ -4,11 +4,10 @@ for every guess is limited like one address; another /64 is not; IPv4 is unchang
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from ledger_app.models import RateCounter
+from tests.clock import start_of_a_window
 
 pytestmark = pytest.mark.django_db
 
@@ -16,12 +15,10 @@ WRONG = "sk_test_not_a_key_0123456789"
 
 
 @pytest.fixture(autouse=True)
-def twenty_a_minute(settings):
+def twenty_a_minute(settings, time_machine):
     settings.API_AUTH_FAILURE_LIMIT = "20/minute"  # the shipped default
-    # A test's requests all fall into one window: none starts within its last seconds.
-    left = 60 - time.time() % 60
-    if left < 5:
-        time.sleep(left + 0.1)
+    # A test's requests all fall into one window: its clock starts a second into a new one.
+    time_machine.move_to(start_of_a_window(60), tick=True)
 
 
 def wrong_key(client, address):

@@ -21,6 +21,7 @@ from ledger_app.api.authentication import ApiKeyThrottle
 from ledger_app.models import RateCounter
 from serving.client_address import UNKNOWN_ADDRESS, client_address, counted_address
 from serving.logs import LogContextFilter
+from tests.clock import start_of_a_window
 from tests.processes import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,12 +205,10 @@ class TestAnIpv6ClientIsCountedByItsNetwork:
 
 
 @pytest.fixture
-def three_wrong_keys_a_minute(settings):
+def three_wrong_keys_a_minute(settings, time_machine):
     settings.API_AUTH_FAILURE_LIMIT = "3/minute"
-    # A test's requests all fall into one window: none starts within its last seconds.
-    left = 60 - time.time() % 60
-    if left < 5:
-        time.sleep(left + 0.1)
+    # A test's requests all fall into one window: its clock starts a second into a new one.
+    time_machine.move_to(start_of_a_window(60), tick=True)
 
 
 def wrong_key(client, client_ip, sent=None):

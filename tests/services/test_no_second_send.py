@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from http.cookies import SimpleCookie
 
 import pytest
@@ -49,17 +50,29 @@ def agent(django_user_model):
 
 
 @pytest.fixture
-def applied_but_unrecorded():
+def applied_but_unrecorded(worker_dispatch):  # pending, whichever fixture asks for it first
     """A refund the provider applied while the ledger still says pending: its sender was
-    killed right after the provider answered, and its one-second lease has run out."""
+    killed right after the provider answered, holding a one-second lease (the test runs it
+    out: `lease_ran_out` or `lease_ran_out_for_commands`)."""
     charge = ChargeFactory(amount=4_000, metadata={"simulate_lookup": "slow"})
     refund = create_refund(charge_id=charge.pk, amount=1_500).item
     kill_at("refund.after_provider_call", "process_refunds", "--once", "--lease-seconds", "1")
     refund.refresh_from_db()
     assert (refund.status, refund.dispatch_attempts) == ("pending", 1)
     assert provider_log(refund) == [("refund", "succeeded")]
-    time.sleep(1.1)
     return refund
+
+
+@pytest.fixture
+def lease_ran_out(applied_but_unrecorded, time_machine):
+    """For a test that stays in this process: its clock (threads too) moves past the lease."""
+    time_machine.move_to(timedelta(seconds=1.1), tick=True)
+
+
+@pytest.fixture
+def lease_ran_out_for_commands(applied_but_unrecorded):
+    """For a test that starts commands: they keep the real clock, so it waits for real."""
+    time.sleep(1.1)
 
 
 def provider_log(refund: Refund) -> list[tuple[str, str]]:
@@ -90,6 +103,7 @@ def press(client: Client, action: str, refund: Refund):
     )
 
 
+@pytest.mark.usefixtures("lease_ran_out")
 @pytest.mark.parametrize("action", ["retry_dispatch", "reconcile_now"])
 def test_an_admin_button_asks_the_provider_and_records_who_pressed_it(
     applied_but_unrecorded, agent, action
@@ -108,6 +122,7 @@ def test_an_admin_button_asks_the_provider_and_records_who_pressed_it(
     assert logged.user == agent and "the provider already had it" in logged.change_message
 
 
+@pytest.mark.usefixtures("lease_ran_out_for_commands")
 def test_the_worker_asks_the_provider_before_sending_again(applied_but_unrecorded):
     result = run_command("process_refunds", "--once")
 
@@ -115,6 +130,7 @@ def test_the_worker_asks_the_provider_before_sending_again(applied_but_unrecorde
     assert_one_refund_and_asked_before_any_resend(applied_but_unrecorded)
 
 
+@pytest.mark.usefixtures("lease_ran_out_for_commands")
 def test_the_reconciler_asks_the_provider_before_sending_again(applied_but_unrecorded):
     result = run_command("reconcile")
 
@@ -122,6 +138,7 @@ def test_the_reconciler_asks_the_provider_before_sending_again(applied_but_unrec
     assert_one_refund_and_asked_before_any_resend(applied_but_unrecorded)
 
 
+@pytest.mark.usefixtures("lease_ran_out_for_commands")
 def test_worker_reconciler_and_both_buttons_at_once_make_one_lookup_and_no_resend(
     applied_but_unrecorded, agent, settings
 ):
@@ -167,6 +184,7 @@ def test_worker_reconciler_and_both_buttons_at_once_make_one_lookup_and_no_resen
     assert Refund.objects.get(pk=refund.pk).dispatch_attempts == 2
 
 
+@pytest.mark.usefixtures("lease_ran_out")
 def test_the_guarded_send_itself_lets_one_caller_in_whoever_calls_it(
     applied_but_unrecorded, settings
 ):
