@@ -1,4 +1,4 @@
-"""The reads every refund makes run from SQL compiled once (selectors/compiled.py):
+"""The reads every refund makes are precompiled (ledger_app/compiled.py):
 they must give what the ORM gives, field for field, on either database, and the lock only
 inside a transaction."""
 
@@ -11,7 +11,7 @@ from django.db.models import F
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
-from ledger_app import compiled
+from ledger_app.compiled import Update, precompiled
 from ledger_app.access.api_keys import create_api_key, revoke_api_key
 from ledger_app.access.selectors import active_api_key
 from ledger_app.approvals.selectors import api_key_limits
@@ -172,8 +172,8 @@ def test_each_threads_connection_keeps_its_own_compiled_queries():
 
     mine = connections["default"]
     assert len(theirs) == 1 and theirs[0] is not mine
-    assert _live_endpoints in mine._compiled_queries
-    assert _live_endpoints in theirs[0]._compiled_queries
+    assert _live_endpoints in mine._precompiled
+    assert _live_endpoints in theirs[0]._precompiled
 
 
 def test_the_earlier_refund_a_repeat_would_repeat_is_the_orms():
@@ -242,10 +242,11 @@ def test_a_refund_is_locked_only_inside_a_transaction():
         locked_refund(refund_id=refund.pk, charge_id=refund.charge_id)
 
 
-def _add_to_note() -> compiled.Update[Refund]:
-    return compiled.Update(
-        Refund.objects.filter(pk=compiled.KEY, created_at__lt=compiled.key(1, datetime)),
-        {"note": compiled.key(2), "dispatch_attempts": F("dispatch_attempts") + 1},
+@precompiled
+def _add_to_note(pk: str, before: datetime, note: str) -> Update[Refund]:
+    return Update(
+        Refund.objects.filter(pk=pk, created_at__lt=before),
+        {"note": note, "dispatch_attempts": F("dispatch_attempts") + 1},
     )
 
 
@@ -255,9 +256,9 @@ def test_a_compiled_update_changes_what_the_orms_would_and_says_how_many():
     later = timezone.now() + timedelta(seconds=1)
 
     changed = [
-        compiled.update(_add_to_note, first.pk, later, "noted"),
-        compiled.update(_add_to_note, first.pk, later, "again"),
-        compiled.update(_add_to_note, second.pk, first.created_at, "too early"),
+        _add_to_note(first.pk, later, "noted"),
+        _add_to_note(first.pk, later, "again"),
+        _add_to_note(second.pk, first.created_at, "too early"),
     ]
 
     assert changed == [1, 1, 0]

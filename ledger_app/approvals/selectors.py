@@ -6,15 +6,16 @@ from django.db.models import (
     QuerySet,
 )
 
-from ledger_app import compiled
 from ledger_app.approvals.models import RefundLimit
+from ledger_app.compiled import precompiled
 
 
 def api_key_limits(prefix: str) -> list[RefundLimit]:
     """The refund limits set on the API key with this prefix (every refund an API key makes
-    reads them: compiled once)."""
-    return compiled.run(_api_key_limits, prefix)
+    reads them: precompiled)."""
+    return _api_key_limits(prefix)
 
 
-def _api_key_limits() -> QuerySet[RefundLimit]:
-    return RefundLimit.objects.filter(api_key__prefix=compiled.KEY)
+@precompiled
+def _api_key_limits(prefix: str) -> QuerySet[RefundLimit]:
+    return RefundLimit.objects.filter(api_key__prefix=prefix)

@@ -12,13 +12,14 @@ from django.db.models import (
 )
 from django.db.transaction import TransactionManagementError
 
-from ledger_app import compiled
 from ledger_app.charges.models import Charge
+from ledger_app.compiled import precompiled
 from ledger_app.ledger.models import LedgerEntry
 
 
-def _charge() -> QuerySet[Charge]:
-    return Charge.objects.filter(pk=compiled.KEY).order_by()
+@precompiled
+def _charge(pk: str) -> QuerySet[Charge]:
+    return Charge.objects.filter(pk=pk).order_by()
 
 
 def latest_charge_first(charges: QuerySet[Charge]) -> QuerySet[Charge]:
@@ -54,16 +55,17 @@ def charges_for_update() -> QuerySet[Charge]:
 
 def charge_for_update(pk: str) -> Charge | None:
     """One charge, locked for the rest of the caller's transaction (None: no such
-    charge): charges_for_update().filter(pk=pk).first(), compiled once (`compiled`), as
-    every refund takes this lock."""
+    charge): charges_for_update().filter(pk=pk).first(), precompiled, as every settle
+    takes this lock."""
     if connection.get_autocommit():
         raise TransactionManagementError("a charge is locked inside a transaction")
-    found = compiled.run(_charge_for_update, pk)
+    found = _charge_for_update(pk)
     return found[0] if found else None
 
 
-def _charge_for_update() -> QuerySet[Charge]:
-    return charges_for_update().filter(pk=compiled.KEY)
+@precompiled
+def _charge_for_update(pk: str) -> QuerySet[Charge]:
+    return charges_for_update().filter(pk=pk)
 
 
 def charge_state(charge_id: str) -> int:

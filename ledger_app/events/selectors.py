@@ -16,7 +16,8 @@ from django.db.models import (
 )
 from django.db.models.functions import RowNumber
 
-from ledger_app import api_versions, compiled
+from ledger_app import api_versions
+from ledger_app.compiled import precompiled
 from ledger_app.events.models import Event, EventType, WebhookDelivery, WebhookEndpoint
 from ledger_app.leases import lease_free
 from ledger_app.paging import created_in
@@ -29,8 +30,8 @@ def live_endpoints() -> list[WebhookEndpoint]:
     endpoint here, in its change's transaction, so this bounds that work whatever the
     table holds: endpoints made before the limits existed, or past a setting lowered
     since, are sent nothing (`enabled_endpoints_past_the_limit`). Every refund reads
-    them: the query is compiled once, `compiled`, with the limit as its parameter."""
-    return compiled.run(_live_endpoints, settings.WEBHOOK_ENDPOINTS_TOTAL)
+    them: the query is precompiled, with the limit as its parameter."""
+    return _live_endpoints(settings.WEBHOOK_ENDPOINTS_TOTAL)
 
 
 def _enabled_endpoints() -> QuerySet[WebhookEndpoint]:
@@ -39,13 +40,14 @@ def _enabled_endpoints() -> QuerySet[WebhookEndpoint]:
     )
 
 
-def _live_endpoints() -> QuerySet[WebhookEndpoint]:
+@precompiled
+def _live_endpoints(total: int) -> QuerySet[WebhookEndpoint]:
     oldest_first = [F("created_at").asc(), F("id").asc()]
     place = Window(RowNumber(), order_by=oldest_first, output_field=BigIntegerField())
     return (
         _enabled_endpoints()
         .alias(place=place)
-        .filter(place__lte=compiled.key(0, int))
+        .filter(place__lte=total)
         .order_by("created_at", "id")
     )
 

@@ -4,6 +4,7 @@ enough to purge."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import cast
 
 from django.db.models import (
     OuterRef,
@@ -13,9 +14,9 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ledger_app import compiled
 from ledger_app.charges.models import Charge
 from ledger_app.charges.selectors import _charge
+from ledger_app.compiled import precompiled
 from ledger_app.idempotency.models import IdempotencyRecord
 from ledger_app.refunds.models import Refund
 from ledger_app.refunds.selectors import _refund
@@ -25,22 +26,23 @@ def idempotency_record(
     key: str, owner: str = IdempotencyRecord.BACK_OFFICE
 ) -> IdempotencyRecord | None:
     """The record for this key of this owner (an API key's label, or the back office's
-    own keys by default), if any (every replay reads it: compiled once)."""
-    found = compiled.run(_idempotency_record, key, owner)
+    own keys by default), if any (every replay reads it: precompiled)."""
+    found = _idempotency_record(key, owner)
     return found[0] if found else None
 
 
-def _idempotency_record() -> QuerySet[IdempotencyRecord]:
-    return IdempotencyRecord.objects.filter(owner=compiled.key(1), key=compiled.KEY).order_by()
+@precompiled
+def _idempotency_record(key: str, owner: str) -> QuerySet[IdempotencyRecord]:
+    return IdempotencyRecord.objects.filter(owner=owner, key=key).order_by()
 
 
 def made_with(record: IdempotencyRecord) -> Refund | Charge:
-    """The refund or charge a keyed request made, which its replay returns (compiled
-    once, as the record is)."""
+    """The refund or charge a keyed request made, which its replay returns (precompiled,
+    as the record is)."""
     if record.refund_id:
-        found: list[Refund] | list[Charge] = compiled.run(_refund, record.refund_id)
+        found: list[Refund] | list[Charge] = _refund(record.refund_id)
     else:
-        found = compiled.run(_charge, record.charge_id)
+        found = _charge(cast(str, record.charge_id))  # a record names one or the other
     if not found:  # pragma: no cover - a record's foreign key holds it
         raise Refund.DoesNotExist(f"idempotency key {record.key!r} has lost what it made")
     return found[0]

@@ -15,15 +15,16 @@ from django.db.models import (
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
-from ledger_app import compiled
 from ledger_app.charges.models import Charge, MovementStatus
 from ledger_app.charges.selectors import _charge
+from ledger_app.compiled import precompiled
 from ledger_app.leases import in_doubt
 from ledger_app.refunds.models import Refund
 
 
-def _refund() -> QuerySet[Refund]:
-    return Refund.objects.filter(pk=compiled.KEY).order_by()
+@precompiled
+def _refund(pk: str) -> QuerySet[Refund]:
+    return Refund.objects.filter(pk=pk).order_by()
 
 
 def earlier_refund_like(
@@ -33,31 +34,33 @@ def earlier_refund_like(
     not by the bulk run `other_than_batch` (a batch's own rows are not repeats of each
     other): what a second refund of the same amount would repeat. Declined and canceled
     refunds gave nothing back, so they are not counted. (Every bulk row and admin form
-    asks, under its charge's lock: compiled once.)"""
+    asks, under its charge's lock: precompiled.)"""
     if other_than_batch:
-        found = compiled.run(
-            _earlier_refund_not_of_batch, charge_id, amount, since, other_than_batch
-        )
+        found = _earlier_refund_not_of_batch(charge_id, amount, since, other_than_batch)
     else:
-        found = compiled.run(_earlier_refund, charge_id, amount, since)
+        found = _earlier_refund(charge_id, amount, since)
     return found[0] if found else None
 
 
-def _earlier_refund() -> QuerySet[Refund]:
-    return _live_refunds_like().order_by("-created_at", "-id")[:1]
+@precompiled
+def _earlier_refund(charge_id: str, amount: int, since: datetime) -> QuerySet[Refund]:
+    return _live_refunds_like(charge_id, amount, since).order_by("-created_at", "-id")[:1]
 
 
-def _earlier_refund_not_of_batch() -> QuerySet[Refund]:
-    not_of_batch = _live_refunds_like().exclude(batch_id=compiled.key(3))
+@precompiled
+def _earlier_refund_not_of_batch(
+    charge_id: str, amount: int, since: datetime, batch_id: str
+) -> QuerySet[Refund]:
+    not_of_batch = _live_refunds_like(charge_id, amount, since).exclude(batch_id=batch_id)
     return not_of_batch.order_by("-created_at", "-id")[:1]
 
 
-def _live_refunds_like() -> QuerySet[Refund]:
+def _live_refunds_like(charge_id: str, amount: int, since: datetime) -> QuerySet[Refund]:
     return Refund.objects.filter(
-        charge_id=compiled.KEY,
-        amount=compiled.key(1, int),
+        charge_id=charge_id,
+        amount=amount,
         status__in=Refund.LIVE_STATUSES,
-        created_at__gte=compiled.key(2, datetime),
+        created_at__gte=since,
     )
 
 
@@ -75,27 +78,28 @@ def charges_refunded_since(charge_ids: list[str], since: datetime) -> set[str]:
 
 def locked_refund(*, refund_id: str, charge_id: str) -> Refund:
     """The charge's refund, locked for the rest of the caller's transaction (take the
-    charge's lock first: lock order). Every settle takes it: compiled once."""
+    charge's lock first: lock order). Every settle takes it: precompiled."""
     if connection.get_autocommit():
         raise TransactionManagementError("a refund is locked inside a transaction")
-    found = compiled.run(_locked_refund, refund_id, charge_id)
+    found = _locked_refund(refund_id, charge_id)
     if not found:
         raise Refund.DoesNotExist(f"no refund {refund_id} of charge {charge_id}")
     return found[0]
 
 
-def _locked_refund() -> QuerySet[Refund]:
-    return Refund.objects.select_for_update().filter(pk=compiled.KEY, charge_id=compiled.key(1))
+@precompiled
+def _locked_refund(pk: str, charge_id: str) -> QuerySet[Refund]:
+    return Refund.objects.select_for_update().filter(pk=pk, charge_id=charge_id)
 
 
 def refund_with_charge(refund_id: str) -> Refund:
-    """A refund with its charge (what a send needs of both), from SQL compiled once: two
-    prepared reads cost less than the ORM's join built for every send."""
-    found = compiled.run(_refund, refund_id)
+    """A refund with its charge (what a send needs of both), precompiled: two prepared
+    reads cost less than the ORM's join built for every send."""
+    found = _refund(refund_id)
     if not found:
         raise Refund.DoesNotExist(f"no refund {refund_id}")
     refund = found[0]
-    refund.charge = compiled.run(_charge, refund.charge_id)[0]  # its foreign key holds it
+    refund.charge = _charge(refund.charge_id)[0]  # its foreign key holds it
     return refund
 
 

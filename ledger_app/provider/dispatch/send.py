@@ -20,8 +20,9 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from ledger_app import compiled, faults
+from ledger_app import faults
 from ledger_app.charges.models import Charge, ProviderMovement
+from ledger_app.compiled import Precompiled, Update, precompiled
 from ledger_app.db import ensure_no_transaction, release_connection
 from ledger_app.leases import lease_free
 from ledger_app.provider.dispatch.settle import (
@@ -82,21 +83,17 @@ class _Kind(Generic[Movement]):
 
 
 @functools.cache
-def _lease(model: type[Movement]) -> Callable[[], compiled.Update[Movement]]:
-    """The lease and the attempt in one UPDATE of an open item whose lease is free, for
-    compiled.update (keys: the item, now, the lease's end): every send takes it."""
+def _lease(model: type[Movement]) -> Precompiled[[str, datetime, datetime], int]:
+    """The lease and the attempt in one UPDATE of an open item whose lease is free (how
+    many rows it took: 0 or 1), precompiled: every send takes it."""
 
-    def lease() -> compiled.Update[Movement]:
+    @precompiled
+    def lease(pk: str, now: datetime, until: datetime) -> Update[Movement]:
         free = model.objects.filter(
-            lease_free(compiled.key(1, datetime)),
-            pk=compiled.KEY,
-            status__in=ProviderMovement.OPEN_STATUSES,
+            lease_free(now), pk=pk, status__in=ProviderMovement.OPEN_STATUSES
         )
-        attempt = {
-            "leased_until": compiled.key(2, datetime),
-            "dispatch_attempts": F("dispatch_attempts") + 1,
-        }
-        return compiled.Update(free, attempt)
+        attempt = {"leased_until": until, "dispatch_attempts": F("dispatch_attempts") + 1}
+        return Update(free, attempt)
 
     return lease
 
@@ -125,7 +122,7 @@ def _guarded_send(
     gateway = gateway or get_gateway()
     now = timezone.now()
     ensure_no_transaction()  # the lease and the attempt commit before the provider call
-    taken = compiled.update(_lease(kind.model), pk, now, lease_expiry(now, lease_seconds))
+    taken = _lease(kind.model)(pk, now, lease_expiry(now, lease_seconds))
     item = kind.fetch(pk)
     if isinstance(item, Refund):
         bind(charge_id=item.charge_id)  # for the rest of send_refund (it names the refund)
