@@ -1,25 +1,31 @@
 from django.urls import path, re_path
 
-from ledger_app.api import views, webhook_endpoints
+from ledger_app.api import charges, events, payment_intents, refunds, webhook_endpoints
 from ledger_app.api.docs import DocsView, SchemaView
 from ledger_app.api.errors import not_found
 
 urlpatterns = [
-    path("charges", views.ChargesView.as_view(), name="charges"),
-    path("charges/<str:charge_id>", views.ChargeView.as_view(), name="charge"),
+    path("charges", charges.ChargesView.as_view(), name="charges"),
+    path("charges/<str:charge_id>", charges.ChargeView.as_view(), name="charge"),
     path(
-        "charges/<str:charge_id>/refunds", views.ChargeRefundsView.as_view(), name="charge-refunds"
+        "charges/<str:charge_id>/refunds",
+        refunds.ChargeRefundsView.as_view(),
+        name="charge-refunds",
     ),
-    path("refunds", views.RefundsView.as_view(), name="refunds"),
-    path("refunds/<str:refund_id>", views.RefundView.as_view(), name="refund"),
-    path("refunds/<str:refund_id>/cancel", views.RefundCancelView.as_view(), name="refund-cancel"),
+    path("refunds", refunds.RefundsView.as_view(), name="refunds"),
+    path("refunds/<str:refund_id>", refunds.RefundView.as_view(), name="refund"),
+    path(
+        "refunds/<str:refund_id>/cancel",
+        refunds.RefundCancelView.as_view(),
+        name="refund-cancel",
+    ),
     path(
         "payment_intents/<str:intent_id>",
-        views.PaymentIntentView.as_view(),
+        payment_intents.PaymentIntentView.as_view(),
         name="payment-intent",
     ),
-    path("events", views.EventsView.as_view(), name="events"),
-    path("events/<str:event_id>", views.EventView.as_view(), name="event"),
+    path("events", events.EventsView.as_view(), name="events"),
+    path("events/<str:event_id>", events.EventView.as_view(), name="event"),
     *webhook_endpoints.urlpatterns,
     path("openapi.json", SchemaView.as_view(), name="openapi"),
     path("docs", DocsView.as_view(url_name="openapi"), name="api-docs"),

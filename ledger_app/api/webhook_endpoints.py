@@ -21,8 +21,8 @@ from ledger_app.api.fields import (
     could_be_an_id,
 )
 from ledger_app.api.params import ListParams, Params, RetrieveParams, create_body
+from ledger_app.api.shared import ERRORS, checked_params, listing, read_schema
 from ledger_app.api.versions import StripeView
-from ledger_app.api.views import ERRORS, checked_params, listing, read_schema
 from ledger_app.events.endpoints import (
     ALL_EVENTS,
     EndpointChanges,

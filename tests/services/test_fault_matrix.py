@@ -381,12 +381,12 @@ def test_a_keyless_client_whose_connection_is_cut_is_told_not_to_retry_blindly(
 def test_a_bug_in_a_query_is_a_500_not_a_retryable_503(api_client, monkeypatch):
     from django.db import ProgrammingError
 
-    from ledger_app.api import views
+    from ledger_app.api import refunds as refund_views
 
     def broken(**kwargs):
         raise ProgrammingError('relation "ledger_app_refund" does not exist')
 
-    monkeypatch.setattr(views, "create_refund", broken)
+    monkeypatch.setattr(refund_views, "create_refund", broken)
     charge = ChargeFactory(amount=1_000)
 
     response = post(api_client, "/v1/refunds", {"charge": charge.id, "amount": "10"}, "bug")
