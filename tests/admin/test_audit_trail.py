@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger_app.models import Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("worker_dispatch")]
 
@@ -25,7 +25,9 @@ def refunder(succeeded_charge):
     """A staff member who issued a refund from the admin, and nothing else."""
     user = User.objects.create_user("refunder", password=PASSWORD, is_staff=True)
     create_refund(
-        charge_id=succeeded_charge.id, amount=1_000, actor=user, source=Refund.Source.ADMIN
+        RefundRequest(
+            charge_id=succeeded_charge.id, amount=1_000, actor=user, source=Refund.Source.ADMIN
+        )
     )
     return user
 
@@ -167,13 +169,11 @@ class TestDeletingInCode:
         user = request.getfixturevalue(who)
         before = audit_state(user)
 
+        delete = user.delete if how == "instance" else User.objects.filter(pk=user.pk).delete
         # The refusal may come from inside the delete's transaction; a savepoint keeps
         # this test's own transaction usable afterwards, as any caller's would need.
         with pytest.raises(models.ProtectedError) as refused, transaction.atomic():
-            if how == "instance":
-                user.delete()
-            else:
-                User.objects.filter(pk=user.pk).delete()
+            delete()
 
         assert says in str(refused.value)
         assert audit_state(user) == before

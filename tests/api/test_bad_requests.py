@@ -17,7 +17,7 @@ import pytest
 
 from ledger_app.access.api_keys import create_api_key, revoke_api_key
 from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRequest
 from tests.api.conftest import basic_auth
 from tests.factories import ChargeFactory
@@ -241,9 +241,9 @@ def charges(succeeded_charge, settings) -> dict[str, str]:
     """Every charge a row can name, by placeholder."""
     settings.SIMULATED_GATEWAY_LATENCY_MS = 0
     partial = ChargeFactory(amount=10_000, currency="usd")
-    create_refund(charge_id=partial.id, amount=2_500)
+    create_refund(RefundRequest(charge_id=partial.id, amount=2_500))
     refunded = ChargeFactory(amount=2_500, currency="usd")
-    create_refund(charge_id=refunded.id)
+    create_refund(RefundRequest(charge_id=refunded.id))
     return {
         "charge": succeeded_charge.id,
         "partial": partial.id,
@@ -356,7 +356,7 @@ def test_table_is_big_enough_and_ids_are_unique():
 
 
 @pytest.mark.parametrize(
-    "refused_body, refused_code",
+    ("refused_body", "refused_code"),
     [
         ("charge={charge}&amount=10001", "amount_too_large"),
         ("charge={charge}&amount=5.5", "parameter_invalid_integer"),

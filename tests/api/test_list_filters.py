@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ledger_app.models import Charge, Event, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 
 T = 1_767_225_600  # 2026-01-01 00:00:00 UTC
@@ -28,7 +28,7 @@ def ids(response) -> list[str]:
 def dated(db) -> dict[str, list[str]]:
     """Charges made at T, T+10 and T+20, and a refund of each made at the same moments."""
     charges = [ChargeFactory(created_at=at(T + 10 * n)).id for n in range(3)]
-    refunds = [create_refund(charge_id=pk, amount=100).item.id for pk in charges]
+    refunds = [create_refund(RefundRequest(charge_id=pk, amount=100)).item.id for pk in charges]
     for n, pk in enumerate(refunds):
         Refund.objects.filter(pk=pk).update(created_at=at(T + 10 * n))
     return {"charges": charges, "refunds": refunds}
@@ -37,7 +37,7 @@ def dated(db) -> dict[str, list[str]]:
 @pytest.mark.django_db
 @pytest.mark.parametrize("kind", ["charges", "refunds"])
 @pytest.mark.parametrize(
-    "query, expected",
+    ("query", "expected"),
     [
         (f"created[gte]={T + 10}", [2, 1]),
         (f"created[gt]={T + 10}", [2]),
@@ -185,7 +185,7 @@ REFUSED = [
 def test_refused_in_the_envelope_and_nothing_written(client, api_key, read_only_key, row):
     row_id, method, path, status, code, param, *body = row
     charge = ChargeFactory()
-    refund = create_refund(charge_id=charge.id, amount=100).item
+    refund = create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
     path = path.format(charge=charge.id, refund=refund.id)
     key = read_only_key if "read-only" in row_id else api_key
     kwargs = {}

@@ -15,7 +15,7 @@ from schemathesis.specs.openapi import checks as openapi_checks
 
 from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import Event, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.api.schema_checks import ALL_CHECKS, FUZZ, schema
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("wsgi_in_test_transaction")]
@@ -40,7 +40,7 @@ def test_fuzzed_charge_requests_conform(case, auth, succeeded_charge):
 @pytest.fixture
 def refunded_charge(succeeded_charge):
     """A charge with a refund, and so events of both."""
-    create_refund(charge_id=succeeded_charge.id, amount=1_000)
+    create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=1_000))
     return succeeded_charge
 
 
@@ -136,7 +136,7 @@ def _fill(value, ids):
 
 @pytest.mark.parametrize("known", KNOWN, ids=lambda known: known.id)
 def test_known_requests_match_the_schema(known, api_key, succeeded_charge):
-    create_refund(charge_id=succeeded_charge.id, amount=1_000)  # so a refund exists
+    create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=1_000))  # so a refund exists
     ids = {
         "charge": succeeded_charge.id,
         "refund": Refund.objects.order_by("-created_at").first().id,
@@ -161,7 +161,7 @@ def test_known_requests_match_the_schema(known, api_key, succeeded_charge):
 
 
 @pytest.mark.parametrize(
-    "media_type, body, status",
+    ("media_type", "body", "status"),
     [
         ("text/plain", "charge=ch_x", 415),
         (FORM, "charge=ch_x&metadata[k]=" + "v" * 70_000, 413),

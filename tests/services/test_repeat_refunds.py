@@ -10,7 +10,7 @@ from django.utils import timezone
 from ledger_app import errors
 from ledger_app.approvals.services import reject_refund
 from ledger_app.models import IdempotencyRecord, Refund, RefundLimit
-from ledger_app.refunds.services import create_refund, preview_refund
+from ledger_app.refunds.services import RefundRequest, create_refund, preview_refund
 from tests.invariants import books
 
 pytestmark = [
@@ -22,7 +22,7 @@ WEEK = timedelta(days=7)
 
 
 def refund(charge, amount, **extra):
-    return create_refund(charge_id=charge.id, amount=amount, **extra).item
+    return create_refund(RefundRequest(charge_id=charge.id, amount=amount, **extra)).item
 
 
 class TestRepeats:
@@ -112,15 +112,19 @@ class TestRepeats:
 
     def test_a_bound_key_replays_before_the_repeat_check(self, succeeded_charge):
         first = create_refund(
-            charge_id=succeeded_charge.id, amount=900, idempotency_key="same", batch_id="a"
+            RefundRequest(
+                charge_id=succeeded_charge.id, amount=900, idempotency_key="same", batch_id="a"
+            )
         ).item
 
         again = create_refund(
-            charge_id=succeeded_charge.id,
-            amount=900,
-            idempotency_key="same",
-            batch_id="b",
-            refuse_repeats_within=WEEK,
+            RefundRequest(
+                charge_id=succeeded_charge.id,
+                amount=900,
+                idempotency_key="same",
+                batch_id="b",
+                refuse_repeats_within=WEEK,
+            )
         )
 
         assert again.replayed and again.item.pk == first.pk
@@ -130,19 +134,23 @@ class TestRepeats:
 
         with pytest.raises(errors.RepeatOfEarlier):
             preview_refund(
-                charge_id=succeeded_charge.id,
-                amount=2_000,
-                batch_id="tuesday",
-                refuse_repeats_within=WEEK,
+                RefundRequest(
+                    charge_id=succeeded_charge.id,
+                    amount=2_000,
+                    batch_id="tuesday",
+                    refuse_repeats_within=WEEK,
+                )
             )
         preview = preview_refund(
-            charge_id=succeeded_charge.id,
-            amount=2_000,
-            batch_id="monday",
-            refuse_repeats_within=WEEK,
+            RefundRequest(
+                charge_id=succeeded_charge.id,
+                amount=2_000,
+                batch_id="monday",
+                refuse_repeats_within=WEEK,
+            )
         )
         assert preview.amount == 2_000
 
     def test_a_window_that_is_not_positive_is_a_programming_error(self, succeeded_charge):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="refuse_repeats_within"):
             refund(succeeded_charge, 100, refuse_repeats_within=timedelta(0))

@@ -30,7 +30,7 @@ from ledger_app.models import (
 from ledger_app.operations import job_leases, retention
 from ledger_app.operations.retention import purge_expired, purge_expired_if_due
 from ledger_app.provider.dispatch import process_pending_refunds
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 from tests.retention_rows import (
@@ -70,7 +70,7 @@ def endpoint(settings):
 def delivered_refund(amount: int = 100, **refund) -> Refund:
     """A succeeded refund whose events were all delivered."""
     charge = ChargeFactory(amount=5_000)
-    made = create_refund(charge_id=charge.pk, amount=amount, **refund).item
+    made = create_refund(RefundRequest(charge_id=charge.pk, amount=amount, **refund)).item
     WebhookDelivery.objects.filter(event__charge=charge).update(status=DELIVERED)
     assert made.status == Refund.Status.SUCCEEDED
     return made
@@ -94,7 +94,7 @@ def refund_in_doubt(state: str, charge: Charge, settings, django_user_model) -> 
         agent = staff(django_user_model, "agent")
         set_limit(user=agent, per_refund=50)
         made["actor"] = agent
-    refund = create_refund(**made).item
+    refund = create_refund(RefundRequest(**made)).item
     assert refund.status == state
     return refund
 
@@ -228,7 +228,9 @@ class TestIdempotencyKeys:
         dated(IdempotencyRecord.objects.all(), "created_at", just_outside(90))
         purge_expired()
 
-        again = create_refund(charge_id=first.charge_id, amount=100, idempotency_key="k-again")
+        again = create_refund(
+            RefundRequest(charge_id=first.charge_id, amount=100, idempotency_key="k-again")
+        )
 
         assert not again.replayed and again.item.pk != first.pk
 
@@ -376,7 +378,7 @@ class TestBatches:
             {"batch_size": 0},
             {"days": {"events": 0}},
         ):
-            with pytest.raises(ValueError):
+            with pytest.raises(ValueError, match="purge_expired"):
                 purge_expired(**bad)
         assert ProviderEvent.objects.exists()
         assert not JobLease.objects.exists()
