@@ -6,7 +6,10 @@ takes its rows in file order, so each charge sees its rows in file order; a row 
 is still in another job's hands waits for it. The rows are reported in file order, and at
 most READ_AHEAD are read and not yet reported, so memory stays flat however long the file.
 SIGTERM or SIGINT to a job, or a stop from the parent: it finishes the row in hand and
-takes no other."""
+takes no other.
+
+The pool knows rows only as PoolRow (a number and a charge): bulk.py hands it its rows,
+their requests and the work to do on each, so this module imports nothing of bulk.py."""
 
 from __future__ import annotations
 
@@ -21,18 +24,30 @@ from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from django.db import connections
 
 from ledger_app.provider.dispatch.pool import in_flight
 
-if TYPE_CHECKING:
-    from ledger_app.refunds.bulk import BulkRow, BulkRowResult, Request
-
 JOB_QUEUE = 8  # rows sent to a job and not yet answered, the one in hand included
 READ_AHEAD = 2_000  # rows read and not yet reported, at most: what memory holds
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+class PoolRow(Protocol):
+    """What the pool reads of a row: its number (in messages) and its charge (its job)."""
+
+    @property
+    def number(self) -> int: ...
+
+    @property
+    def charge(self) -> str: ...
+
+
+Row = TypeVar("Row", bound=PoolRow)
+Request = TypeVar("Request")  # what the work is given for a row besides the row and key
+Result = TypeVar("Result")  # what the work makes of a row, reported in file order
 
 
 class JobFailed(Exception):
@@ -46,27 +61,27 @@ def job_for(charge: str, jobs: int) -> int:
 
 
 @dataclass
-class _Job:
+class _Job(Generic[Row, Request]):
     number: int  # 1 to jobs, in messages
     process: Any
     conn: Connection
     # rows routed here, not yet sent: (seq, row, key, request)
-    waiting: deque[tuple[int, BulkRow, str, Request]] = field(default_factory=deque)
+    waiting: deque[tuple[int, Row, str, Request]] = field(default_factory=deque)
     sent: deque[int] = field(default_factory=deque)  # seq numbers sent, answers come in order
     ended: bool = False  # its pipe is closed: the process has ended
 
 
-class JobPool:
+class JobPool(Generic[Row, Request, Result]):
     """`jobs` forked processes refunding rows through create_refund, each on its own
     database connection. The parent reads the file, routes each row to the job of its
     charge, and reports the results in file order."""
 
-    def __init__(self, jobs: int, work: Callable[[BulkRow, str, Request], BulkRowResult]) -> None:
+    def __init__(self, jobs: int, work: Callable[[Row, str, Request], Result]) -> None:
         self.size = jobs
         self.work = work  # what a job does with a row: its result, or its refusal
-        self.jobs: list[_Job] = []
-        self.rows: dict[int, tuple[BulkRow, str]] = {}  # seq -> row and key, read, unreported
-        self.results: dict[int, BulkRowResult] = {}  # seq -> result, waiting for earlier rows
+        self.jobs: list[_Job[Row, Request]] = []
+        self.rows: dict[int, tuple[Row, str]] = {}  # seq -> row and key, read, unreported
+        self.results: dict[int, Result] = {}  # seq -> result, waiting for earlier rows
         self.live_keys: dict[str, list[int]] = {}  # key -> [job, rows read and not answered]
         self.next_seq = 0  # the seq of the next row read
         self.next_report = 0  # the seq of the next row to report
@@ -75,10 +90,10 @@ class JobPool:
 
     def run(
         self,
-        rows: Iterator[tuple[BulkRow, str, Request]],
+        rows: Iterator[tuple[Row, str, Request]],
         *,
         should_stop: Callable[[], bool],
-        on_row: Callable[[BulkRowResult], None],
+        on_row: Callable[[Result], None],
     ) -> bool:
         """Refund `rows` (row, key, request), calling on_row in file order; True if
         stopped by should_stop before every row was done. Raises JobFailed."""
@@ -137,7 +152,7 @@ class JobPool:
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
-    def route(self, row: BulkRow, key: str, request: Request) -> bool:
+    def route(self, row: Row, key: str, request: Request) -> bool:
         """Queue the row for its charge's job; False (not queued) while a row with the
         same key is in another job's hands, so that the earlier row of a key goes first."""
         job = self.jobs[job_for(row.charge, self.size)]
@@ -231,7 +246,7 @@ def _job_main(
     conn: Connection,
     parent_pid: int,
     close: list[Connection],
-    work: Callable[[BulkRow, str, Request], BulkRowResult],
+    work: Callable[[Row, str, Request], Result],
 ) -> None:
     """A job: refund the rows the parent sends, one at a time, answering each in turn,
     until told there are no more, stopped by SIGTERM or SIGINT (after the row in hand),
