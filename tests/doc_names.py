@@ -395,12 +395,15 @@ def make_targets() -> frozenset[str]:
     return frozenset(re.findall(r"^([a-z][\w-]*)\s*:(?!=)", text, re.M))
 
 
+READS = re.compile(r"environ|getenv|\b(?:META|meta)\b|^env|\benv[._]", re.M)
+
+
 def reads_environment(path: str, call: ast.Call) -> bool:
     """A call that reads the environment (os.environ.get, getenv, an `env...` reader, or a
     request's WSGI environment, META); in backoffice/ (the settings and their readers) any
     call given an UPPER_SNAKE name."""
     called = ast.unparse(call.func)
-    reader = re.search(r"environ|getenv|^env|META", called, re.I)
+    reader = READS.search(called)
     return path.startswith("backoffice/") or reader is not None
 
 
@@ -413,24 +416,30 @@ def environment_names() -> frozenset[str]:
     names = set()
     for path in checkout_files():
         if path.endswith(".py"):
+            text = (ROOT / path).read_text(errors="replace")
+            if not path.startswith("backoffice/") and not READS.search(text):
+                continue  # parsing only the modules that may read it
             tree = parsed(path)
             for node in ast.walk(tree) if tree else []:
-                arguments = []
-                if isinstance(node, ast.Call) and reads_environment(path, node):
-                    arguments = node.args[:1]
-                elif isinstance(node, ast.Subscript) and re.search(
-                    "environ|META", ast.unparse(node.value)
+                if isinstance(node, ast.Call):
+                    name, reader = (node.args or [None])[0], node
+                elif isinstance(node, ast.Subscript):
+                    name, reader = node.slice, node.value
+                elif isinstance(node, ast.Compare):
+                    name, reader = node.left, node  # "NAME" in os.environ
+                else:
+                    continue
+                if not (
+                    isinstance(name, ast.Constant)
+                    and isinstance(name.value, str)
+                    and UPPER.fullmatch(name.value)
                 ):
-                    arguments = [node.slice]
-                elif isinstance(node, ast.Compare) and "environ" in ast.unparse(node):
-                    arguments = [node.left]
-                names.update(
-                    arg.value
-                    for arg in arguments
-                    if isinstance(arg, ast.Constant)
-                    and isinstance(arg.value, str)
-                    and UPPER.fullmatch(arg.value)
-                )
+                    continue
+                if isinstance(reader, ast.Call):
+                    if reads_environment(path, reader):
+                        names.add(name.value)
+                elif READS.search(ast.unparse(reader)):
+                    names.add(name.value)
         elif path == "Makefile" or path.startswith((".ci/", "scripts/")):
             text = (ROOT / path).read_text(errors="replace")
             names.update(re.findall(r"\$\$?[{(]?([A-Z][A-Z0-9_]+)", text))
