@@ -83,20 +83,30 @@ def _check_value(value: Any, schema: dict, where: str, found: list[str]) -> None
             found.append(f"{where}: null, and the schema does not allow null")
         return
     if "anyOf" in schema:
-        for branch in schema["anyOf"]:
-            attempt: list[str] = []
-            _check_value(value, branch, where, attempt)
-            if not attempt:
-                return
-        found.append(f"{where}: {value!r} matches none of {schema['anyOf']}")
-        return
-    if "$ref" in schema:
-        target = schema["$ref"].rsplit("/", 1)[-1]
-        if target in SCHEMAS:
-            _check_object(value, SCHEMAS[target], target, where, found)
-        elif not isinstance(value, dict):
-            found.append(f"{where}: {value!r} is not a {target} object")
-        return
+        _check_any_of(value, schema["anyOf"], where, found)
+    elif "$ref" in schema:
+        _check_reference(value, schema["$ref"].rsplit("/", 1)[-1], where, found)
+    else:
+        _check_typed(value, schema, where, found)
+
+
+def _check_any_of(value: Any, branches: list[dict], where: str, found: list[str]) -> None:
+    for branch in branches:
+        attempt: list[str] = []
+        _check_value(value, branch, where, attempt)
+        if not attempt:
+            return
+    found.append(f"{where}: {value!r} matches none of {branches}")
+
+
+def _check_reference(value: Any, target: str, where: str, found: list[str]) -> None:
+    if target in SCHEMAS:
+        _check_object(value, SCHEMAS[target], target, where, found)
+    elif not isinstance(value, dict):
+        found.append(f"{where}: {value!r} is not a {target} object")
+
+
+def _check_typed(value: Any, schema: dict, where: str, found: list[str]) -> None:
     kind = schema.get("type")
     checks = {
         "string": lambda v: isinstance(v, str),

@@ -58,33 +58,51 @@ def fields_in(name: str, version: str) -> dict[str, dict[str, Any]]:
     for (owner, key), values in DOCUMENTED.items():
         if owner == name:
             fields[key]["enum"] = values
-    if name == "charge":
-        if _before(version, "2022-11-15"):  # refunds embedded unasked
-            fields["refunds"] = dict(LIST)
-        if _before(version, "2014-06-17"):  # an array of refunds, not a list object
-            fields["refunds"] = {"optional": False, "type": "Array<Refund>", "nullable": False}
-        if _before(version, "2014-12-17"):  # statement_description
-            fields["statement_description"] = fields.pop("statement_descriptor")
-        if _before(version, "2015-02-18"):  # `card`, and `paid` for succeeded
-            fields["card"] = {**fields.pop("source"), "type": "card"}
-            fields["status"] = {**fields["status"], "enum": ["failed", "paid", "pending"]}
-    if name == "payment_intent":
-        if _before(version, "2022-11-15"):  # its charges, as a list
-            fields["charges"] = dict(LIST)
-        if _before(version, "2019-02-11"):  # the statuses' and next_action's older names
-            fields["next_source_action"] = fields.pop("next_action")
-            renamed = {
-                "requires_payment_method": "requires_source",
-                "requires_action": "requires_source_action",
-            }
-            statuses = [renamed.get(s, s) for s in fields["status"]["enum"]]
-            fields["status"] = {**fields["status"], "enum": statuses}
-    if name == "event" and _before(version, "2017-05-25"):  # the request's id alone
+    backdate = BACKDATED.get(name)
+    if backdate is not None:
+        backdate(fields, version)
+    return fields
+
+
+def _charge_backdated(fields: dict[str, dict[str, Any]], version: str) -> None:
+    if _before(version, "2022-11-15"):  # refunds embedded unasked
+        fields["refunds"] = dict(LIST)
+    if _before(version, "2014-06-17"):  # an array of refunds, not a list object
+        fields["refunds"] = {"optional": False, "type": "Array<Refund>", "nullable": False}
+    if _before(version, "2014-12-17"):  # statement_description
+        fields["statement_description"] = fields.pop("statement_descriptor")
+    if _before(version, "2015-02-18"):  # `card`, and `paid` for succeeded
+        fields["card"] = {**fields.pop("source"), "type": "card"}
+        fields["status"] = {**fields["status"], "enum": ["failed", "paid", "pending"]}
+
+
+def _payment_intent_backdated(fields: dict[str, dict[str, Any]], version: str) -> None:
+    if _before(version, "2022-11-15"):  # its charges, as a list
+        fields["charges"] = dict(LIST)
+    if _before(version, "2019-02-11"):  # the statuses' and next_action's older names
+        fields["next_source_action"] = fields.pop("next_action")
+        renamed = {
+            "requires_payment_method": "requires_source",
+            "requires_action": "requires_source_action",
+        }
+        statuses = [renamed.get(s, s) for s in fields["status"]["enum"]]
+        fields["status"] = {**fields["status"], "enum": statuses}
+
+
+def _event_backdated(fields: dict[str, dict[str, Any]], version: str) -> None:
+    if _before(version, "2017-05-25"):  # the request's id alone
         fields["request"] = {"optional": False, "type": "string | null", "nullable": True}
-    if name == "event" and _before(version, "2024-10-28.acacia"):  # card refunds' events
+    if _before(version, "2024-10-28.acacia"):  # card refunds' events
         types = set(fields["type"]["enum"]) - {"refund.created", "refund.failed"}
         fields["type"] = {**fields["type"], "enum": sorted(types - {"refund.updated"})}
-    return fields
+
+
+# Each object's fields as an earlier version had them (the upgrade notes), in place.
+BACKDATED = {
+    "charge": _charge_backdated,
+    "payment_intent": _payment_intent_backdated,
+    "event": _event_backdated,
+}
 
 
 def problems(obj: Any, name: str, version: str = api_versions.LATEST) -> list[str]:
