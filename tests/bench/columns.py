@@ -49,20 +49,25 @@ def _default_sql(field) -> str | None:
         value = field.get_default()
         if isinstance(field, models.JSONField):
             return _quoted(json.dumps(value)) + "::jsonb"
-        if value is None:
-            return "NULL"
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, int):
-            return str(value)
-        if isinstance(value, str):
-            return _quoted(value)
-        raise TypeError(f"{field.model.__name__}.{field.name}: a default of {value!r}")
+        return _literal(field, value)
     if field.null:
         return "NULL"
     if field.empty_strings_allowed and field.get_default() == "":
         return "''"  # Django saves a text field left unset as ""
     return NO_DEFAULT
+
+
+def _literal(field, value: object) -> str:
+    """A field's plain default as an SQL literal."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return _quoted(value)
+    raise TypeError(f"{field.model.__name__}.{field.name}: a default of {value!r}")
 
 
 def _quoted(text: str) -> str:

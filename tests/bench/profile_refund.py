@@ -20,6 +20,7 @@ import pstats
 import random
 import time
 import uuid
+from collections.abc import Callable
 from urllib.parse import urlencode
 
 import run
@@ -78,21 +79,7 @@ def main() -> None:
         )
 
     if args.http:
-        from django.test import Client
-
-        from ledger_app.access.api_keys import create_api_key
-
-        secret = create_api_key(name=f"profile {uuid.uuid4().hex[:6]}")[1]
-        client = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {secret}")
-
-        def refund() -> None:  # the HTTP form of the same refund
-            answer = client.post(
-                "/v1/refunds",
-                urlencode({"charge": run.charge_for(args.hot, rng), "amount": "1"}),
-                content_type="application/x-www-form-urlencoded",
-                HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex,
-            )
-            assert answer.status_code == 200, answer.content[:300]
+        refund = _http_refund(args.hot, rng)
 
     for _ in range(20):  # imports, caches and connections, outside the counts
         refund()
@@ -135,6 +122,27 @@ def main() -> None:
         out = io.StringIO()
         pstats.Stats(profile, stream=out).strip_dirs().sort_stats(order).print_stats(args.top)
         print(f"--- by {order}\n" + out.getvalue().split("\n", 6)[-1])
+
+
+def _http_refund(hot: bool, rng: random.Random) -> Callable[[], None]:
+    """The HTTP form of the same refund: POST /v1/refunds through Django's test client."""
+    from django.test import Client
+
+    from ledger_app.access.api_keys import create_api_key
+
+    secret = create_api_key(name=f"profile {uuid.uuid4().hex[:6]}")[1]
+    client = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {secret}")
+
+    def refund() -> None:
+        answer = client.post(
+            "/v1/refunds",
+            urlencode({"charge": run.charge_for(hot, rng), "amount": "1"}),
+            content_type="application/x-www-form-urlencoded",
+            HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex,
+        )
+        assert answer.status_code == 200, answer.content[:300]
+
+    return refund
 
 
 if __name__ == "__main__":
