@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from django.contrib import admin
 from django.contrib.admin import helpers
@@ -144,6 +144,15 @@ class ReadOnlyAdmin(LookupGuard, HeldFormAdmin):
                 **context,
             },
         )
+
+
+# The base of a mixin of ReadOnlyAdmin (mixin_bases.py's kind): ReadOnlyAdmin to the type
+# checker, so that the mixin's `self` and `super()` calls are checked against it; `object`
+# at run time.
+if TYPE_CHECKING:
+    ReadOnlyAdminMixin = ReadOnlyAdmin
+else:
+    ReadOnlyAdminMixin = object
 
 
 def totals_by_currency(amounts: Iterable[tuple[int, str]]) -> list[tuple[str, str]]:

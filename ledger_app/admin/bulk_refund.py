@@ -11,10 +11,7 @@ from django.contrib import admin, messages
 from django.db import InterfaceError, OperationalError, models
 from django.utils import timezone
 
-from ledger_app.admin.base import (
-    report_grouped,
-    totals_by_currency,
-)
+from ledger_app.admin.base import ReadOnlyAdminMixin, report_grouped, totals_by_currency
 from ledger_app.admin.form_keys import new_form_key
 from ledger_app.admin.forms import BulkRefundForm
 from ledger_app.admin.refund_form import (
@@ -28,7 +25,6 @@ from ledger_app.charges.selectors import charge_states
 from ledger_app.db import drop_broken_connection
 from ledger_app.errors import ChargeChanged, LedgerError, RepeatOfEarlier
 from ledger_app.idempotency.services import ADMIN_BULK_KEYS
-from ledger_app.mixin_bases import ReadOnlyAdminMixin
 from ledger_app.money import format_money
 from ledger_app.refunds.models import Refund
 from ledger_app.refunds.selectors import charges_refunded_since

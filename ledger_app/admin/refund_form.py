@@ -21,6 +21,7 @@ from django.utils.http import urlencode
 from typing_extensions import override
 
 from ledger_app.access.time_zones import shown_time
+from ledger_app.admin.base import ReadOnlyAdminMixin
 from ledger_app.admin.charge_history import refunds_table
 from ledger_app.admin.form_keys import issued_key, new_form_key
 from ledger_app.admin.forms import ReasonAndNote, RefundForm
@@ -39,7 +40,6 @@ from ledger_app.errors import (
 )
 from ledger_app.idempotency.selectors import idempotency_record
 from ledger_app.idempotency.services import ADMIN_FORM_KEYS, Created
-from ledger_app.mixin_bases import ReadOnlyAdminMixin
 from ledger_app.money import format_money
 from ledger_app.refunds.models import Refund
 from ledger_app.refunds.services import actor_label, create_refund
