@@ -143,22 +143,34 @@ class Shared:
         return condition
 
 
+@dataclass(frozen=True)
+class Load:
+    """What every client shares: the server, the API key, the hot charges, the tally and
+    the deadline."""
+
+    base_url: str
+    api_key: str
+    shared: Shared
+    hot: list[tuple[str, int]]  # [(id, amount)]
+    deadline: float
+
+
 class Client:
     """One thread's client: a session, its own random stream, the cold charges it owns."""
 
-    def __init__(self, index, budget, base_url, api_key, shared, hot, cold, deadline):
+    def __init__(self, index: int, budget: int, cold: list[tuple[str, int]], load: Load):
         self.index = index
         self.budget = budget
-        self.base_url = base_url
-        self.shared = shared
-        self.hot = hot  # [(id, amount)]
+        self.base_url = load.base_url
+        self.shared = load.shared
+        self.hot = load.hot
         # Owned cold charges: id -> [amount, refunded]; only this client refunds them.
         self.owned = {charge_id: [amount, 0] for charge_id, amount in cold}
         self.owned_refunds: dict[str, set] = defaultdict(set)
-        self.deadline = deadline
+        self.deadline = load.deadline
         self.rng = random.Random(SEED * 1_000 + index)
         self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {api_key}"
+        self.session.headers["Authorization"] = f"Bearer {load.api_key}"
         self.sequence = 0
         self.done = 0
 
@@ -581,16 +593,13 @@ def test_many_http_clients_mixed_load_keeps_the_books(server):
     shared = Shared()
     started = time.monotonic()
     deadline = started + WALL_CLOCK_LIMIT
+    load = Load(server.url, api_key, shared, hot, deadline)
     clients = [
         Client(
             index,
             OPERATIONS // CLIENTS + (1 if index < OPERATIONS % CLIENTS else 0),
-            server.url,
-            api_key,
-            shared,
-            hot,
             cold[index::CLIENTS],
-            deadline,
+            load,
         )
         for index in range(CLIENTS)
     ]
