@@ -15,7 +15,7 @@ PACKAGES = ("backoffice", "ledger_app", "serving", "simulated_provider")
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603 - the venv's own lint-imports
+    return subprocess.run(  # the venv's own lint-imports
         [str(LINT_IMPORTS), "--no-cache"],
         cwd=root,
         capture_output=True,
