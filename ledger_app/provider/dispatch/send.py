@@ -183,7 +183,7 @@ def _ask(call: Callable[[], ProviderAnswer]) -> Outcome:
         answer = call()
     except OutcomeUnknown as exc:
         return Outcome(UNKNOWN, detail=str(exc) or type(exc).__name__)
-    except Exception as exc:  # noqa: BLE001 - whatever broke, the provider may have acted
+    except Exception as exc:  # whatever broke, the provider may have acted
         log.exception("gateway call failed unexpectedly; outcome unknown")
         return Outcome(UNKNOWN, detail=f"unexpected {type(exc).__name__}")
     return _outcome_of(answer)
