@@ -44,20 +44,15 @@ import dj_database_url
 import expiry
 import psycopg
 import webhooks
-
-from serving import (
-    ConnectionWatch,
-    CpuShare,
-    Gunicorn,
+from admin_load import (
     admin_session,
     admin_while_refunds_wait,
     create_superuser,
-    inline_slow_provider,
-    percentile_ms,
     refund_form_round_trips,
-    serving_model,
     support_agent,
 )
+from gunicorn_server import ConnectionWatch, CpuShare, Gunicorn, serving_model
+from http_load import inline_slow_provider, percentile_ms
 
 ROOT = Path(__file__).resolve().parents[2]
 # BENCH_DB_SUFFIX keeps runs sharing a server apart (make test gives its own, and its
@@ -1253,7 +1248,7 @@ def measure_http_inline(run: Run) -> None:
 
 def slow_provider_load(run: Run, web: Gunicorn, clients: int) -> dict:
     """`clients` clients posting refunds back to back on the slow charges, through `web`,
-    for --inline-seconds after --inline-warm (serving.inline_slow_provider's figures)."""
+    for --inline-seconds after --inline-warm (http_load.inline_slow_provider's figures)."""
     return inline_slow_provider(
         web.base,
         run.key,
