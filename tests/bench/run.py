@@ -38,6 +38,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import columns
 import dj_database_url
@@ -495,14 +496,33 @@ def charge_for(hot: bool, rng) -> str:
     return HOT if hot else f"ch_{rng.randint(1, SPREAD_CHARGES):020d}"
 
 
-def raw_worker(url, hot, seconds, barrier, results, shape="statements"):
+@dataclass
+class Gate:
+    """What run_processes' processes share: a barrier all start from, a queue for results."""
+
+    barrier: Any
+    results: Any
+
+
+@dataclass
+class Pacing:
+    """What paced_worker's processes share with the parent: each says it is `ready`, starts
+    at `go`, stops at `stop`, and puts its samples on `results`."""
+
+    ready: Any
+    go: Any
+    stop: Any
+    results: Any
+
+
+def raw_worker(url, hot, seconds, gate: Gate, shape="statements"):
     """The refund's exact SQL shape, straight through psycopg: PostgreSQL's own limit."""
     import random
 
     rng = random.Random()
     conn = psycopg.connect(url)
     raw_refund(conn, charge_for(hot, rng), shape)  # warm up, as the service workers do
-    barrier.wait()
+    gate.barrier.wait()
     done, latencies, deadline = 0, [], time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         began = time.perf_counter()
@@ -510,7 +530,7 @@ def raw_worker(url, hot, seconds, barrier, results, shape="statements"):
         latencies.append(time.perf_counter() - began)
         done += 1
     conn.close()
-    results.put((done, latencies))
+    gate.results.put((done, latencies))
 
 
 def django_setup(url: str, dispatch: str) -> None:
@@ -526,7 +546,7 @@ def django_setup(url: str, dispatch: str) -> None:
     django.setup()
 
 
-def service_worker(url, hot, seconds, barrier, results, dispatch):
+def service_worker(url, hot, seconds, gate: Gate, dispatch):
     import random
 
     django_setup(url, dispatch)
@@ -534,7 +554,7 @@ def service_worker(url, hot, seconds, barrier, results, dispatch):
 
     rng = random.Random()
     create_refund(charge_id=charge_for(hot, rng), amount=1, source="api")  # warm up
-    barrier.wait()
+    gate.barrier.wait()
     done, latencies, deadline = 0, [], time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         began = time.perf_counter()
@@ -543,10 +563,10 @@ def service_worker(url, hot, seconds, barrier, results, dispatch):
         )
         latencies.append(time.perf_counter() - began)
         done += 1
-    results.put((done, latencies))
+    gate.results.put((done, latencies))
 
 
-def paced_worker(url, rate, offset, ready, go, stop, results):
+def paced_worker(url, rate, offset, pacing: Pacing):
     """create_refund (inline, as production runs: sent and settled before it returns, the
     simulated provider answering at once) on spread charges at `rate` a second until
     `stop`, each due `offset` seconds into its interval after `go`; 0: back to back. Each sample is
@@ -559,11 +579,11 @@ def paced_worker(url, rate, offset, ready, go, stop, results):
 
     rng = random.Random()
     create_refund(charge_id=charge_for(False, rng), amount=1, source="api")  # warm up
-    ready.put(os.getpid())
-    go.wait()
+    pacing.ready.put(os.getpid())
+    pacing.go.wait()
     interval = 1 / rate if rate else 0.0
     due, samples = time.monotonic() + offset, []
-    while not stop.is_set():
+    while not pacing.stop.is_set():
         if (wait := due - time.monotonic()) > 0:
             time.sleep(wait)
         started = due if rate else time.monotonic()
@@ -576,10 +596,10 @@ def paced_worker(url, rate, offset, ready, go, stop, results):
         ended = time.monotonic()
         samples.append((started, ended - started))
         due = due + interval if rate else ended
-    results.put(samples)
+    pacing.results.put(samples)
 
 
-def http_worker(base, key, seconds, barrier, results):
+def http_worker(base, key, seconds, gate: Gate):
     """POST /v1/refunds back to back on one kept-alive connection. The client is Python's
     own http.client rather than requests: the clients share the server's two cores, and
     requests spent about 2.8 ms of CPU a request (a quarter of the machine at 100/s) that
@@ -606,7 +626,7 @@ def http_worker(base, key, seconds, barrier, results):
 
     for _ in range(10):  # warm every worker's imports and connections before measuring
         post(None)
-    barrier.wait()
+    gate.barrier.wait()
     done, latencies, errors, deadline = 0, [], 0, time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         began = time.perf_counter()
@@ -616,19 +636,17 @@ def http_worker(base, key, seconds, barrier, results):
             errors += 1
         done += 1
     conn.close()
-    results.put((done, latencies, errors))
+    gate.results.put((done, latencies, errors))
 
 
 def run_processes(target, count, *args, tail=()):
-    """Start `count` processes of target(*args, barrier, results, *tail); gather results."""
+    """Start `count` processes of target(*args, gate, *tail); gather results."""
     ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(count), ctx.Queue()
-    procs = [
-        ctx.Process(target=target, args=(*args, barrier, results, *tail)) for _ in range(count)
-    ]
+    gate = Gate(ctx.Barrier(count), ctx.Queue())
+    procs = [ctx.Process(target=target, args=(*args, gate, *tail)) for _ in range(count)]
     for proc in procs:
         proc.start()
-    return gather(results, procs, target.__name__)
+    return gather(gate.results, procs, target.__name__)
 
 
 def gather(results, procs, name: str, timeout: float = 900) -> list:
@@ -1470,7 +1488,7 @@ def measure_purge(run: Run) -> None:
     procs = [
         ctx.Process(
             target=paced_worker,
-            args=(url, rate / clients, n * interval / clients, ready, go, stop, results),
+            args=(url, rate / clients, n * interval / clients, Pacing(ready, go, stop, results)),
         )
         for n in range(clients)
     ]
@@ -1624,14 +1642,7 @@ def broken(res: dict) -> list[str]:
     for name in ("http_spread_worker", "http_inline_slow_provider"):
         if res.get(name, {}).get("non_200"):
             faults.append(f"{name}: {res[name]['non_200']} answers were not 200")
-    hooks = res.get("webhooks_beside_refunds", {})
-    for name, run in hooks.items():
-        if not name.startswith("threads_"):
-            continue
-        if run["non_200"]:
-            faults.append(f"webhooks phase, {name}: {run['non_200']} refunds were not 200")
-        if set(run["statuses_after"]) - {"delivered"}:
-            faults.append(f"webhooks phase, {name}: not all delivered: {run['statuses_after']}")
+    faults += _webhook_faults(res.get("webhooks_beside_refunds", {}))
     if failures := res.get("admin_while_refunds_wait", {}).get("get_failures"):
         faults.append(f"admin changelist: {failures} GETs failed")
     felt = res.get("felt", {})
@@ -1640,7 +1651,24 @@ def broken(res: dict) -> list[str]:
             f"what users wait for: {felt['api_non_200']} API answers not 200, "
             f"{felt['admin_failures']} admin form refunds not made"
         )
-    purge = res.get("purge_under_load")
+    faults += _purge_faults(res.get("purge_under_load"))
+    return faults
+
+
+def _webhook_faults(hooks: dict) -> list[str]:
+    faults = []
+    for name, run in hooks.items():
+        if not name.startswith("threads_"):
+            continue
+        if run["non_200"]:
+            faults.append(f"webhooks phase, {name}: {run['non_200']} refunds were not 200")
+        if set(run["statuses_after"]) - {"delivered"}:
+            faults.append(f"webhooks phase, {name}: not all delivered: {run['statuses_after']}")
+    return faults
+
+
+def _purge_faults(purge: dict | None) -> list[str]:
+    faults = []
     if purge and purge["purge_exit_code"] != 0:
         faults.append(
             f"purge_expired exited {purge['purge_exit_code']}: {purge['purge_output'][-500:]}"
@@ -1668,7 +1696,38 @@ INFO = ("(info)", None)
 def summary_rows(res: dict, wait_budget: float) -> list[tuple[str, float, str, str, str]]:
     """(figure, value, value as shown, target, met / MISSED / blank for information), for
     the phases this run measured, in the order docs/benchmarks.md lists them."""
-    rows: list[tuple[str, float, str, tuple]] = []
+    rows = [
+        *_service_rows(res),
+        *_http_rows(res),
+        *_webhook_rows(res),
+        *_inline_rows(res, wait_budget),
+        *_admin_rows(res),
+        *_single_rows(res),
+        *_big_rows(res),
+        *_felt_rows(res),
+        *_purge_rows(res),
+        *_bulk_rows(res),
+    ]
+    out = []
+    for label, value, unit, (target, check) in rows:
+        if unit == "n/a":
+            shown, verdict = "jobs not available", ""
+        else:
+            whole = unit in {"count", "ms", "MB"} or unit.startswith("of")
+            shown = f"{value:.0f}" if whole else f"{value:.2f}"
+            if unit.startswith("of"):
+                shown = f"{shown} {unit}"
+            verdict = "" if check is None else ("met" if check(value) else "MISSED")
+        out.append((label, value, shown, target, verdict))
+    return out
+
+
+# Each phase's rows for summary_rows, (figure, value, unit, (target, check)); none when the
+# phase did not run.
+
+
+def _service_rows(res: dict) -> list[tuple]:
+    rows: list[tuple] = []
     if "service_hot_inline" in res:
         for shape, target in [("spread", at_least(0.6)), ("hot", at_least(0.8))]:
             for dispatch in ["worker", "inline"]:
@@ -1680,11 +1739,21 @@ def summary_rows(res: dict, wait_budget: float) -> list[tuple[str, float, str, s
                         target if dispatch == "worker" else INFO,
                     )
                 )
+    return rows
+
+
+def _http_rows(res: dict) -> list[tuple]:
+    rows: list[tuple] = []
     if "http_spread_worker" in res:
         http = res["http_spread_worker"]
         if "service_spread_worker" in res:
             rows.append(("http / service (worker)", http["ratio_to_service"], "", at_least(0.5)))
         rows.append(("http p99 ms (worker)", http["p99_ms"], "ms", below(50)))
+    return rows
+
+
+def _webhook_rows(res: dict) -> list[tuple]:
+    rows: list[tuple] = []
     if "webhooks_beside_refunds" in res:
         hooks = res["webhooks_beside_refunds"]
         lanes, one = hooks[f"threads_{hooks['lanes']}"], hooks["threads_1"]
@@ -1700,6 +1769,11 @@ def summary_rows(res: dict, wait_budget: float) -> list[tuple[str, float, str, s
             ),
             ("webhooks: s to catch up after the load, 1 lane", one["catch_up_seconds"], "", INFO),
         ]
+    return rows
+
+
+def _inline_rows(res: dict, wait_budget: float) -> list[tuple]:
+    rows: list[tuple] = []
     if "http_inline_slow_provider" in res:
         inline = res["http_inline_slow_provider"]
         slow = f"http inline, {inline['latency_ms']} ms provider"
@@ -1715,6 +1789,11 @@ def summary_rows(res: dict, wait_budget: float) -> list[tuple[str, float, str, s
                 INFO,
             ),
         ]
+    return rows
+
+
+def _admin_rows(res: dict) -> list[tuple]:
+    rows: list[tuple] = []
     if "admin_while_refunds_wait" in res:
         admin = res["admin_while_refunds_wait"]
         rows += [
@@ -1731,11 +1810,21 @@ def summary_rows(res: dict, wait_budget: float) -> list[tuple[str, float, str, s
                 INFO,
             ),
         ]
+    return rows
+
+
+def _single_rows(res: dict) -> list[tuple]:
+    rows: list[tuple] = []
     if "single" in res:
         rows += [
             ("replay / create", res["single"]["replay_ratio_to_create"], "", at_most(0.5)),
             ("10k prior refunds / none", res["single"]["growth_ratio"], "", at_most(1.2)),
         ]
+    return rows
+
+
+def _big_rows(res: dict) -> list[tuple]:
+    rows: list[tuple] = []
     if "ledger_big" in res:
         rows += [
             (f"changelist {k} big / small", v, "", at_most(2))
@@ -1746,6 +1835,11 @@ def summary_rows(res: dict, wait_budget: float) -> list[tuple[str, float, str, s
             ("verify_ledger big, s", big["verify_ledger_s"], "s", below(60)),
             ("verify_ledger big, peak MB", big["verify_ledger_peak_mb"], "MB", below(500)),
         ]
+    return rows
+
+
+def _felt_rows(res: dict) -> list[tuple]:
+    rows: list[tuple] = []
     if "felt" in res:
         felt = res["felt"]
         rows += [
@@ -1759,6 +1853,11 @@ def summary_rows(res: dict, wait_budget: float) -> list[tuple[str, float, str, s
             ("admin refund form: page p99 ms", felt["admin_form_p99_ms"], "ms", INFO),
             ("admin refund form: submit p99 ms", felt["admin_submit_p99_ms"], "ms", INFO),
         ]
+    return rows
+
+
+def _purge_rows(res: dict) -> list[tuple]:
+    rows: list[tuple] = []
     if "purge_under_load" in res:
         purge = res["purge_under_load"]
         rows += [
@@ -1777,6 +1876,11 @@ def summary_rows(res: dict, wait_budget: float) -> list[tuple[str, float, str, s
                 INFO,
             ),
         ]
+    return rows
+
+
+def _bulk_rows(res: dict) -> list[tuple]:
+    rows: list[tuple] = []
     if "bulk_refund" in res and "service_spread_worker" in res:
         bulk = res["bulk_refund"]
         rows.append(
@@ -1787,18 +1891,7 @@ def summary_rows(res: dict, wait_budget: float) -> list[tuple[str, float, str, s
             rows.append(("bulk_refund --jobs 4 / service", jobs_4, "", at_least(0.6)))
         else:
             rows.append(("bulk_refund --jobs 4 / service", float("nan"), "n/a", (">= 0.6", None)))
-    out = []
-    for label, value, unit, (target, check) in rows:
-        if unit == "n/a":
-            shown, verdict = "jobs not available", ""
-        else:
-            whole = unit in {"count", "ms", "MB"} or unit.startswith("of")
-            shown = f"{value:.0f}" if whole else f"{value:.2f}"
-            if unit.startswith("of"):
-                shown = f"{shown} {unit}"
-            verdict = "" if check is None else ("met" if check(value) else "MISSED")
-        out.append((label, value, shown, target, verdict))
-    return out
+    return rows
 
 
 def print_summary(rows: list[dict], markdown: bool = False) -> None:
