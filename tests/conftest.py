@@ -7,7 +7,7 @@ from django.core.cache import caches
 from django.db import connection
 from django.test import Client, override_settings
 
-from tests import fast_flush, tally
+from tests import fast_flush, migration_data, tally
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 from tests.second_factor import verified
@@ -61,8 +61,10 @@ def pytest_configure(config):
     data sits in a transaction the send pool's threads could not see. The tests of the
     wait budget (tests/services/test_send_pool.py) turn it on, with committed data.
     Servers that tests start in subprocesses inherit the same default. Transactional
-    tests' PostgreSQL is emptied with DELETE (tests/fast_flush.py)."""
+    tests' PostgreSQL is emptied with DELETE (tests/fast_flush.py), and what the data
+    migrations wrote is written again after every flush (tests/migration_data.py)."""
     fast_flush.install()
+    migration_data.install()
     from django.conf import settings
 
     os.environ["REFUND_INLINE_WAIT_SECONDS"] = "0"

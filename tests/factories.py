@@ -25,21 +25,12 @@ LEADS_MIGRATION = "0015_support_leads_group"
 
 
 def migration_group(migration: str):
-    """The group a data migration makes ("Support agents", "Support leads"), made again from
-    the migration's own list when an earlier transactional test has flushed it away
-    (flushing keeps no migration data; serialized_rollback cannot bring it back once a
-    plain flush has renumbered the content types)."""
+    """The group a data migration makes ("Support agents", "Support leads"). Every test
+    finds it, after a transactional test's flush too: tests/migration_data.py writes it
+    again (serialized_rollback could not: a plain flush renumbers the content types)."""
     import importlib
 
-    from django.contrib.auth.models import Group, Permission
+    from django.contrib.auth.models import Group
 
     module = importlib.import_module(f"ledger_app.migrations.{migration}")
-    group, created = Group.objects.get_or_create(name=module.GROUP)
-    if created:
-        group.permissions.set(
-            [
-                Permission.objects.get(content_type__app_label=app, codename=codename)
-                for app, codename in module.PERMISSIONS
-            ]
-        )
-    return group
+    return Group.objects.get(name=module.GROUP)

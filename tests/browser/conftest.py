@@ -240,7 +240,7 @@ def enter_code(page, device, next_url: str = "/admin/") -> None:
 
 
 def support_agents_group() -> Group:
-    """The "Support agents" group, made again if a transactional test flushed it."""
+    """The "Support agents" group the data migration made."""
     return migration_group(AGENTS_MIGRATION)
 
 

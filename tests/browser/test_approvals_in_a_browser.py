@@ -34,7 +34,7 @@ QUEUE = reverse("admin:ledger_app_refundapproval_changelist")
 
 
 def support_leads_group() -> Group:
-    """The "Support leads" group, made again if a transactional test flushed it."""
+    """The "Support leads" group the data migration made."""
     return migration_group(LEADS_MIGRATION)
 
 

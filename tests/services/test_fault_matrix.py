@@ -398,8 +398,8 @@ def test_a_bug_in_a_query_is_a_500_not_a_retryable_503(api_client, monkeypatch):
 
 @pytest.fixture
 def admin_refunder(inline_dispatch, django_user_model, settings):
-    """A logged-in staff client with the refund permission (granted directly: transactional
-    tests flush the data migration's Support agents group)."""
+    """A logged-in staff client with the refund permission (granted directly: the two this
+    test needs)."""
     from django.contrib.auth.models import Permission
 
     settings.REFUND_DISPATCH_LEASE_SECONDS = 0  # a refund left pending is stale at once

@@ -38,8 +38,7 @@ QUEUE = "admin:ledger_app_refundattention_changelist"
 
 @pytest.fixture
 def agent(django_user_model):
-    """Staff with the refund permission (granted directly: transactional tests flush the
-    data migration's Support agents group)."""
+    """Staff with the refund permission (granted directly: the two this test needs)."""
     user = django_user_model.objects.create_user("night-agent", password="x-pass-1234567")
     user.is_staff = True
     user.save()
