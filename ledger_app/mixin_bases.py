@@ -7,12 +7,18 @@ Django's and DRF's classes: the admin's own ReadOnlyAdmin has its mixin base bes
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from django import forms
     from django.contrib.admin import ModelAdmin
     from django.contrib.admin.views.main import ChangeList
     from rest_framework.fields import Field
+    from rest_framework.views import APIView
 
     ModelAdminMixin = ModelAdmin[Any]
     DrfFieldMixin = Field[Any, Any, Any, Any]
     ChangeListMixin = ChangeList
+    FormMixin = forms.Form
+    FormFieldMixin = forms.Field
+    ApiViewMixin = APIView
 else:
     ModelAdminMixin = DrfFieldMixin = ChangeListMixin = object
+    FormMixin = FormFieldMixin = ApiViewMixin = object

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from django import forms
 from django.contrib import admin
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
-from django.db.models import QuerySet
-from django.http import Http404
+from django.db.models import Model, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -25,6 +26,9 @@ from ledger_app.money import format_money
 from ledger_app.text import has_unstorable_characters
 
 REFUND_PERMISSION = "ledger_app.refund_charge"
+# The request attribute an add or change page's held form rides on, from changeform_view
+# to get_form (HeldFormAdmin).
+HELD_FORM = "held_form"
 
 
 class LargeTablePaginator(Paginator):
@@ -57,19 +61,29 @@ class HeldFormAdmin(admin.ModelAdmin):
     before (second_factor.hold_form), with its errors if any, for the person to check and
     save again: nothing is saved by opening it."""
 
-    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         if request.method == "GET":
-            request.held_form = take_held_form(request)
+            setattr(request, HELD_FORM, take_held_form(request))
         return super().changeform_view(request, object_id, form_url, extra_context)
 
-    def get_form(self, request, obj=None, change=False, **kwargs):
+    def get_form(
+        self, request: HttpRequest, obj: Model | None = None, change: bool = False, **kwargs: Any
+    ) -> type[forms.ModelForm[Any]]:
         form_class = super().get_form(request, obj, change, **kwargs)
-        held = getattr(request, "held_form", None)
+        held = getattr(request, HELD_FORM, None)
         if held is None or request.method != "GET":
             return form_class
+        # A class made at run time: the type checker knows its base only as a ModelForm.
+        base: Any = form_class
 
-        class HeldForm(form_class):
-            def __init__(self, *args, **kwargs):
+        class HeldForm(base):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
                 if not args and "data" not in kwargs:
                     kwargs["data"] = held
                 super().__init__(*args, **kwargs)
@@ -92,16 +106,18 @@ class ReadOnlyAdmin(LookupGuard, HeldFormAdmin):
         # Lists and pages fit their window (long ids and text clipped, see clipped()).
         css = {"all": ["ledger_app/admin.css"]}
 
-    def has_add_permission(self, request, obj=None):
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def get_object(self, request, object_id, from_field=None):
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Model | None:
         # The change, history and delete pages look their object up here. An id with a NUL
         # (or a lone surrogate) is no row's id, and PostgreSQL refuses a query holding one:
         # 404, rather than a 500 from the database or a redirect saying it was deleted.
@@ -109,26 +125,37 @@ class ReadOnlyAdmin(LookupGuard, HeldFormAdmin):
             raise Http404("No such object.")
         return super().get_object(request, object_id, from_field)
 
-    def history_view(self, request, object_id, extra_context=None):
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         # Django looks the object up first and redirects when there is none: someone who
         # may not look at these objects would learn which ids exist. Refuse them first.
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
         return super().history_view(request, object_id, extra_context)
 
-    def changelist_view(self, request, extra_context=None):
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         # A NUL in the query string is refused by LookupGuard.changelist_view (lookups.py).
         return money_action_gate(self, request) or super().changelist_view(request, extra_context)
 
-    def has_refund_permission(self, request, obj=None) -> bool:
+    def has_refund_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return request.user.has_perm(REFUND_PERMISSION)
 
-    def page_context(self, request, title: str) -> dict:
+    def page_context(self, request: HttpRequest, title: str) -> dict[str, Any]:
         """What every admin page of this model needs: the site's context, opts, a title."""
         return {**self.admin_site.each_context(request), "opts": self.opts, "title": title}
 
     def action_confirmation(
-        self, request, template: str, *, title: str, form, selected: list, **context
+        self,
+        request: HttpRequest,
+        template: str,
+        *,
+        title: str,
+        form: forms.Form,
+        selected: list[Any],
+        **context: Any,
     ) -> TemplateResponse:
         """The page an action that needs input draws before it acts: `form` and the
         `selected` objects, posted back by includes/action_confirmation_form.html."""
@@ -165,7 +192,11 @@ def totals_by_currency(amounts: Iterable[tuple[int, str]]) -> list[tuple[str, st
 
 
 def report_grouped(
-    model_admin, request, lines: dict, order: list[tuple], noun: tuple[str, str]
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    lines: dict[Any, list[str]],
+    order: list[tuple[Any, int]],
+    noun: tuple[str, str],
 ) -> None:
     """An action's result, one message per outcome in `order` ((outcome, level) pairs):
     the outcome's label, how many of `noun` (singular, plural), then each line:
@@ -197,9 +228,16 @@ def clipped_lines(first: object, second: object, width: str = "text") -> str:
     )
 
 
+class HasAmount(Protocol):
+    @property
+    def amount(self) -> int: ...
+    @property
+    def currency(self) -> str: ...
+
+
 class AmountColumn:
     """An admin for a model with `amount` and `currency`: the amount, formatted."""
 
     @admin.display(description="Amount", ordering="amount")
-    def amount_display(self, obj) -> str:
+    def amount_display(self, obj: HasAmount) -> str:
         return format_money(obj.amount, obj.currency)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
 from django import forms
 from django.core import signing
 
@@ -10,8 +13,16 @@ from ledger_app.approvals.models import RefundLimit
 from ledger_app.charges.models import Charge
 from ledger_app.errors import LedgerError
 from ledger_app.idempotency.services import ADMIN_BULK_KEYS, ADMIN_FORM_KEYS
+from ledger_app.mixin_bases import FormFieldMixin, FormMixin
 from ledger_app.money import format_money, normalize_currency, parse_major, to_major
 from ledger_app.refunds.models import Refund
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
+    # What Form.add_error takes: a message or messages, or (with no field) them by field.
+    Messages = forms.ValidationError | StrOrPromise | Sequence[forms.ValidationError | StrOrPromise]
+    FormError = Messages | Mapping[str, Messages]
 
 OTHER = "other"
 # The model's own labels, so a reason reads the same on the form, the refund's page, the
@@ -33,15 +44,20 @@ def note_required(message: str) -> forms.ValidationError:
     return forms.ValidationError(f"{message} (note_required)", code="note_required")
 
 
-class CodedField:
+def cleaned_by(form: forms.BaseForm, cleaned: dict[str, Any] | None) -> dict[str, Any]:
+    """What a form's clean() gave: Django keeps the form's cleaned_data when it gives None."""
+    return form.cleaned_data if cleaned is None else cleaned
+
+
+class CodedField(FormFieldMixin):
     """A field whose refusals name their stable code, as the service's refusals do: a
     person (or a tampered form) sees `... (invalid_note)`, never an anonymous message."""
 
-    def __init__(self, *args, code: str, **kwargs):
+    def __init__(self, *args: Any, code: str, **kwargs: Any) -> None:
         self.code = code
         super().__init__(*args, **kwargs)
 
-    def clean(self, value):
+    def clean(self, value: Any) -> Any:
         try:
             return super().clean(value)
         except forms.ValidationError as exc:
@@ -58,7 +74,9 @@ class CodedChoiceField(CodedField, forms.ChoiceField):
     pass
 
 
-def note_field(help_text: str, *, code: str = "invalid_note", required: bool = False):
+def note_field(
+    help_text: str, *, code: str = "invalid_note", required: bool = False
+) -> CodedCharField:
     """The free-text note every refund form asks for, as the service stores it."""
     return CodedCharField(
         code=code,
@@ -69,14 +87,14 @@ def note_field(help_text: str, *, code: str = "invalid_note", required: bool = F
     )
 
 
-class NoteNeeded:
+class NoteNeeded(FormMixin):
     """A form whose note must say something; blank (or only spaces) is `note_required`
     with `note_needed` as the message."""
 
     note_needed = "Say what this is for."
 
-    def clean(self):
-        cleaned = super().clean()
+    def clean(self) -> dict[str, Any]:
+        cleaned = cleaned_by(self, super().clean())
         if not cleaned.get("note", "").strip() and "note" not in self.errors:
             self.add_error("note", note_required(self.note_needed))
         return cleaned
@@ -89,7 +107,11 @@ class ReasonAndNote(forms.Form):
         "amount (nothing refunded before)."
     )
 
-    def add_error(self, field, error):
+    @overload
+    def add_error(self, field: None, error: FormError) -> None: ...
+    @overload
+    def add_error(self, field: str | None, error: Messages) -> None: ...
+    def add_error(self, field: str | None, error: Any) -> None:
         """An error on a hidden field would be invisible next to it: show it on top."""
         if field is not None and field in self.fields and self.fields[field].widget.is_hidden:
             field = None
@@ -104,8 +126,8 @@ class ReasonAndNote(forms.Form):
         without that box never does."""
         return bool(self.cleaned_data.get("refund_again"))
 
-    def clean(self):
-        cleaned = super().clean()
+    def clean(self) -> dict[str, Any]:
+        cleaned = cleaned_by(self, super().clean())
         if cleaned.get("reason") == OTHER and not cleaned.get("note", "").strip():
             self.add_error("note", note_required("Explain the refund when the reason is Other."))
         return cleaned
@@ -115,16 +137,18 @@ class ExactAmountBox(forms.CheckboxInput):
     """A box whose value is an amount of minor units, drawn from the charge as it is now
     and never drawn ticked: a page redrawn after an error or Back asks again."""
 
-    def __init__(self, amount: int):
+    def __init__(self, amount: int) -> None:
         super().__init__(attrs={"value": amount, "autocomplete": "off"})
 
-    def format_value(self, value):
+    def format_value(self, value: Any) -> str | None:
         return None
 
-    def get_context(self, name, value, attrs):
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         return super().get_context(name, None, attrs)
 
-    def value_from_datadict(self, data, files, name):
+    def value_from_datadict(
+        self, data: Mapping[str, Any], files: Mapping[str, Any], name: str
+    ) -> Any:
         return data.get(name) or None
 
 
@@ -167,7 +191,9 @@ class RefundForm(ReasonAndNote):
     def clean_idempotency_key(self) -> str:
         return unsigned_key(self.cleaned_data["idempotency_key"], ADMIN_FORM_KEYS)
 
-    def __init__(self, *args, charge: Charge, earlier: Refund | None = None, **kwargs):
+    def __init__(
+        self, *args: Any, charge: Charge, earlier: Refund | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.charge = charge
         # `earlier`: a recent live refund of the same amount this form repeats (the service
@@ -194,8 +220,8 @@ class RefundForm(ReasonAndNote):
         except LedgerError as exc:
             raise forms.ValidationError(f"{exc.message} ({exc.code})", code=exc.code) from exc
 
-    def clean(self):
-        cleaned = super().clean()
+    def clean(self) -> dict[str, Any]:
+        cleaned = cleaned_by(self, super().clean())
         typed, everything = cleaned.get("amount"), cleaned.get("refund_all")
         if "amount" in cleaned and "refund_all" in cleaned:
             if typed is None and everything is None:
@@ -251,7 +277,7 @@ class BulkRefundForm(NoteNeeded, ReasonAndNote):
         "refund of it is skipped.",
     )
 
-    def __init__(self, *args, recent: int = 0, **kwargs):
+    def __init__(self, *args: Any, recent: int = 0, **kwargs: Any) -> None:
         """`recent`: how many of the charges had live refunds within the repeat window;
         only then is "Refund them again anyway" offered."""
         super().__init__(*args, **kwargs)
@@ -331,7 +357,7 @@ class RefundLimitForm(forms.ModelForm):
         model = RefundLimit
         fields = ["group", "user", "api_key", "currency", "per_refund", "per_day"]
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for name in ("per_refund", "per_day"):
             self.fields[name].widget.attrs.update(autocomplete="off", inputmode="decimal")
@@ -366,8 +392,8 @@ class RefundLimitForm(forms.ModelForm):
     def clean_per_day(self) -> int | None:
         return self._amount("per_day")
 
-    def clean(self):
-        cleaned = super().clean()
+    def clean(self) -> dict[str, Any]:
+        cleaned = cleaned_by(self, super().clean())
         if sum(cleaned.get(name) is not None for name in self.SUBJECTS) != 1:
             # On the first field, so the database's own check is not reported twice.
             self.add_error(

@@ -7,7 +7,7 @@ import logging
 import re
 from contextlib import nullcontext
 from functools import cache
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
@@ -17,9 +17,13 @@ from django.core import checks
 from django.core.exceptions import FieldDoesNotExist
 from django.db import DataError, connections, models, transaction
 from django.db.models.constants import LOOKUP_SEP
-from django.http import HttpResponseBadRequest
+from django.db.models.expressions import Expression
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 
-from ledger_app.mixin_bases import ChangeListMixin
+from ledger_app.mixin_bases import ChangeListMixin, ModelAdminMixin
+
+if TYPE_CHECKING:
+    from django.contrib.admin.views.main import ChangeList
 
 log = logging.getLogger("ledger_app.admin.lookups")
 
@@ -40,7 +44,7 @@ SECRET_NAME = re.compile(r"password|secret|hash|token|session_data", re.IGNORECA
 SEARCH_PREFIXES = "^=@"  # ModelAdmin.search_fields: startswith, exact, full text
 
 
-def is_secret(field) -> bool:
+def is_secret(field: Any) -> bool:
     if getattr(field, "holds_secret", False):
         return True
     name = getattr(field, "name", "") or ""
@@ -70,7 +74,7 @@ def touches_secret(model: type[models.Model], lookup: str) -> bool:
     return False
 
 
-def ordering_touches_secret(model: type[models.Model], order) -> bool:
+def ordering_touches_secret(model: type[models.Model], order: Expression | str) -> bool:
     """An ordering entry: a name ("-created_at", "?") or an expression (F, OrderBy)."""
     if isinstance(order, str):
         return order != "?" and touches_secret(model, order)
@@ -89,7 +93,9 @@ class GuardedChangeList(ChangeListMixin):
     string once the list's filters and date hierarchy took theirs is refused, not run as a
     raw lookup; no ordering reads a secret; a value the database cannot take is a bad filter."""
 
-    def get_filters(self, request):
+    def get_filters(
+        self, request: HttpRequest
+    ) -> tuple[list[admin.ListFilter], bool, dict[str, bool | str], bool, bool]:
         specs, has_filters, remaining, duplicates, active = super().get_filters(request)
         undeclared = sorted(key for key in remaining if key not in self.declared_remaining())
         if undeclared:
@@ -110,14 +116,16 @@ class GuardedChangeList(ChangeListMixin):
             )
         return declared
 
-    def get_ordering(self, request, queryset):
+    def get_ordering(
+        self, request: HttpRequest, queryset: models.QuerySet
+    ) -> list[Expression | str]:
         ordering = super().get_ordering(request, queryset)
         kept = [order for order in ordering if not ordering_touches_secret(self.model, order)]
         if len(kept) < len(ordering) and not {"pk", "-pk"} & set(kept):
             kept.append("-pk")  # still one deterministic order
         return kept
 
-    def get_results(self, request):
+    def get_results(self, request: HttpRequest) -> None:
         # A value the database refuses (a number out of range, a malformed pattern) is a bad
         # filter. Inside a transaction, a savepoint keeps the failure from poisoning it.
         alias = self.queryset.db
@@ -136,7 +144,7 @@ def guarded_changelist(changelist_class: type) -> type:
     return type(f"Guarded{changelist_class.__name__}", (GuardedChangeList, changelist_class), {})
 
 
-class LookupGuard:
+class LookupGuard(ModelAdminMixin):
     """Mixed into every registered admin (ReadOnlyAdmin, and guard_every_admin for the rest):
     a list answers only the lookups its filters, date hierarchy and `linked_lookups` use, and
     nothing reads a secret. Anything else gets Django's own answer to a bad filter, the list
@@ -146,30 +154,34 @@ class LookupGuard:
     # (the charge page's "all refunds of this charge": charge__id__exact).
     linked_lookups: tuple[str, ...] = ()
 
-    def lookup_allowed(self, lookup, value, request=None):
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         # Every query string lookup passes here, the filters' own included.
         if touches_secret(self.model, lookup):
             return False
         return super().lookup_allowed(lookup, value, request)
 
-    def get_search_fields(self, request):
+    def get_search_fields(self, request: HttpRequest) -> list[str]:
         return [f for f in super().get_search_fields(request) if not touches_secret(self.model, f)]
 
-    def get_ordering(self, request):
+    def get_ordering(self, request: HttpRequest) -> list[str]:
         ordering = super().get_ordering(request) or ()
         return [order for order in ordering if not ordering_touches_secret(self.model, order)]
 
-    def changelist_view(self, request, extra_context=None):
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         # A NUL in a filter, lookup or search is nothing any row could match, and PostgreSQL
         # refuses it outright: 400 rather than let it reach the database.
         if any("\x00" in value for _, values in request.GET.lists() for value in values):
             return HttpResponseBadRequest("Filter values must not contain NUL characters.")
         return super().changelist_view(request, extra_context)
 
-    def get_changelist(self, request, **kwargs):
-        return guarded_changelist(super().get_changelist(request, **kwargs))
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        # As a plain `type`: mypy takes a type[ChangeList] for no Hashable, @cache's key.
+        changelist_class: type = super().get_changelist(request, **kwargs)
+        return guarded_changelist(changelist_class)
 
-    def get_changelist_instance(self, request):
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
         try:
             return super().get_changelist_instance(request)
         except (DisallowedModelAdminLookup, RefusedLookup) as exc:
@@ -205,7 +217,11 @@ def guard_every_admin(site: admin.AdminSite) -> None:
         return
     register = site.register
 
-    def register_guarded(model_or_iterable, admin_class=None, **options):
+    def register_guarded(
+        model_or_iterable: Any,
+        admin_class: type[admin.ModelAdmin[Any]] | None = None,
+        **options: Any,
+    ) -> None:
         return register(
             model_or_iterable, guarded_admin_class(admin_class or admin.ModelAdmin), **options
         )
@@ -214,7 +230,7 @@ def guard_every_admin(site: admin.AdminSite) -> None:
     site.register = register_guarded  # type: ignore[method-assign]  # wraps AdminSite.register
 
 
-def secret_declarations(model_admin) -> list[str]:
+def secret_declarations(model_admin: admin.ModelAdmin[Any]) -> list[str]:
     """What an admin declares that would read a secret: filters, search, ordering, date
     hierarchy, linked lookups, CSV columns."""
     model = model_admin.model
@@ -240,7 +256,7 @@ def secret_declarations(model_admin) -> list[str]:
 
 
 @checks.register(checks.Tags.admin)
-def check_admin_lookups(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+def check_admin_lookups(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
     """`manage.py check`: every registered admin has LookupGuard and declares no secret."""
     return lookup_problems(admin.site)
 

@@ -7,6 +7,7 @@ import base64
 import binascii
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
 
 from django.conf import settings
 from rest_framework import authentication, exceptions, permissions, throttling
@@ -16,6 +17,10 @@ from ledger_app.access.models import ApiKey
 from ledger_app.operations.rate_counters import WindowCount, count_in_window
 from serving.client_address import client_address, counted_address, network_of
 from serving.logs import bind
+
+if TYPE_CHECKING:  # DRF's settings import this module while rest_framework.views loads
+    from rest_framework.request import Request
+    from rest_framework.views import APIView
 
 
 @dataclass(frozen=True)
@@ -44,14 +49,13 @@ class FailedAuthentications:
     a client sharing an address with a broken one keeps working. It costs nothing on the
     way of a good key."""
 
-    def __init__(self, request):
-        self.limit, self.period = throttling.SimpleRateThrottle.parse_rate(
-            None, settings.API_AUTH_FAILURE_LIMIT
-        )
+    def __init__(self, request: Request) -> None:
+        rate = FailureRate()
+        self.limit, self.period = rate.num_requests, rate.duration
         self.address = client_address(request)
         self.counted = network_of(self.address)
 
-    def refuse(self) -> None:
+    def refuse(self) -> NoReturn:
         """A wrong key: counted, then 401, or 429 once the address is over the limit (that
         one is not counted). If the counter fails it is a 401: a wrong key is refused
         either way, only the address's flood goes uncounted meanwhile."""
@@ -69,8 +73,18 @@ class FailedAuthentications:
         raise exceptions.AuthenticationFailed()
 
 
+class FailureRate(throttling.SimpleRateThrottle):
+    """API_AUTH_FAILURE_LIMIT as DRF reads a rate: `num_requests` per `duration` seconds."""
+
+    num_requests: int
+    duration: int
+
+    def get_rate(self) -> str:
+        return settings.API_AUTH_FAILURE_LIMIT
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
-    def authenticate(self, request):
+    def authenticate(self, request: Request) -> tuple[ApiClient, ApiKey] | None:
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if not header:
             return None
@@ -97,14 +111,14 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         key = authenticate_api_key(secret)
         return None if key is None else ApiClient(key)
 
-    def authenticate_header(self, request):
+    def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="refund-backoffice"'
 
 
 class ApiKeyPermission(permissions.BasePermission):
     """Any valid key reads; only a read-write key creates."""
 
-    def has_permission(self, request, view):
+    def has_permission(self, request: Request, view: APIView) -> bool:
         client = request.user
         if not isinstance(client, ApiClient):
             raise exceptions.NotAuthenticated()
@@ -120,22 +134,25 @@ class ApiKeyThrottle(throttling.SimpleRateThrottle):
 
     scope = "api_key"
     window: WindowCount | None = None
+    # What DRF's __init__ reads from the rate (None without one); its stubs leave them out.
+    num_requests: int | None
+    duration: int | None
 
-    def get_rate(self):
+    def get_rate(self) -> str:
         return settings.API_RATE_LIMIT
 
-    def get_ident(self, request):
+    def get_ident(self, request: Request) -> str:
         # DRF's own reads X-Forwarded-For by its NUM_PROXIES setting, and the whole header
         # when that is unset: a request without a key is counted as the lockout counts it.
         return counted_address(request)
 
-    def get_cache_key(self, request, view):
+    def get_cache_key(self, request: Request, view: APIView) -> str:
         client = request.user
         ident = client.key.prefix if isinstance(client, ApiClient) else self.get_ident(request)
         return self.cache_format % {"scope": self.scope, "ident": ident}
 
-    def allow_request(self, request, view):
-        if self.rate is None:
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        if self.num_requests is None or self.duration is None:  # no rate
             return True
         key = self.get_cache_key(request, view)
         if key is None:
@@ -145,7 +162,7 @@ class ApiKeyThrottle(throttling.SimpleRateThrottle):
         )
         return self.window.within_limit
 
-    def wait(self):
+    def wait(self) -> float | None:
         return None if self.window is None else self.window.seconds_left
 
 

@@ -4,10 +4,13 @@ from collections.abc import Sequence
 
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
 from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 
+from ledger_app.mixin_bases import ApiViewMixin
 
-class _ReadOnlyPage:
+
+class _ReadOnlyPage(ApiViewMixin):
     """The schema and the docs page answer GET and HEAD. Any other method is a 405 in the
     API's JSON envelope, whatever the page itself renders (the docs page is HTML, whose
     renderer cannot show an error), so no /v1/ URL ever answers an error as HTML."""
@@ -17,7 +20,7 @@ class _ReadOnlyPage:
     # a rate limit (that would be a database write per page view; the limits are per key).
     throttle_classes: Sequence[type[BaseThrottle]] = ()
 
-    def handle_exception(self, exc):
+    def handle_exception(self, exc: Exception) -> Response:
         response = super().handle_exception(exc)
         self.request.accepted_renderer = JSONRenderer()
         self.request.accepted_media_type = JSONRenderer.media_type

@@ -14,7 +14,7 @@ import codecs
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import IO, Any
 
 from django.http import QueryDict
 from rest_framework import exceptions as drf_exceptions
@@ -176,8 +176,14 @@ class JSONParser(parsers.JSONParser):
     recursion limit, which depends on how deep the server's stack already is) or parses it:
     a body that parses only just would crash the first recursive step after it."""
 
-    def parse(self, stream, media_type=None, parser_context=None):
-        encoding = parsers.get_encoding(parser_context or {})
+    def parse(
+        self,
+        stream: IO[Any],
+        media_type: str | None = None,
+        parser_context: Mapping[str, Any] | None = None,
+    ) -> Any:  # any JSON value: a list or a number is the views' to refuse
+        # DRF 3.18's, which its stubs (3.16) do not have yet.
+        encoding = parsers.get_encoding(parser_context or {})  # type: ignore[attr-defined]
         try:
             text = codecs.getreader(encoding)(stream).read()
             parsed = json.loads(

@@ -1,6 +1,10 @@
 """Remove what has expired: events and their deliveries, provider events, idempotency keys,
 rate counters, sign-in records, the simulated provider's request log."""
 
+from argparse import ArgumentParser
+from collections.abc import Callable
+from typing import Any
+
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger_app.operations.retention import BATCH_SIZE, PAUSE, Purged, PurgeResult, purge_expired
@@ -20,7 +24,7 @@ class Command(BaseCommand):
     )
     prefix = "purge_expired"
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
             "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
         )
@@ -40,7 +44,9 @@ class Command(BaseCommand):
             f"do not queue behind the purge's writes (default {PAUSE:g}; 0: no pause).",
         )
 
-    def handle(self, *args, dry_run, batch_size, pause, **options):
+    def handle(
+        self, *args: Any, dry_run: bool, batch_size: int, pause: float, **options: Any
+    ) -> None:
         self.check_pace(batch_size, pause)
         result = purge_expired(
             dry_run=dry_run, batch_size=batch_size, pause=pause, on_kind=self.say(dry_run)
@@ -53,7 +59,7 @@ class Command(BaseCommand):
         if not 0 <= pause <= 100:  # NaN fails this too
             raise CommandError("--pause must be 0 to 100", returncode=2)
 
-    def say(self, dry_run: bool):
+    def say(self, dry_run: bool) -> Callable[[Purged], None]:
         heading = f"{self.prefix} (dry run)" if dry_run else self.prefix
 
         def line(purged: Purged) -> None:

@@ -1,5 +1,8 @@
 """Remove old idempotency keys whose outcome is final: `purge_expired`, keys only."""
 
+from argparse import ArgumentParser
+from typing import Any
+
 from django.conf import settings
 from django.core.management.base import CommandError
 
@@ -17,11 +20,19 @@ class Command(purge_expired.Command):
     )
     prefix = "purge_idempotency_keys"
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         super().add_arguments(parser)
         parser.add_argument("--older-than", type=int, default=None, metavar="DAYS")
 
-    def handle(self, *args, dry_run, batch_size, pause, older_than, **options):
+    def handle(
+        self,
+        *args: Any,
+        dry_run: bool,
+        batch_size: int,
+        pause: float,
+        older_than: int | None = None,  # always given by its option: a default for the base's
+        **options: Any,
+    ) -> None:
         if older_than is None:
             older_than = settings.IDEMPOTENCY_KEY_RETENTION_DAYS
         if not 1 <= older_than <= 36_500:

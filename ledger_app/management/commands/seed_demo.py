@@ -31,7 +31,7 @@ DEMO_KEY_NAME = "demo"
 
 # (charge id, amount in minor units, currency, status, description, refunds to issue,
 #  metadata). The simulated provider misbehaves on charges whose metadata asks it to.
-DEMO_CHARGES = [
+DEMO_CHARGES: list[tuple[str, int, str, str, str, list[int | None], dict[str, str]]] = [
     ("ch_demoUsdUnrefunded000001", 1234, "usd", "succeeded", "Coffee subscription", [], {}),
     ("ch_demoUsdPartial000000002", 5000, "usd", "succeeded", "Headphones", [1500], {}),
     ("ch_demoUsdFull000000000003", 2599, "usd", "succeeded", "Concert ticket", [None], {}),
