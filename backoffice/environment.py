@@ -6,7 +6,8 @@ which backoffice/startup.py prints as `error: ...` for manage.py and gunicorn).
 It is environs' Env (well kept, typed; it reads os.environ, and so whatever .env loaded
 there) with the parsers below, which keep the project's rules for every kind:
 
-- unset or empty (`NAME=` in an environment file) is the default;
+- unset or empty (`NAME=` in an environment file) is the default, but for a choice between
+  named options, where an empty value names none and is refused;
 - numbers are ASCII digits, with a dot for fractions: int() and float() would also take
   "1_6", "+8", "1e3", "nan" and other scripts' digits;
 - a bad value is quoted back, cut at 40 characters, except where it may hold a secret
@@ -221,13 +222,17 @@ class Environment:
             self._env.add_parser("read" + parser.__name__, _blank_is_default(parser))
         self.kinds: dict[str, str] = {}
 
-    def _read(self, kind: str, name: str, default: object, **options: Any) -> Any:
-        """`name` read by environs with the parser of `kind`, or ImproperlyConfigured that
-        names it and says what it must be."""
+    def _read(
+        self, kind: str, name: str, default: object, *, empty: object = None, **options: Any
+    ) -> Any:
+        """`name` read by environs with the parser of `kind` (an empty value read as
+        `empty`, the default unless given), or ImproperlyConfigured that names it and says
+        what it must be."""
         self.kinds[name] = kind
         read = getattr(self._env, f"read_{kind}")
+        fallback = default if empty is None else empty
         try:
-            return read(name, default, fallback=default, **options)
+            return read(name, default, fallback=fallback, **options)
         except environs.EnvValidationError as error:
             wanted = "; ".join(str(message) for message in error.error_messages)
             raise ImproperlyConfigured(f"{name} {wanted}") from None
@@ -262,11 +267,15 @@ class Environment:
         *,
         fold: Callable[[str], str] = str,
         wanted: str | None = None,
+        empty_is_default: bool = False,
     ) -> str:
         """One of `choices`, after `fold` (str.upper, say) of what was given; `wanted` says
-        what they are when listing them would not."""
+        what they are when listing them would not. An empty value names none of them and is
+        refused, unless `empty_is_default`: LEDGER_GATEWAY= must not quietly mean the
+        simulated provider."""
         options = {"choices": tuple(choices), "fold": fold, "wanted": wanted}
-        return self._read("choice", name, default, **options)
+        empty = None if empty_is_default else ""
+        return self._read("choice", name, default, empty=empty, **options)
 
     def url(self, name: str, default: str = "", *, schemes: tuple[str, ...] = WEB) -> str:
         """A URL of one of `schemes` with a host; empty only when the default is."""

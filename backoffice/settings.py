@@ -1,46 +1,35 @@
-"""Settings for the refund back office, read from the environment (one module, no forks)."""
+"""Settings for the refund back office, read from the environment (one module, no forks).
 
-import base64
-import os
+Grouped by concern, in this order: reading the environment; mode and secrets; Django's
+wiring; the database; web hardening and the client's address; admin sign-in and the
+second factor; the payment provider; refunds; retention; the REST API; outbound webhooks;
+logs, metrics and caches.
+
+Every environment variable is read through `env` (backoffice/environment.py), which gives
+each its kind, default and bounds here: a bad value stops manage.py and gunicorn with one
+line naming it (backoffice/startup.py). docs/operating/configuration.md lists them all."""
+
 import secrets
 from datetime import timedelta
 from pathlib import Path
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 
+from backoffice import environment
+from backoffice.environment import env
+from ledger_app.api_versions import published
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-
-def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    lowered = value.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
-
-
-def env_count(name: str, default: int, *, of: str, high: int, low: int = 1) -> int:
-    """A whole number of `of` (days, lanes...) from the environment, `low` to `high`, in
-    ASCII digits only (int() would take "1_6", "+8" and other scripts' digits), or a clear
-    error that stops the settings from loading."""
-    value = os.environ.get(name, "").strip() or str(default)
-    if not (value.isascii() and value.isdigit() and low <= int(value) <= high):
-        raise ImproperlyConfigured(
-            f"{name} must be a whole number of {of} from {low} to {high}, not {value[:40]!r}"
-        )
-    return int(value)
-
-
-def env_days(name: str, default: int) -> int:
-    """A whole number of days, 1 to 36500 (a century)."""
-    return env_count(name, default, of="days", high=36_500)
+# === Reading the environment ===========================================================
+# `make run` writes `.env` (git-ignored) with the demo's switches, so that every
+# `manage.py` command in that checkout runs as the demo server does. The environment wins
+# over it; DJANGO_DOTENV=false skips it (the test suite does: backoffice/pytest_defaults.py).
+# A checkout without `.env` is as strict as production. It is loaded into os.environ, not
+# only into the reader, because gunicorn.conf.py and prometheus_client read it there too.
+if env.switch("DJANGO_DOTENV", True):
+    load_dotenv(BASE_DIR / ".env", override=False)
 
 
 def local_secret_key() -> str:
@@ -55,18 +44,12 @@ def local_secret_key() -> str:
         return key
 
 
-# `make run` writes `.env` (git-ignored) with the demo's switches, so that every
-# `manage.py` command in that checkout runs as the demo server does. The environment wins
-# over it; DJANGO_DOTENV=false skips it (the test suite does: backoffice/pytest_defaults.py).
-# A checkout without `.env` is as strict as production.
-if env_bool("DJANGO_DOTENV", True):
-    load_dotenv(BASE_DIR / ".env", override=False)
-
+# === Mode and secrets ==================================================================
 # DJANGO_DEBUG=true is the development and demo mode (`make run`). Anything else is
 # production: it needs DJANGO_SECRET_KEY (the same on every host) and two factors for
 # whoever moves money. docs/operating/production.md lists every setting below.
-DEBUG = env_bool("DJANGO_DEBUG", False)
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+DEBUG = env.switch("DJANGO_DEBUG", False)
+SECRET_KEY = env.text("DJANGO_SECRET_KEY")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
@@ -77,11 +60,37 @@ if not SECRET_KEY:
             "DJANGO_DEBUG=true."
         )
     SECRET_KEY = local_secret_key()
-ALLOWED_HOSTS = [
-    host.strip()
-    for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",")
-    if host.strip()
-]
+# The provider's: the API key for LEDGER_GATEWAY=stripe, and the secret that signs its
+# webhooks to POST /webhooks/stripe (Stripe's whsec_...; without it every inbound webhook is
+# refused).
+STRIPE_API_KEY = env.text("STRIPE_API_KEY")
+STRIPE_WEBHOOK_SECRET = env.text("STRIPE_WEBHOOK_SECRET")
+# GET /metrics: with a token, the scraper must send `Authorization: Bearer <METRICS_TOKEN>`
+# (anything else is answered 401); without one the page is open, for a scraper on a private
+# network (docs/operating/metrics.md).
+METRICS_TOKEN = env.text("METRICS_TOKEN")
+# Webhook signing secrets are encrypted at rest (ledger_app/encryption.py) with these Fernet
+# keys, comma-separated: the first encrypts, every one decrypts (rotation and how to make a
+# key: docs/operating/secrets.md). Unset: a key derived from DJANGO_SECRET_KEY (`check
+# --deploy` warns). A key that is not one refuses to start.
+WEBHOOK_SECRET_KEYS = env.fernet_keys("WEBHOOK_SECRET_KEYS")
+# Production refuses a secret that is a shipped placeholder or too short to be random:
+# backoffice/production_secrets.py, docs/operating/secrets.md.
+if not DEBUG:
+    from backoffice.production_secrets import refuse_weak_secrets
+
+    refuse_weak_secrets(
+        {
+            "DJANGO_SECRET_KEY": SECRET_KEY,
+            "STRIPE_WEBHOOK_SECRET": STRIPE_WEBHOOK_SECRET,
+            "STRIPE_API_KEY": STRIPE_API_KEY,
+            "METRICS_TOKEN": METRICS_TOKEN,
+            "WEBHOOK_SECRET_KEYS": ",".join(WEBHOOK_SECRET_KEYS),
+        }
+    )
+
+# === Django's wiring ===================================================================
+ALLOWED_HOSTS = env.names("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
 
 INSTALLED_APPS = [
     # django.contrib.admin, with its site a BackOfficeAdminSite (backoffice/admin_site.py).
@@ -146,92 +155,6 @@ TEMPLATES = [
 WSGI_APPLICATION = "backoffice.wsgi.application"
 ASGI_APPLICATION = "backoffice.asgi.application"
 
-# The embedded default is a SQLite file. PostgreSQL (production) comes in through
-# DATABASE_URL, e.g. postgres://root@127.0.0.1:5432/test.
-DEFAULT_DATABASE_URL = f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
-DATABASES = {
-    "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
-        conn_health_checks=True,
-    )
-}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # select_for_update is a no-op on SQLite. IMMEDIATE makes every write
-    # transaction take the database write lock at BEGIN, which is what keeps
-    # two refunds on one charge from interleaving.
-    DATABASES["default"]["OPTIONS"] = {
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 30,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-    }
-    # Tests use a file, never :memory:, so threads really share one database.
-    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / ".test-db.sqlite3")}
-if os.environ.get("DATABASE_TEST_NAME"):  # lets parallel test runs share one server
-    DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ["DATABASE_TEST_NAME"]
-# A request never queues forever behind a row lock: past this it is refused with 409
-# (lock_timeout / idempotency_key_in_use) and the client retries with its key. It bounds
-# all the lock waits of one refund or charge together, not each (ledger_app/db.py,
-# lock_wait_budget).
-DATABASE_LOCK_TIMEOUT_MS = env_count(
-    "DATABASE_LOCK_TIMEOUT_MS", 5000, of="milliseconds", high=600_000
-)
-# How long opening a connection to PostgreSQL may take before it is given up (a server
-# that does not answer): a request then gets a 503 in about this long, not after the
-# operating system's own TCP timeout of minutes.
-DATABASE_CONNECT_TIMEOUT_SECONDS = env_count(
-    "DATABASE_CONNECT_TIMEOUT_SECONDS", 3, of="seconds", high=600
-)
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
-        f"-c lock_timeout={DATABASE_LOCK_TIMEOUT_MS}"
-    )
-    DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", DATABASE_CONNECT_TIMEOUT_SECONDS)
-    # The statements every refund runs (ledger_app/db.py, statement_cursor) are prepared
-    # on a connection after this many runs of one, so PostgreSQL stops parsing and
-    # planning them each time; Django's own queries are never prepared. A pooler that
-    # hands one session's statements to another (PgBouncer in transaction mode before
-    # 1.21) needs DATABASE_PREPARED_STATEMENTS=false.
-    if env_bool("DATABASE_PREPARED_STATEMENTS", True):
-        DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
-    # Django's psycopg pool, per process: threads share DATABASE_POOL_MAX_SIZE connections
-    # and hand them back between transactions (and while waiting on the provider), instead
-    # of each thread keeping its own. 0: no pool, a persistent connection per thread.
-    _pool_size = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "0"))
-    if _pool_size > 0:
-        DATABASES["default"]["OPTIONS"]["pool"] = {
-            "min_size": 1,
-            "max_size": _pool_size,
-            # As short as the connect timeout by default: while PostgreSQL is away a
-            # request gives up (503) after this, instead of holding its thread longer.
-            "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT_SECONDS", "3")),
-        }
-        DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them instead
-# Services own their transactions; a refund never commits inside an outer one.
-DATABASES["default"]["ATOMIC_REQUESTS"] = False
-# An optional streaming replica (PostgreSQL hot standby) for reads that may be a moment
-# behind: the admin's charge and refund lists and the API's GETs of charges, refunds and
-# events (ledger_app/replica.py). Nothing that moves money, locks or authenticates reads
-# it, and no router sends other reads there. Its sessions are read-only (a standby takes
-# its schema from the primary: never migrate it), and tests mirror the default database.
-if os.environ.get("DATABASE_REPLICA_URL"):
-    DATABASES["replica"] = dj_database_url.parse(
-        os.environ["DATABASE_REPLICA_URL"],
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
-        conn_health_checks=True,
-    )
-    if DATABASES["replica"]["ENGINE"] == "django.db.backends.postgresql":
-        replica_options = DATABASES["replica"].setdefault("OPTIONS", {})
-        # A replica that does not answer costs a request seconds, not the OS's timeout.
-        replica_options.setdefault("connect_timeout", 3)
-        # The primary's session options (lock_timeout) unless the URL gives its own, and
-        # read-only: a replica URL that names the primary by mistake still writes nothing.
-        primary_session = DATABASES["default"].get("OPTIONS", {}).get("options", "")
-        session = replica_options.get("options") or primary_session
-        replica_options["options"] = f"{session} -c default_transaction_read_only=on".strip()
-    DATABASES["replica"]["ATOMIC_REQUESTS"] = False
-    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
-
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -247,137 +170,147 @@ USE_I18N = True
 USE_TZ = True
 # The admin shows times in the reader's zone: their own (set under "Time zone" in the admin's
 # user links) or this default, an IANA name such as Europe/Paris; every time it shows is
-# labelled with its zone (ledger_app/access/time_zones.py, backoffice/formats/en/formats.py). With
-# LANGUAGE_CODE en-us the locale's formats win over DATETIME_FORMAT settings, hence a module.
-ADMIN_TIME_ZONE = os.environ.get("ADMIN_TIME_ZONE", "") or "UTC"
-try:
-    ZoneInfo(ADMIN_TIME_ZONE)
-except (ZoneInfoNotFoundError, ValueError):
-    raise ImproperlyConfigured(
-        f"ADMIN_TIME_ZONE {ADMIN_TIME_ZONE!r} is not a known time zone (an IANA name such "
-        "as UTC, Europe/Paris or America/New_York)"
-    ) from None
+# labelled with its zone (ledger_app/access/time_zones.py, backoffice/formats/en/formats.py).
+# With LANGUAGE_CODE en-us the locale's formats win over DATETIME_FORMAT settings, hence a
+# module.
+ADMIN_TIME_ZONE = env.time_zone("ADMIN_TIME_ZONE", "UTC")
 FORMAT_MODULE_PATH = ["backoffice.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 # WhiteNoise serves STATIC_ROOT (filled by collectstatic, which `make run` runs).
 
-# The payment provider. `simulated` keeps its own tables in this database and behaves
-# by the charge's metadata (simulate_refund / simulate_charge); `stripe` uses the
-# official client against STRIPE_API_BASE (default: Stripe itself).
-LEDGER_GATEWAY = os.environ.get("LEDGER_GATEWAY", "simulated")
-if LEDGER_GATEWAY not in {"simulated", "stripe"}:
-    raise ImproperlyConfigured("LEDGER_GATEWAY must be simulated or stripe")
-STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "")
-STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "")
-if LEDGER_GATEWAY == "stripe" and not STRIPE_API_KEY:
-    raise ImproperlyConfigured("LEDGER_GATEWAY=stripe needs STRIPE_API_KEY")
-# Signs the provider's webhooks to POST /webhooks/stripe (Stripe's whsec_...); without
-# it every inbound webhook is refused.
-STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
-GATEWAY_TIMEOUT_SECONDS = float(os.environ.get("GATEWAY_TIMEOUT_SECONDS", "10"))
-SIMULATED_GATEWAY_LATENCY_MS = int(os.environ.get("SIMULATED_GATEWAY_LATENCY_MS", "200"))
-# The simulated card network gives a succeeded refund's reference (ARN) this many seconds
-# after the refund was made, as real networks take a while; 0: at once, in its answer.
-SIMULATED_ARN_DELAY_SECONDS = int(os.environ.get("SIMULATED_ARN_DELAY_SECONDS", "60"))
-if SIMULATED_ARN_DELAY_SECONDS < 0:
-    raise ImproperlyConfigured("SIMULATED_ARN_DELAY_SECONDS must be 0 or more")
-# Where the simulated provider sends its webhooks (advance_simulated_provider,
-# simulate_dispute), signed with STRIPE_WEBHOOK_SECRET, as Stripe sends them: the server
-# `make run` serves.
-SIMULATED_PROVIDER_WEBHOOK_URL = os.environ.get(
-    "SIMULATED_PROVIDER_WEBHOOK_URL",
-    f"http://{os.environ.get('GUNICORN_BIND', '127.0.0.1:8000')}/webhooks/stripe",
+# === The database ======================================================================
+# The embedded default is a SQLite file. PostgreSQL (production) comes in through
+# DATABASE_URL, e.g. postgres://root@127.0.0.1:5432/test.
+DEFAULT_DATABASE_URL = f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
+DATABASE_CONN_MAX_AGE = env.count("DATABASE_CONN_MAX_AGE", 60, of="seconds", low=0, high=86_400)
+DATABASES = {
+    "default": env.database(
+        "DATABASE_URL",
+        DEFAULT_DATABASE_URL,
+        conn_max_age=DATABASE_CONN_MAX_AGE,
+        conn_health_checks=True,
+    )
+}
+# A request never queues forever behind a row lock: past this it is refused with 409
+# (lock_timeout / idempotency_key_in_use) and the client retries with its key. It bounds
+# all the lock waits of one refund or charge together, not each (ledger_app/db.py,
+# lock_wait_budget).
+DATABASE_LOCK_TIMEOUT_MS = env.count(
+    "DATABASE_LOCK_TIMEOUT_MS", 5000, of="milliseconds", high=600_000
 )
+# How long opening a connection to PostgreSQL may take before it is given up (a server
+# that does not answer): a request then gets a 503 in about this long, not after the
+# operating system's own TCP timeout of minutes.
+DATABASE_CONNECT_TIMEOUT_SECONDS = env.count(
+    "DATABASE_CONNECT_TIMEOUT_SECONDS", 3, of="seconds", high=600
+)
+# The statements every refund runs (ledger_app/db.py, statement_cursor) are prepared on a
+# PostgreSQL connection after this many runs of one, so PostgreSQL stops parsing and
+# planning them each time; Django's own queries are never prepared. A pooler that hands one
+# session's statements to another (PgBouncer in transaction mode before 1.21) needs
+# DATABASE_PREPARED_STATEMENTS=false.
+DATABASE_PREPARED_STATEMENTS = env.switch("DATABASE_PREPARED_STATEMENTS", True)
+# Django's psycopg pool, per process: threads share DATABASE_POOL_MAX_SIZE connections and
+# hand them back between transactions (and while waiting on the provider), instead of each
+# thread keeping its own. 0: no pool, a persistent connection per thread. A thread waits at
+# most DATABASE_POOL_TIMEOUT_SECONDS for one: as short as the connect timeout by default,
+# so while PostgreSQL is away a request gives up (503) after it instead of holding its thread.
+DATABASE_POOL_MAX_SIZE = env.count("DATABASE_POOL_MAX_SIZE", 0, of="connections", low=0, high=1_000)
+DATABASE_POOL_TIMEOUT_SECONDS = env.number(
+    "DATABASE_POOL_TIMEOUT_SECONDS", 3, of="seconds", high=600
+)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # select_for_update is a no-op on SQLite. IMMEDIATE makes every write
+    # transaction take the database write lock at BEGIN, which is what keeps
+    # two refunds on one charge from interleaving.
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    # Tests use a file, never :memory:, so threads really share one database.
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / ".test-db.sqlite3")}
+# Lets parallel test runs share one server (a name of their own each).
+DATABASE_TEST_NAME = env.text("DATABASE_TEST_NAME")
+if DATABASE_TEST_NAME:
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = DATABASE_TEST_NAME
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
+        f"-c lock_timeout={DATABASE_LOCK_TIMEOUT_MS}"
+    )
+    DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", DATABASE_CONNECT_TIMEOUT_SECONDS)
+    if DATABASE_PREPARED_STATEMENTS:
+        DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
+    if DATABASE_POOL_MAX_SIZE > 0:
+        DATABASES["default"]["OPTIONS"]["pool"] = {
+            "min_size": 1,
+            "max_size": DATABASE_POOL_MAX_SIZE,
+            "timeout": DATABASE_POOL_TIMEOUT_SECONDS,
+        }
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them instead
+# Services own their transactions; a refund never commits inside an outer one.
+DATABASES["default"]["ATOMIC_REQUESTS"] = False
+# An optional streaming replica (PostgreSQL hot standby) for reads that may be a moment
+# behind: the admin's charge and refund lists and the API's GETs of charges, refunds and
+# events (ledger_app/replica.py). Nothing that moves money, locks or authenticates reads
+# it, and no router sends other reads there. Its sessions are read-only (a standby takes
+# its schema from the primary: never migrate it), and tests mirror the default database.
+_replica = env.database(
+    "DATABASE_REPLICA_URL", "", conn_max_age=DATABASE_CONN_MAX_AGE, conn_health_checks=True
+)
+if _replica:
+    DATABASES["replica"] = _replica
+    if _replica["ENGINE"] == "django.db.backends.postgresql":
+        replica_options = _replica.setdefault("OPTIONS", {})
+        # A replica that does not answer costs a request seconds, not the OS's timeout.
+        replica_options.setdefault("connect_timeout", 3)
+        # The primary's session options (lock_timeout) unless the URL gives its own, and
+        # read-only: a replica URL that names the primary by mistake still writes nothing.
+        primary_session = DATABASES["default"].get("OPTIONS", {}).get("options", "")
+        session = replica_options.get("options") or primary_session
+        replica_options["options"] = f"{session} -c default_transaction_read_only=on".strip()
+    _replica["ATOMIC_REQUESTS"] = False
+    _replica["TEST"] = {"MIRROR": "default"}
 
-# inline: create_refund sends the refund right after it commits (staff see the final
-# status at once). worker: refunds wait, pending, for `manage.py process_refunds`.
-REFUND_DISPATCH = os.environ.get("REFUND_DISPATCH", "inline")
-if REFUND_DISPATCH not in {"inline", "worker"}:
-    raise ImproperlyConfigured("REFUND_DISPATCH must be inline or worker")
-# Inline mode waits for the provider at most this long (seconds); past it the refund (or
-# charge) is answered `pending` and this process's send pool, REFUND_SEND_THREADS threads,
-# finishes it. 0: the caller sends in its own thread and waits for the answer.
-REFUND_INLINE_WAIT_SECONDS = float(os.environ.get("REFUND_INLINE_WAIT_SECONDS", "2"))
-REFUND_SEND_THREADS = int(os.environ.get("REFUND_SEND_THREADS", "16"))
-if REFUND_INLINE_WAIT_SECONDS < 0 or REFUND_SEND_THREADS < 1:
-    raise ImproperlyConfigured("REFUND_INLINE_WAIT_SECONDS >= 0 and REFUND_SEND_THREADS >= 1")
-# A refund over its requester's limit waits this long for another person's approval; then
-# it is canceled and its amount released (`process_refunds` expires them).
-APPROVAL_EXPIRY_HOURS = float(os.environ.get("APPROVAL_EXPIRY_HOURS", "72"))
-# A requester with refund limits in some currencies refunding in another: approve (every
-# such refund waits for approval) or allow (it goes through unlimited, as before).
-REFUND_LIMIT_OTHER_CURRENCIES = os.environ.get("REFUND_LIMIT_OTHER_CURRENCIES", "approve")
-if REFUND_LIMIT_OTHER_CURRENCIES not in {"approve", "allow"}:
-    raise ImproperlyConfigured("REFUND_LIMIT_OTHER_CURRENCIES must be approve or allow")
-# The admin's refund form and bulk action warn about, and do not make without a tick, a
-# refund of a charge for the same amount as a live refund of it made this many days ago.
-REFUND_REPEAT_WINDOW_DAYS = float(os.environ.get("REFUND_REPEAT_WINDOW_DAYS", "7"))
-if not REFUND_REPEAT_WINDOW_DAYS > 0:
-    raise ImproperlyConfigured("REFUND_REPEAT_WINDOW_DAYS must be more than 0")
-# How long a dispatcher holds a claimed refund; after that a crashed one's work is retried.
-REFUND_DISPATCH_LEASE_SECONDS = int(os.environ.get("REFUND_DISPATCH_LEASE_SECONDS", "60"))
-# The reconciler asks the provider again about refunds that succeeded this recently, in
-# case a later failure's webhook never arrived (0: it does not).
-RECONCILE_RECHECK_HOURS = int(os.environ.get("RECONCILE_RECHECK_HOURS", "72"))
-
-# What expires, and after how many days (`manage.py purge_expired`, which the refund worker
-# runs once a day; docs/operating/retention.md). Charges, refunds, ledger entries and the
-# admin's log are never removed, nor anything a refund in doubt or awaiting approval needs.
-# Events and their webhook deliveries (Stripe keeps events 30 days); a delivery still
-# pending or retrying is kept, and so is its event.
-EVENT_RETENTION_DAYS = env_days("EVENT_RETENTION_DAYS", 30)
-# Events the provider sent: their effect is in the ledger, the id is kept so that a late
-# duplicate (a retry, a resend from the provider's dashboard) is still refused.
-PROVIDER_EVENT_RETENTION_DAYS = env_days("PROVIDER_EVENT_RETENTION_DAYS", 90)
-# Idempotency keys whose refund or charge is final: within this a bulk file re-run or a
-# client's retry replays; after it the same key is a new request. A quarter, so that a
-# month-end or quarter-end file run again by mistake still replays (Stripe keeps 24 h).
-IDEMPOTENCY_KEY_RETENTION_DAYS = env_days("IDEMPOTENCY_KEY_RETENTION_DAYS", 90)
-# Admin sign-in records (django-axes: failed attempts, access logs); never one whose
-# lockout (LOGIN_LOCKOUT_MINUTES) is still running.
-LOGIN_RECORD_RETENTION_DAYS = env_days("LOGIN_RECORD_RETENTION_DAYS", 90)
-# The simulated provider's log of the requests it received.
-SIMULATED_PROVIDER_LOG_DAYS = env_days("SIMULATED_PROVIDER_LOG_DAYS", 7)
-
-# --- Production hardening, from the environment (docs/operating/production.md) ---------
+# === Web hardening and the client's address (docs/operating/production.md) =============
 # Behind a TLS proxy that sets X-Forwarded-Proto: Django then knows a request came in over
 # HTTPS (needed by the SSL redirect and secure cookies).
 SECURE_PROXY_SSL_HEADER = (
-    ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("DJANGO_BEHIND_TLS_PROXY") else None
+    ("HTTP_X_FORWARDED_PROTO", "https") if env.switch("DJANGO_BEHIND_TLS_PROXY", False) else None
 )
-SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+SECURE_SSL_REDIRECT = env.switch("DJANGO_SECURE_SSL_REDIRECT", False)
 # Load balancers and scrapers probe the processes directly over plain HTTP, inside the
 # network: a redirect to HTTPS would read as "down" (serving/health.py, /metrics).
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
-SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0"))
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
-SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
-SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)
+SECURE_HSTS_SECONDS = env.count(
+    "DJANGO_SECURE_HSTS_SECONDS", 0, of="seconds", low=0, high=2 * 366 * 86_400
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.switch("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env.switch("DJANGO_SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env.switch("DJANGO_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
-CSRF_TRUSTED_ORIGINS = [
-    origin.strip()
-    for origin in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",")
-    if origin.strip()
-]
+CSRF_TRUSTED_ORIGINS = env.names("DJANGO_CSRF_TRUSTED_ORIGINS")
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
 # A staff session lasts a working day at most (seconds).
-SESSION_COOKIE_AGE = int(os.environ.get("DJANGO_SESSION_SECONDS", str(12 * 3600)))
+SESSION_COOKIE_AGE = env.count(
+    "DJANGO_SESSION_SECONDS", 12 * 3600, of="seconds", low=60, high=30 * 86_400
+)
 X_FRAME_OPTIONS = "DENY"
 # Proxies in front of gunicorn that each append to X-Forwarded-For the address they got
 # the request from (0: none, REMOTE_ADDR is the client). The client's address is the entry
 # this many places from the right (serving/client_address.py); login lockouts, the API's
 # failed-authentication limit and the logs count and name clients by it. Behind a TLS proxy
 # it must be at least 1, or every client would share the proxy's address.
-_proxy_count = os.environ.get("DJANGO_TRUSTED_PROXY_COUNT", "").strip() or "0"
-if not (_proxy_count.isascii() and _proxy_count.isdigit()):
-    raise ImproperlyConfigured(
-        "DJANGO_TRUSTED_PROXY_COUNT must be the number of proxies in front that append to "
-        f"X-Forwarded-For (0, 1, 2, ...), not {_proxy_count!r}"
-    )
-TRUSTED_PROXY_COUNT = int(_proxy_count)
+TRUSTED_PROXY_COUNT = env.count(
+    "DJANGO_TRUSTED_PROXY_COUNT",
+    0,
+    of="proxies in front that append to X-Forwarded-For",
+    low=0,
+    high=16,
+)
 if SECURE_PROXY_SSL_HEADER and not TRUSTED_PROXY_COUNT:
     raise ImproperlyConfigured(
         "DJANGO_BEHIND_TLS_PROXY=true needs DJANGO_TRUSTED_PROXY_COUNT (1 for one proxy): "
@@ -386,7 +319,7 @@ if SECURE_PROXY_SSL_HEADER and not TRUSTED_PROXY_COUNT:
 # Login lockouts and the API's failed-authentication limit count an IPv6 client by its
 # network of this many bits (serving/client_address.py: counted_address): one host gets
 # a whole /64 and can take a new address in it at will. 128 counts each address alone.
-CLIENT_IPV6_PREFIX_LENGTH = env_count(
+CLIENT_IPV6_PREFIX_LENGTH = env.count(
     "DJANGO_CLIENT_IPV6_PREFIX_LENGTH", 64, of="bits of an IPv6 client's network", high=128
 )
 
@@ -407,15 +340,18 @@ CONTENT_SECURITY_POLICY = {
     }
 }
 
-# Admin sign-in: django-axes locks an address out after LOGIN_FAILURE_LIMIT failed
-# attempts, whatever user names they tried, for LOGIN_LOCKOUT_MINUTES (shared by every
-# process: the attempts are rows in the database). Failures are logged without the password.
+# === Admin sign-in and the second factor ===============================================
+# django-axes locks an address out after LOGIN_FAILURE_LIMIT failed attempts, whatever user
+# names they tried, for LOGIN_LOCKOUT_MINUTES (shared by every process: the attempts are
+# rows in the database). Failures are logged without the password.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
-AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("LOGIN_LOCKOUT_MINUTES", "15")))
+AXES_FAILURE_LIMIT = env.count("LOGIN_FAILURE_LIMIT", 5, of="failed sign-ins", high=1_000)
+AXES_COOLOFF_TIME = timedelta(
+    minutes=env.number("LOGIN_LOCKOUT_MINUTES", 15, of="minutes", high=525_600)
+)
 # The address only, never the user name on its own: a user name locks from anywhere, so a
 # stranger who knows it could keep its owner out. The address is the client's own
 # (serving/client_address.py), which no header it writes can change.
@@ -436,96 +372,118 @@ AXES_CLIENT_IP_CALLABLE = "serving.client_address.counted_address"
 # A second factor (TOTP, django-otp) for every admin write and every page that moves money,
 # asked again after ADMIN_OTP_IDLE_MINUTES without one. Only the development and demo
 # mode (DJANGO_DEBUG=true) may switch it off.
-ADMIN_OTP_REQUIRED = env_bool("ADMIN_OTP_REQUIRED", True)
+ADMIN_OTP_REQUIRED = env.switch("ADMIN_OTP_REQUIRED", True)
 if not ADMIN_OTP_REQUIRED and not DEBUG:
     raise ImproperlyConfigured(
         "ADMIN_OTP_REQUIRED=false is only for DJANGO_DEBUG=true demos: production asks "
         "everyone who moves money for a second factor"
     )
-ADMIN_OTP_IDLE_MINUTES = float(os.environ.get("ADMIN_OTP_IDLE_MINUTES", "5"))
-OTP_TOTP_ISSUER = os.environ.get("ADMIN_OTP_ISSUER", "Refund back office")
+ADMIN_OTP_IDLE_MINUTES = env.number("ADMIN_OTP_IDLE_MINUTES", 5, of="minutes", high=1_440)
+OTP_TOTP_ISSUER = env.text("ADMIN_OTP_ISSUER", "Refund back office")
 
-# Caches: per-process memory for what may differ between processes, and a table in the
-# database for what every process and machine must share (made by migration 0013). The
-# API's rate limits do not use either: a cache's incr is a read then a write, so they
-# count in their own table with one atomic statement (services/rate_counters.py).
-CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    "shared": {
-        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
-        "LOCATION": "shared_cache",
-    },
-}
+# === The payment provider ==============================================================
+# `simulated` keeps its own tables in this database and behaves by the charge's metadata
+# (simulate_refund / simulate_charge); `stripe` uses the official client against
+# STRIPE_API_BASE (default: Stripe itself) with STRIPE_API_KEY.
+LEDGER_GATEWAY = env.choice("LEDGER_GATEWAY", "simulated", ("simulated", "stripe"))
+STRIPE_API_BASE = env.url("STRIPE_API_BASE")
+if LEDGER_GATEWAY == "stripe" and not STRIPE_API_KEY:
+    raise ImproperlyConfigured("LEDGER_GATEWAY=stripe needs STRIPE_API_KEY")
+GATEWAY_TIMEOUT_SECONDS = env.number("GATEWAY_TIMEOUT_SECONDS", 10, of="seconds", high=600)
+SIMULATED_GATEWAY_LATENCY_MS = env.count(
+    "SIMULATED_GATEWAY_LATENCY_MS", 200, of="milliseconds", low=0, high=600_000
+)
+# The simulated card network gives a succeeded refund's reference (ARN) this many seconds
+# after the refund was made, as real networks take a while; 0: at once, in its answer.
+SIMULATED_ARN_DELAY_SECONDS = env.count(
+    "SIMULATED_ARN_DELAY_SECONDS", 60, of="seconds", low=0, high=30 * 86_400
+)
+# Where the simulated provider sends its webhooks (advance_simulated_provider,
+# simulate_dispute), signed with STRIPE_WEBHOOK_SECRET, as Stripe sends them: the server
+# `make run` serves (GUNICORN_BIND, gunicorn.conf.py's address).
+SIMULATED_PROVIDER_WEBHOOK_URL = env.url(
+    "SIMULATED_PROVIDER_WEBHOOK_URL",
+    f"http://{env.text('GUNICORN_BIND', '127.0.0.1:8000')}/webhooks/stripe",
+)
 
+# === Refunds ===========================================================================
+# inline: create_refund sends the refund right after it commits (staff see the final
+# status at once). worker: refunds wait, pending, for `manage.py process_refunds`.
+REFUND_DISPATCH = env.choice("REFUND_DISPATCH", "inline", ("inline", "worker"))
+# Inline mode waits for the provider at most this long (seconds); past it the refund (or
+# charge) is answered `pending` and this process's send pool, REFUND_SEND_THREADS threads,
+# finishes it. 0: the caller sends in its own thread and waits for the answer.
+REFUND_INLINE_WAIT_SECONDS = env.number(
+    "REFUND_INLINE_WAIT_SECONDS", 2, of="seconds", high=600, zero=True
+)
+REFUND_SEND_THREADS = env.count("REFUND_SEND_THREADS", 16, of="threads", high=512)
+# A refund over its requester's limit waits this long for another person's approval; then
+# it is canceled and its amount released (`process_refunds` expires them).
+APPROVAL_EXPIRY_HOURS = env.number("APPROVAL_EXPIRY_HOURS", 72, of="hours", high=8_784)
+# A requester with refund limits in some currencies refunding in another: approve (every
+# such refund waits for approval) or allow (it goes through unlimited, as before).
+REFUND_LIMIT_OTHER_CURRENCIES = env.choice(
+    "REFUND_LIMIT_OTHER_CURRENCIES", "approve", ("approve", "allow")
+)
+# The admin's refund form and bulk action warn about, and do not make without a tick, a
+# refund of a charge for the same amount as a live refund of it made this many days ago.
+REFUND_REPEAT_WINDOW_DAYS = env.number("REFUND_REPEAT_WINDOW_DAYS", 7, of="days", high=36_500)
+# How long a dispatcher holds a claimed refund; after that a crashed one's work is retried.
+REFUND_DISPATCH_LEASE_SECONDS = env.count(
+    "REFUND_DISPATCH_LEASE_SECONDS", 60, of="seconds", high=86_400
+)
+# The reconciler asks the provider again about refunds that succeeded this recently, in
+# case a later failure's webhook never arrived (0: it does not).
+RECONCILE_RECHECK_HOURS = env.count("RECONCILE_RECHECK_HOURS", 72, of="hours", low=0, high=8_784)
 # The largest amount (minor units) a charge may have, created or imported, per currency:
 # Stripe's maxima by default (eight digits; twelve for IDR). AMOUNT_CEILINGS overrides
 # some, e.g. "usd=5000000,jpy=1000000"; AMOUNT_CEILING_DEFAULT the rest.
-AMOUNT_CEILING_DEFAULT = int(os.environ.get("AMOUNT_CEILING_DEFAULT", "99999999"))
-AMOUNT_CEILINGS = {"idr": 999_999_999_999}
-for _pair in os.environ.get("AMOUNT_CEILINGS", "").split(","):
-    if _pair.strip():
-        _currency, _, _ceiling = _pair.partition("=")
-        if not _ceiling.strip().isdigit() or int(_ceiling) < 1:
-            raise ImproperlyConfigured(f"AMOUNT_CEILINGS: {_pair.strip()!r} is not currency=amount")
-        AMOUNT_CEILINGS[_currency.strip().lower()] = int(_ceiling)
+AMOUNT_CEILING_DEFAULT = env.count(
+    "AMOUNT_CEILING_DEFAULT", 99_999_999, of="minor units", high=999_999_999_999
+)
+AMOUNT_CEILINGS = {"idr": 999_999_999_999, **env.amounts("AMOUNT_CEILINGS")}
 
-# Log lines on stderr: plain text, or one JSON object per line with LOG_FORMAT=json. Each
-# names its request, API key prefix, staff member, refund and charge when known, and
-# secret-shaped text is redacted (serving/logs.py, docs/operating/health-and-logs.md).
-LOG_FORMAT = os.environ.get("LOG_FORMAT", "").strip().lower() or "plain"
-LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
-if LOG_FORMAT not in {"plain", "json"}:
-    raise ImproperlyConfigured(
-        f"LOG_FORMAT must be plain or json, not {os.environ['LOG_FORMAT'][:40]!r}"
-    )
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "filters": {
-        "request_id": {"()": "serving.request_id.RequestIdFilter"},
-        "context": {"()": "serving.logs.LogContextFilter"},
-        "redact": {"()": "serving.logs.RedactSecretsFilter"},
-    },
-    "formatters": {
-        "plain": {"()": "serving.logs.PlainFormatter"},
-        "json": {"()": "serving.logs.JsonLinesFormatter"},
-    },
-    "handlers": {
-        "console": {
-            "class": "logging.StreamHandler",
-            "filters": ["request_id", "context", "redact"],
-            "formatter": LOG_FORMAT,
-        }
-    },
-    # Django's own handlers off (its console copy in debug mode, runserver's line format):
-    # its lines reach the root's handler like every other, in the one format and level.
-    "loggers": {
-        "django": {"handlers": [], "level": LOG_LEVEL},
-        "django.server": {"handlers": [], "level": LOG_LEVEL, "propagate": True},
-    },
-    "root": {"handlers": ["console"], "level": LOG_LEVEL},
-}
-LOGGING_CONFIG = "serving.logs.configure"
+# === Retention =========================================================================
+# What expires, and after how many days (`manage.py purge_expired`, which the refund worker
+# runs once a day; docs/operating/retention.md), each from 1 to 36500 (a century). Charges,
+# refunds, ledger entries and the admin's log are never removed, nor anything a refund in
+# doubt or awaiting approval needs.
+# Events and their webhook deliveries (Stripe keeps events 30 days); a delivery still
+# pending or retrying is kept, and so is its event.
+EVENT_RETENTION_DAYS = env.count("EVENT_RETENTION_DAYS", 30, of="days", high=36_500)
+# Events the provider sent: their effect is in the ledger, the id is kept so that a late
+# duplicate (a retry, a resend from the provider's dashboard) is still refused.
+PROVIDER_EVENT_RETENTION_DAYS = env.count(
+    "PROVIDER_EVENT_RETENTION_DAYS", 90, of="days", high=36_500
+)
+# Idempotency keys whose refund or charge is final: within this a bulk file re-run or a
+# client's retry replays; after it the same key is a new request. A quarter, so that a
+# month-end or quarter-end file run again by mistake still replays (Stripe keeps 24 h).
+IDEMPOTENCY_KEY_RETENTION_DAYS = env.count(
+    "IDEMPOTENCY_KEY_RETENTION_DAYS", 90, of="days", high=36_500
+)
+# Admin sign-in records (django-axes: failed attempts, access logs); never one whose
+# lockout (LOGIN_LOCKOUT_MINUTES) is still running.
+LOGIN_RECORD_RETENTION_DAYS = env.count("LOGIN_RECORD_RETENTION_DAYS", 90, of="days", high=36_500)
+# The simulated provider's log of the requests it received.
+SIMULATED_PROVIDER_LOG_DAYS = env.count("SIMULATED_PROVIDER_LOG_DAYS", 7, of="days", high=36_500)
 
-# The REST API (/v1/): Stripe's wire format, API keys, Stripe's error envelope.
+# === The REST API (/v1/): Stripe's wire format, API keys, Stripe's error envelope =======
 # Requests per API key, e.g. 100/second or 5000/minute; both API limits are fixed windows
-# counted in the database by every process and machine (services/rate_counters.py).
-API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "100/second")
+# counted in the database by every process and machine (ledger_app/operations/rate_counters.py).
+API_RATE_LIMIT = env.rate("API_RATE_LIMIT", "100/second")
 # Failed API authentications per client address (wrong or revoked keys); past it the
 # address is answered 429 until the period ends.
-API_AUTH_FAILURE_LIMIT = os.environ.get("API_AUTH_FAILURE_LIMIT", "20/minute")
+API_AUTH_FAILURE_LIMIT = env.rate("API_AUTH_FAILURE_LIMIT", "20/minute")
 # The account's default Stripe API version (ledger_app/api_versions): what new API keys
 # answer in, and webhook endpoints created without `api_version` render events in. Empty:
 # the newest published version the server knows. A version it does not know stops start-up.
-DEFAULT_API_VERSION = os.environ.get("DEFAULT_API_VERSION", "").strip()
-if DEFAULT_API_VERSION:
-    from ledger_app.api_versions.published import PUBLISHED
-
-    if DEFAULT_API_VERSION not in PUBLISHED:
-        raise ImproperlyConfigured(
-            f"DEFAULT_API_VERSION must be a published Stripe API version such as "
-            f"{PUBLISHED[-1]}, not {DEFAULT_API_VERSION[:40]!r}"
-        )
+DEFAULT_API_VERSION = env.choice(
+    "DEFAULT_API_VERSION",
+    "",
+    ("", *published.PUBLISHED),
+    wanted=f"a published Stripe API version such as {published.PUBLISHED[-1]}, or empty",
+)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["ledger_app.api.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["ledger_app.api.authentication.ApiKeyPermission"],
@@ -561,61 +519,30 @@ SPECTACULAR_SETTINGS = {
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 200
 
-# --- Metrics: GET /metrics for Prometheus (docs/operating/metrics.md) ------------------
-# With a token, the scraper must send `Authorization: Bearer <METRICS_TOKEN>` (anything else
-# is answered 401); without one the page is open, for a scraper on a private network.
-# Several gunicorn workers add up their counters when PROMETHEUS_MULTIPROC_DIR names a
-# directory (read by prometheus_client itself, before any metric exists; `make run` and
-# production set it, and gunicorn.conf.py empties it at start).
-METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
-
-# Outbound webhooks (`manage.py deliver_webhooks`). Endpoints on loopback, private,
-# link-local or reserved addresses are refused unless this is true (demo and tests only).
-WEBHOOK_ALLOW_PRIVATE_URLS = env_bool("WEBHOOK_ALLOW_PRIVATE_URLS", False)
+# === Outbound webhooks (`manage.py deliver_webhooks`) ==================================
+# Endpoints on loopback, private, link-local or reserved addresses are refused unless this
+# is true (demo and tests only).
+WEBHOOK_ALLOW_PRIVATE_URLS = env.switch("WEBHOOK_ALLOW_PRIVATE_URLS", False)
 # An egress proxy every delivery goes through (Stripe's Smokescreen, say: it then judges
 # the addresses names resolve to); empty sends straight to the checked address.
 # See docs/operating/egress.md.
-WEBHOOK_PROXY_URL = os.environ.get("WEBHOOK_PROXY_URL", "").strip()
-if WEBHOOK_PROXY_URL and not WEBHOOK_PROXY_URL.lower().startswith(("http://", "https://")):
-    raise ImproperlyConfigured("WEBHOOK_PROXY_URL must be an http:// or https:// URL")
-# Webhook signing secrets are encrypted at rest (ledger_app/encryption.py) with these Fernet
-# keys, comma-separated: the first encrypts, every one decrypts (rotation and how to make a
-# key: docs/operating/secrets.md). Unset: a key derived from DJANGO_SECRET_KEY (`check
-# --deploy` warns). A key that is not one refuses to start.
-WEBHOOK_SECRET_KEYS = [
-    key.strip() for key in os.environ.get("WEBHOOK_SECRET_KEYS", "").split(",") if key.strip()
-]
-for _number, _key in enumerate(WEBHOOK_SECRET_KEYS, 1):
-    try:
-        _key_ok = len(base64.urlsafe_b64decode(_key.encode("ascii"))) == 32
-    except ValueError:  # not base64, or not ASCII
-        _key_ok = False
-    if not _key_ok:
-        raise ImproperlyConfigured(
-            f"WEBHOOK_SECRET_KEYS: key {_number} is not a Fernet key (32 bytes in url-safe "
-            "base64; docs/operating/secrets.md says how to make one)"
-        )
-# Production refuses a secret that is a shipped placeholder or too short to be random
-# (DJANGO_SECRET_KEY, STRIPE_WEBHOOK_SECRET, STRIPE_API_KEY, METRICS_TOKEN, the Fernet keys):
-# backoffice/production_secrets.py, docs/operating/secrets.md.
-if not DEBUG:
-    from backoffice.production_secrets import refuse_weak_secrets
-
-    refuse_weak_secrets(os.environ)
+WEBHOOK_PROXY_URL = env.url("WEBHOOK_PROXY_URL")
 # The most one delivery request may take, all told: connect, send, and every byte of the
 # answer read (a receiver that trickles its answer is cut off then: egress.post).
-WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOK_TIMEOUT_SECONDS", "10"))
+WEBHOOK_TIMEOUT_SECONDS = env.number("WEBHOOK_TIMEOUT_SECONDS", 10, of="seconds", high=3_600)
 # A delivery is retried with backoff until it is this old, then marked failed.
-WEBHOOK_RETRY_HOURS = float(os.environ.get("WEBHOOK_RETRY_HOURS", "72"))
+WEBHOOK_RETRY_HOURS = env.number("WEBHOOK_RETRY_HOURS", 72, of="hours", high=8_784)
 # The first retry's delay; each next one doubles, up to the maximum (with some jitter).
-WEBHOOK_BACKOFF_SECONDS = float(os.environ.get("WEBHOOK_BACKOFF_SECONDS", "60"))
-WEBHOOK_BACKOFF_MAX_SECONDS = float(os.environ.get("WEBHOOK_BACKOFF_MAX_SECONDS", "3600"))
+WEBHOOK_BACKOFF_SECONDS = env.number("WEBHOOK_BACKOFF_SECONDS", 60, of="seconds", high=86_400)
+WEBHOOK_BACKOFF_MAX_SECONDS = env.number(
+    "WEBHOOK_BACKOFF_MAX_SECONDS", 3600, of="seconds", high=7 * 86_400
+)
 # How long a worker holds the deliveries it claimed; a dead worker's are sent again after.
-WEBHOOK_LEASE_SECONDS = int(os.environ.get("WEBHOOK_LEASE_SECONDS", "120"))
+WEBHOOK_LEASE_SECONDS = env.count("WEBHOOK_LEASE_SECONDS", 120, of="seconds", high=86_400)
 # A lease outlasts one whole request by this much at least (time to render the body and
 # record the outcome), so that no other lane or worker takes a delivery still being sent.
 WEBHOOK_LEASE_MARGIN_SECONDS = 1.0
-if not 0 < WEBHOOK_TIMEOUT_SECONDS <= WEBHOOK_LEASE_SECONDS - WEBHOOK_LEASE_MARGIN_SECONDS:
+if not WEBHOOK_TIMEOUT_SECONDS <= WEBHOOK_LEASE_SECONDS - WEBHOOK_LEASE_MARGIN_SECONDS:
     raise ImproperlyConfigured(
         "WEBHOOK_TIMEOUT_SECONDS must be above 0 and at least "
         f"{WEBHOOK_LEASE_MARGIN_SECONDS:g} s below WEBHOOK_LEASE_SECONDS"
@@ -624,14 +551,71 @@ if not 0 < WEBHOOK_TIMEOUT_SECONDS <= WEBHOOK_LEASE_SECONDS - WEBHOOK_LEASE_MARG
 # each claiming batches of its own and holding a database connection of its own (given
 # back to a DATABASE_POOL_MAX_SIZE pool while it waits on a receiver). PostgreSQL only;
 # SQLite runs one. --threads overrides it.
-WEBHOOK_DELIVERY_THREADS = env_count("WEBHOOK_DELIVERY_THREADS", 8, of="lanes", high=64)
+WEBHOOK_DELIVERY_THREADS = env.count("WEBHOOK_DELIVERY_THREADS", 8, of="lanes", high=64)
 # How many webhook endpoints one API key may have, and how many there may be in all
-# (services/webhook_endpoints.py). Every event is written once per endpoint that wants it,
+# (ledger_app/events/endpoints.py). Every event is written once per endpoint that wants it,
 # in the transaction of its refund or charge, so these bound that work. Disabled endpoints
 # count, deleted ones do not. Stripe allows 16 per account.
-WEBHOOK_ENDPOINTS_PER_KEY = env_count(
+WEBHOOK_ENDPOINTS_PER_KEY = env.count(
     "WEBHOOK_ENDPOINTS_PER_KEY", 16, of="webhook endpoints", high=10_000
 )
-WEBHOOK_ENDPOINTS_TOTAL = env_count(
+WEBHOOK_ENDPOINTS_TOTAL = env.count(
     "WEBHOOK_ENDPOINTS_TOTAL", 32, of="webhook endpoints", high=10_000
 )
+
+# === Logs, metrics and caches ==========================================================
+# Log lines on stderr: plain text, or one JSON object per line with LOG_FORMAT=json. Each
+# names its request, API key prefix, staff member, refund and charge when known, and
+# secret-shaped text is redacted (serving/logs.py, docs/operating/health-and-logs.md).
+LOG_FORMAT = env.choice(
+    "LOG_FORMAT", "plain", ("plain", "json"), fold=str.lower, empty_is_default=True
+)
+LOG_LEVEL = env.choice(
+    "LOG_LEVEL", "INFO", environment.LOG_LEVELS, fold=str.upper, empty_is_default=True
+)
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {
+        "request_id": {"()": "serving.request_id.RequestIdFilter"},
+        "context": {"()": "serving.logs.LogContextFilter"},
+        "redact": {"()": "serving.logs.RedactSecretsFilter"},
+    },
+    "formatters": {
+        "plain": {"()": "serving.logs.PlainFormatter"},
+        "json": {"()": "serving.logs.JsonLinesFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["request_id", "context", "redact"],
+            "formatter": LOG_FORMAT,
+        }
+    },
+    # Django's own handlers off (its console copy in debug mode, runserver's line format):
+    # its lines reach the root's handler like every other, in the one format and level.
+    "loggers": {
+        "django": {"handlers": [], "level": LOG_LEVEL},
+        "django.server": {"handlers": [], "level": LOG_LEVEL, "propagate": True},
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+}
+LOGGING_CONFIG = "serving.logs.configure"
+
+# GET /metrics for Prometheus (docs/operating/metrics.md), behind METRICS_TOKEN (above).
+# Several gunicorn workers add up their counters when PROMETHEUS_MULTIPROC_DIR names a
+# directory: prometheus_client reads that variable itself, before any metric exists
+# (`make run` and production set it, and gunicorn.conf.py empties it at start), so the
+# settings do not.
+
+# Caches: per-process memory for what may differ between processes, and a table in the
+# database for what every process and machine must share (made by migration 0013). The
+# API's rate limits do not use either: a cache's incr is a read then a write, so they
+# count in their own table with one atomic statement (ledger_app/operations/rate_counters.py).
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "shared": {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "shared_cache",
+    },
+}

@@ -1,6 +1,7 @@
 """Start-up refusal in one line: settings that cannot run production (no secret key, two
-factors switched off outside the demo) stop manage.py and gunicorn with a sentence, not a
-traceback."""
+factors switched off outside the demo) and any environment variable with a bad value
+(backoffice/environment.py names it and says what it must be) stop manage.py and gunicorn
+with a sentence, not a traceback."""
 
 from __future__ import annotations
 
