@@ -115,7 +115,7 @@ class TestReadiness:
         }
         assert b"server closed" not in answers[0].content  # the reason stays in the log
         assert alive.status_code == 200
-        said = [r.getMessage() for r in caplog.records if r.name.startswith("backoffice.")]
+        said = [r.getMessage() for r in caplog.records if r.name.startswith("serving.")]
         assert said == ["not ready: database unavailable"]
         assert not [r for r in caplog.records if r.name == "django.request"]
 
