@@ -16,7 +16,7 @@ from pathlib import Path
 
 import requests
 from gunicorn_server import CpuShare
-from http_load import RefundLoad, outcomes, percentile_ms
+from http_load import Target, outcomes, percentile_ms
 
 ROOT = Path(__file__).resolve().parents[2]
 REFUNDS_CHANGELIST = "/admin/ledger_app/refund/"
@@ -81,9 +81,7 @@ def changelist_gets(session: requests.Session, base: str, count: int, load=None)
 
 
 def admin_while_refunds_wait(
-    base: str,
-    key: str,
-    charges: list[str],
+    target: Target,
     session,
     cpu: CpuShare,
     *,
@@ -94,13 +92,13 @@ def admin_while_refunds_wait(
     """The refunds changelist, idle and then while `in_flight` refund posts on slow
     charges are kept waiting on the provider (started over most of `settle` seconds, so
     all of them are in flight when the GETs begin)."""
-    changelist_gets(session, base, 10)  # warm this path in both processes
-    idle, idle_failures, _ = changelist_gets(session, base, gets)
-    with RefundLoad(base, key, charges, in_flight, stagger=settle * 0.8) as load:
+    changelist_gets(session, target.base, 10)  # warm this path in both processes
+    idle, idle_failures, _ = changelist_gets(session, target.base, gets)
+    with target.load(in_flight, stagger=settle * 0.8) as load:
         time.sleep(settle)
         cpu.start()
         started = time.perf_counter()
-        loaded, loaded_failures, seen = changelist_gets(session, base, gets, load)
+        loaded, loaded_failures, seen = changelist_gets(session, target.base, gets, load)
         window, used = time.perf_counter() - started, cpu.stop()
     result = {
         "gets": gets,

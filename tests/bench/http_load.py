@@ -113,10 +113,20 @@ def percentile_ms(seconds: list[float], fraction: float) -> float:
     return ordered[rank - 1] * 1000
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where refund posts go (`base`), with which API key, on which charges."""
+
+    base: str
+    key: str
+    charges: list[str]
+
+    def load(self, clients: int, stagger: float = 0.0) -> RefundLoad:
+        return RefundLoad(self.base, self.key, self.charges, clients, stagger)
+
+
 def inline_slow_provider(
-    base: str,
-    key: str,
-    charges: list[str],
+    target: Target,
     cpu: CpuShare,
     *,
     clients: int,
@@ -126,7 +136,7 @@ def inline_slow_provider(
     """Throughput and latency of `clients` back-to-back refund posts on charges whose
     provider answers slowly, over a window of `seconds` after `warm` seconds of the same
     load. Also where the CPU went, to show what limits the rate (the client is not)."""
-    with RefundLoad(base, key, charges, clients, stagger=warm / 2) as load:
+    with target.load(clients, stagger=warm / 2) as load:
         time.sleep(warm)
         cpu.start()
         start = time.perf_counter()

@@ -53,7 +53,7 @@ from admin_load import (
     support_agent,
 )
 from gunicorn_server import ConnectionWatch, CpuShare, Gunicorn, serving_model
-from http_load import inline_slow_provider, percentile_ms
+from http_load import Target, inline_slow_provider, percentile_ms
 
 ROOT = Path(__file__).resolve().parents[2]
 # BENCH_DB_SUFFIX keeps runs sharing a server apart (make test gives its own, and its
@@ -1268,9 +1268,7 @@ def slow_provider_load(run: Run, web: Gunicorn, clients: int) -> dict:
     """`clients` clients posting refunds back to back on the slow charges, through `web`,
     for --inline-seconds after --inline-warm (http_load.inline_slow_provider's figures)."""
     return inline_slow_provider(
-        web.base,
-        run.key,
-        run.slow,
+        Target(web.base, run.key, run.slow),
         CpuShare(web.process.pid, run.server, MAIN_DB),
         clients=clients,
         warm=run.args.inline_warm,
@@ -1293,9 +1291,7 @@ def measure_admin(run: Run) -> None:
         ConnectionWatch(run.server, MAIN_DB) as db,
     ):
         admin = admin_while_refunds_wait(
-            web.base,
-            run.key,
-            run.slow,
+            Target(web.base, run.key, run.slow),
             admin_session(web.base, username, password),
             CpuShare(web.process.pid, run.server, MAIN_DB),
             gets=args.admin_gets,
