@@ -16,12 +16,14 @@ from backoffice.startup import settings_or_exit
 # Refuse to start (one line, exit 2) before any worker boots when the settings cannot run.
 settings_or_exit()
 
-bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
-workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+from django.conf import settings  # noqa: E402 - loaded, and checked, by settings_or_exit
+
+bind = settings.GUNICORN_BIND
+workers = settings.WEB_CONCURRENCY
 worker_class = "gthread"
 # Per process. A thread waits on the provider for at most the inline wait budget, so
 # even with every send stuck on a dead provider the rest of the threads serve pages.
-threads = int(os.environ.get("GUNICORN_THREADS", "32"))
+threads = settings.GUNICORN_THREADS
 timeout = 60
 # On SIGTERM the master closes the listening sockets and each worker stops accepting,
 # answers the requests it holds (a kept-alive connection gets "Connection: close"), then

@@ -1,6 +1,6 @@
-import os
-
 from django.core.asgi import get_asgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "backoffice.settings")
+from backoffice.startup import settings_or_exit
+
+settings_or_exit()
 application = get_asgi_application()

@@ -401,10 +401,14 @@ SIMULATED_ARN_DELAY_SECONDS = env.count(
 # Where the simulated provider sends its webhooks (advance_simulated_provider,
 # simulate_dispute), signed with STRIPE_WEBHOOK_SECRET, as Stripe sends them: the server
 # `make run` serves (GUNICORN_BIND, gunicorn.conf.py's address).
+GUNICORN_BIND = env.text("GUNICORN_BIND", "127.0.0.1:8000")
 SIMULATED_PROVIDER_WEBHOOK_URL = env.url(
-    "SIMULATED_PROVIDER_WEBHOOK_URL",
-    f"http://{env.text('GUNICORN_BIND', '127.0.0.1:8000')}/webhooks/stripe",
+    "SIMULATED_PROVIDER_WEBHOOK_URL", f"http://{GUNICORN_BIND}/webhooks/stripe"
 )
+# gunicorn.conf.py's processes and threads per process, read here so that a bad value
+# stops gunicorn with the same one line as any other setting.
+WEB_CONCURRENCY = env.count("WEB_CONCURRENCY", 2, of="processes", high=64)
+GUNICORN_THREADS = env.count("GUNICORN_THREADS", 32, of="threads", high=256)
 
 # === Refunds ===========================================================================
 # inline: create_refund sends the refund right after it commits (staff see the final
