@@ -129,21 +129,29 @@ def defined_in(tree: ast.AST) -> dict[str, ast.AST]:
     names: dict[str, ast.AST] = {}
     body = getattr(tree, "body", [])
     for node in body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names[node.name] = node
-        elif isinstance(node, ast.Assign):
-            for target in node.targets:
-                for name in ast.walk(target):
-                    if isinstance(name, ast.Name):
-                        names[name.id] = node
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names[node.target.id] = node
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            for alias in node.names:
-                names[(alias.asname or alias.name).split(".")[0]] = node
-        elif isinstance(node, ast.If | ast.Try):
+        if isinstance(node, ast.If | ast.Try):
             names.update(defined_in(ast.Module(body=node.body, type_ignores=[])))
+        else:
+            names.update(dict.fromkeys(bound_by(node), node))
     return names
+
+
+def bound_by(node: ast.AST) -> list[str]:
+    """The names one statement of a body binds there."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [
+            name.id
+            for target in node.targets
+            for name in ast.walk(target)
+            if isinstance(name, ast.Name)
+        ]
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return [node.target.id]
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return [(alias.asname or alias.name).split(".")[0] for alias in node.names]
+    return []
 
 
 def module_file(dotted: str) -> str | None:
@@ -416,35 +424,44 @@ def environment_names() -> frozenset[str]:
     names = set()
     for path in checkout_files():
         if path.endswith(".py"):
-            text = (ROOT / path).read_text(errors="replace")
-            if not path.startswith("backoffice/") and not READS.search(text):
-                continue  # parsing only the modules that may read it
-            tree = parsed(path)
-            for node in ast.walk(tree) if tree else []:
-                if isinstance(node, ast.Call):
-                    name, reader = (node.args or [None])[0], node
-                elif isinstance(node, ast.Subscript):
-                    name, reader = node.slice, node.value
-                elif isinstance(node, ast.Compare):
-                    name, reader = node.left, node  # "NAME" in os.environ
-                else:
-                    continue
-                if not (
-                    isinstance(name, ast.Constant)
-                    and isinstance(name.value, str)
-                    and UPPER.fullmatch(name.value)
-                ):
-                    continue
-                if isinstance(reader, ast.Call):
-                    if reads_environment(path, reader):
-                        names.add(name.value)
-                elif READS.search(ast.unparse(reader)):
-                    names.add(name.value)
+            names.update(python_reads(path))
         elif path == "Makefile" or path.startswith((".ci/", "scripts/")):
             text = (ROOT / path).read_text(errors="replace")
             names.update(re.findall(r"\$\$?[{(]?([A-Z][A-Z0-9_]+)", text))
             names.update(re.findall(r"environ(?:\.get)?[\[(]['\"]([A-Z][A-Z0-9_]+)", text))
     return frozenset(names)
+
+
+def python_reads(path: str) -> set[str]:
+    """The environment variables one Python module reads."""
+    text = (ROOT / path).read_text(errors="replace")
+    if not path.startswith("backoffice/") and not READS.search(text):
+        return set()  # parsing only the modules that may read it
+    tree = parsed(path)
+    return {name for node in (ast.walk(tree) if tree else []) if (name := read_by(path, node))}
+
+
+def read_by(path: str, node: ast.AST) -> str | None:
+    """The environment variable `node` reads, if it is such a read."""
+    if isinstance(node, ast.Call):
+        name, reader = (node.args or [None])[0], node
+    elif isinstance(node, ast.Subscript):
+        name, reader = node.slice, node.value
+    elif isinstance(node, ast.Compare):
+        name, reader = node.left, node  # "NAME" in os.environ
+    else:
+        return None
+    if not (
+        isinstance(name, ast.Constant)
+        and isinstance(name.value, str)
+        and UPPER.fullmatch(name.value)
+    ):
+        return None
+    if isinstance(reader, ast.Call):
+        reads = reads_environment(path, reader)
+    else:
+        reads = bool(READS.search(ast.unparse(reader)))
+    return name.value if reads else None
 
 
 @functools.cache
@@ -493,46 +510,75 @@ def check_token(token: str, *, bare_words: bool) -> tuple[str, str | None] | Non
 
 def names_on(page_name: str, text: str) -> list[Found]:
     """Everything a page names that the checkout does not have."""
-    found: list[Found] = []
-    configuration = page_name == "docs/operating/configuration.md"
-
-    def report(line: int, what: str, why: str | None) -> None:
-        if why:
-            found.append(Found(page_name, line, what, why))
-
-    for line, content, fenced in spans(text):
-        for command in COMMAND.findall(content):
-            if command not in commands():
-                report(line, f"manage.py {command}", "is not a management command")
-        for target in MAKE.findall(content):
-            if target not in make_targets():
-                report(line, f"make {target}", "is not a target of the Makefile")
-        whole = [] if fenced else [content]
-        words = [] if not fenced and " " not in content else content.split()
-        anchored = [
-            token.strip(",;()\"'")
-            for token in words
-            if token.strip(",;()\"'").split("/")[0] in top_level() - {"README.md"}
+    found = [
+        Found(page_name, line, what, why)
+        for line, content, fenced in spans(text)
+        for what, why in missing_on_line(content, fenced=fenced)
+        if why
+    ]
+    if page_name == "docs/operating/configuration.md":
+        found += [
+            Found(page_name, line, what, why)
+            for line, what, why in missing_in_configuration_table(text)
+            if why
         ]
-        for token in whole + anchored:
-            named = check_token(token, bare_words=not fenced)
-            if named:
-                report(line, *named)
-        if not fenced:
-            for name in re.findall(rf"^({UPPER.pattern})(?==|$)", content):
-                report(line, name, check_upper(name, configuration=False))
-            for name in re.findall(rf"(?:^|\s)({UPPER.pattern})=", content):
-                report(line, name, check_upper(name, configuration=False))
-            for name in re.findall(r"\bsettings\.([A-Z][A-Z0-9_]*)", content):
-                if name not in settings_names():
-                    report(line, f"settings.{name}", "is not a setting")
-    if configuration:
-        for number, row in enumerate(text.splitlines(), 1):
-            if row.startswith("| `"):
-                first_cell = row.split("|")[1]
-                for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", first_cell):
-                    report(number, name, check_upper(name, configuration=True))
     return sorted(set(found), key=lambda f: (f.line, f.what))
+
+
+def missing_on_line(content: str, *, fenced: bool) -> list[tuple[str, str | None]]:
+    """(name, why it is missing, or None) for each name on one line of a page."""
+    named: list[tuple[str, str | None]] = [
+        (f"manage.py {command}", "is not a management command")
+        for command in COMMAND.findall(content)
+        if command not in commands()
+    ]
+    named += [
+        (f"make {target}", "is not a target of the Makefile")
+        for target in MAKE.findall(content)
+        if target not in make_targets()
+    ]
+    whole = [] if fenced else [content]
+    words = [] if not fenced and " " not in content else content.split()
+    anchored = [
+        token.strip(",;()\"'")
+        for token in words
+        if token.strip(",;()\"'").split("/")[0] in top_level() - {"README.md"}
+    ]
+    named += [
+        found for token in whole + anchored if (found := check_token(token, bare_words=not fenced))
+    ]
+    if not fenced:
+        named += environment_on_line(content)
+    return named
+
+
+def environment_on_line(content: str) -> list[tuple[str, str | None]]:
+    """Environment variables set on a line (`NAME=...`) and settings it names."""
+    set_here = [
+        *re.findall(rf"^({UPPER.pattern})(?==|$)", content),
+        *re.findall(rf"(?:^|\s)({UPPER.pattern})=", content),
+    ]
+    named = [(name, check_upper(name, configuration=False)) for name in set_here]
+    named += [
+        (f"settings.{name}", "is not a setting")
+        for name in re.findall(r"\bsettings\.([A-Z][A-Z0-9_]*)", content)
+        if name not in settings_names()
+    ]
+    return named
+
+
+def missing_in_configuration_table(text: str) -> list[tuple[int, str, str | None]]:
+    """configuration.md's table: each name in a row's first cell must be read from the
+    environment."""
+    named = []
+    for number, row in enumerate(text.splitlines(), 1):
+        if row.startswith("| `"):
+            first_cell = row.split("|")[1]
+            named += [
+                (number, name, check_upper(name, configuration=True))
+                for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", first_cell)
+            ]
+    return named
 
 
 def everything_named_that_is_missing() -> list[Found]:
