@@ -3,8 +3,6 @@
 Every refund made here goes through ledger_app.refunds.services.create_refund.
 """
 
-from django.contrib import admin
-
 from ledger_app.admin import (  # noqa: F401 - registers the admins
     approvals,
     attention,
@@ -18,14 +16,10 @@ from ledger_app.admin import (  # noqa: F401 - registers the admins
     webhooks,
 )
 from ledger_app.admin.base import ReadOnlyAdmin
-from ledger_app.admin.lookups import guard_every_admin
 
 __all__ = ["ReadOnlyAdmin"]
 
-# admin.site is a BackOfficeAdminSite (backoffice/admin_site.py: its titles, and the staff
-# member it admits named in the log lines).
-
-# Every admin, ours and those Django, django-axes and django-otp registered before this
-# module ran (or anyone registers after it), answers only the lookups its filters use and
-# never reads a secret (lookups.py; `manage.py check` says when one does not).
-guard_every_admin(admin.site)
+# admin.site is a BackOfficeAdminSite (backoffice/admin_site.py: its titles, the staff
+# member it admits named in the log lines, and every admin registered with the lookup
+# guard, lookups.py, so it answers only the lookups its filters use and never reads a
+# secret; `manage.py check` says when one does not).

@@ -145,8 +145,8 @@ def guarded_changelist(changelist_class: type) -> type:
 
 
 class LookupGuard(ModelAdminMixin):
-    """Mixed into every registered admin (ReadOnlyAdmin, and guard_every_admin for the rest):
-    a list answers only the lookups its filters, date hierarchy and `linked_lookups` use, and
+    """Mixed into every registered admin (ReadOnlyAdmin, and the site's `register` for the
+    rest: backoffice/admin_site.py): a list answers only the lookups its filters, date hierarchy and `linked_lookups` use, and
     nothing reads a secret. Anything else gets Django's own answer to a bad filter, the list
     without filters and "?e=1"; never a count, never a 500."""
 
@@ -204,30 +204,6 @@ def guarded_admin_class(admin_class: type) -> type:
     guarded = type(admin_class.__name__, (LookupGuard, admin_class), attrs)
     guarded.__qualname__ = admin_class.__qualname__
     return guarded
-
-
-def guard_every_admin(site: admin.AdminSite) -> None:
-    """Every admin on `site`, registered so far (Django's, django-axes', ours) or later, gets
-    LookupGuard: those registered without it are registered again with it."""
-    for model, model_admin in list(site._registry.items()):
-        if not isinstance(model_admin, LookupGuard):
-            site.unregister(model)
-            site.register(model, guarded_admin_class(type(model_admin)))
-    if getattr(site.register, "guards_lookups", False):
-        return
-    register = site.register
-
-    def register_guarded(
-        model_or_iterable: Any,
-        admin_class: type[admin.ModelAdmin[Any]] | None = None,
-        **options: Any,
-    ) -> None:
-        return register(
-            model_or_iterable, guarded_admin_class(admin_class or admin.ModelAdmin), **options
-        )
-
-    register_guarded.guards_lookups = True  # type: ignore[attr-defined]
-    site.register = register_guarded  # type: ignore[method-assign]  # wraps AdminSite.register
 
 
 def secret_declarations(model_admin: admin.ModelAdmin[Any]) -> list[str]:

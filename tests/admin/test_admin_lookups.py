@@ -20,10 +20,11 @@ from django.db import DataError
 from django.test import Client, RequestFactory
 from django.urls import reverse
 
+from backoffice.admin_site import BackOfficeAdminSite
 from ledger_app.admin.base import LargeTablePaginator
 from ledger_app.admin.export import CsvExport, export_plan
 from ledger_app.models import ApiKey, LedgerEntry, Refund, WebhookDelivery, WebhookEndpoint
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.second_factor import verified
 
@@ -244,7 +245,7 @@ class TestMalformedFiltersOnTheMoneyLists:
 def test_every_filter_every_list_offers_still_works(model, admin_client):
     """Each choice of each filter in each list's sidebar, as a person clicks it."""
     charge = ChargeFactory(amount=2_000)
-    create_refund(charge_id=charge.pk, amount=500)
+    create_refund(RefundRequest(charge_id=charge.pk, amount=500))
     url = changelist(model)
     page = admin_client.get(url)
     assert page.status_code == 200
@@ -273,7 +274,7 @@ class TestTheLinksOurPagesMake:
     def test_a_charges_refunds_and_ledger_entries(self, admin_client):
         charge, other = ChargeFactory(amount=2_000), ChargeFactory(amount=3_000)
         for each in (charge, other):
-            create_refund(charge_id=each.pk, amount=500)
+            create_refund(RefundRequest(charge_id=each.pk, amount=500))
 
         for model in (Refund, LedgerEntry):
             response = admin_client.get(changelist(model), {"charge__id__exact": charge.pk})
@@ -334,7 +335,7 @@ class TestOrderingSearchAndExport:
 
     def test_an_export_filtered_through_a_secret_is_refused(self, admin_client):
         charge = ChargeFactory(amount=2_000)
-        create_refund(charge_id=charge.pk, amount=500)
+        create_refund(RefundRequest(charge_id=charge.pk, amount=500))
 
         response = admin_client.get(
             reverse("admin:ledger_app_refund_export"), {"created_by__password__startswith": "p"}
@@ -360,10 +361,10 @@ class TestEveryAdminIsGuarded:
                 assert guard().is_secret(apps.get_model(label)._meta.get_field(name)), (label, name)
 
     def test_djangos_own_admins_and_those_registered_later_are_guarded(self):
-        site = AdminSite(name="elsewhere")
+        site = BackOfficeAdminSite(name="elsewhere")
         site.register(Group, GroupAdmin)
 
-        guard().guard_every_admin(site)
+        site.guard_every_admin(guard().guarded_admin_class)
         site.register(Permission)
 
         assert isinstance(site._registry[Group], GroupAdmin)
