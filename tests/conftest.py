@@ -131,10 +131,10 @@ def succeeded_charge(db):
 
 @pytest.fixture
 def fully_refunded_charge(db):
-    from ledger_app.refunds.services import create_refund
+    from ledger_app.refunds.services import RefundRequest, create_refund
 
     charge = ChargeFactory(amount=2_500, currency="usd")
-    create_refund(charge_id=charge.id)
+    create_refund(RefundRequest(charge_id=charge.id))
     charge.refresh_from_db()
     assert charge.amount_refunded == charge.amount
     return charge

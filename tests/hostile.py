@@ -40,7 +40,7 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from ledger_app.models import Charge, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRequest
 from tests import tally
 from tests.factories import ChargeFactory
@@ -138,7 +138,7 @@ def target_charge(case: Case) -> Charge:
     """A fresh $100.00 charge, or one refunded in full for entries `on: refunded`."""
     charge = ChargeFactory(amount=CHARGE_AMOUNT, currency="usd")
     if case.entry.get("on") == "refunded":
-        create_refund(charge_id=charge.pk)
+        create_refund(RefundRequest(charge_id=charge.pk))
         charge.refresh_from_db()
         assert charge.amount_refundable == 0
     return charge

@@ -25,7 +25,7 @@ from ledger_app.models import (
     new_charge_id,
     new_refund_id,
 )
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRefund
 from tests import tally
 from tests.api_routes import FORM, api_endpoints, send, walk
@@ -54,9 +54,9 @@ def url_objects(inline_dispatch):
     # A refund left unknown by a provider timeout: it is in the attention queue too, so
     # every refund admin URL finds its object and answers for the permission alone.
     charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "timeout"})
-    refund = create_refund(charge_id=charge.id, amount=100).item
+    refund = create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
     assert refund.status == "unknown"
-    sent = create_refund(charge_id=ChargeFactory(amount=1_000).id, amount=100).item
+    sent = create_refund(RefundRequest(charge_id=ChargeFactory(amount=1_000).id, amount=100)).item
     assert sent.status == "succeeded"  # and the simulated provider holds its record
 
     return charge, refund, lambda: (rows_written(), books(charge))

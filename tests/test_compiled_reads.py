@@ -11,12 +11,12 @@ from django.db.models import F
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
-from ledger_app.compiled import Update, precompiled
 from ledger_app.access.api_keys import create_api_key, revoke_api_key
 from ledger_app.access.selectors import active_api_key
 from ledger_app.approvals.selectors import api_key_limits
 from ledger_app.charges.selectors import charge_for_update, charges_for_update
 from ledger_app.charges.services import create_charge
+from ledger_app.compiled import Update, precompiled
 from ledger_app.events.endpoints import new_secret
 from ledger_app.events.selectors import _live_endpoints, live_endpoints
 from ledger_app.idempotency.selectors import idempotency_record, made_with
@@ -29,7 +29,7 @@ from ledger_app.models import (
     WebhookEndpoint,
 )
 from ledger_app.refunds.selectors import earlier_refund_like, locked_refund, refund_with_charge
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.django_db
@@ -120,10 +120,12 @@ def test_the_api_key_and_its_limits_are_the_orms():
 def test_a_keys_record_and_what_it_made_are_the_orms():
     charge = ChargeFactory(amount=5_000)
     refund = create_refund(
-        charge_id=charge.pk, amount=700, idempotency_key="k-refund", metadata={"order": "7"}
+        RefundRequest(
+            charge_id=charge.pk, amount=700, idempotency_key="k-refund", metadata={"order": "7"}
+        )
     ).item
     made = create_charge(amount=900, currency="usd", idempotency_key="k-charge").item
-    create_refund(charge_id=charge.pk, amount=1, idempotency_key="k-other")
+    create_refund(RefundRequest(charge_id=charge.pk, amount=1, idempotency_key="k-other"))
 
     for key, expected in [("k-refund", Refund.objects.get(pk=refund.pk)), ("k-charge", made)]:
         record = idempotency_record(key)
@@ -140,8 +142,12 @@ def test_a_keys_record_is_its_owners_own():
     """The compiled read of a key, and the hand-written claim, both mean (owner, key)."""
     charge = ChargeFactory(amount=5_000)
     client = "api_key:sk_test_owner1"
-    by_client = create_refund(charge_id=charge.pk, amount=7, idempotency_key="k", actor=client)
-    by_staff = create_refund(charge_id=charge.pk, amount=9, idempotency_key="k", actor="cli:ana")
+    by_client = create_refund(
+        RefundRequest(charge_id=charge.pk, amount=7, idempotency_key="k", actor=client)
+    )
+    by_staff = create_refund(
+        RefundRequest(charge_id=charge.pk, amount=9, idempotency_key="k", actor="cli:ana")
+    )
 
     for owner, made in [(client, by_client.item), ("backoffice", by_staff.item)]:
         record = idempotency_record("k", owner)
@@ -186,10 +192,12 @@ def test_the_earlier_refund_a_repeat_would_repeat_is_the_orms():
         ("newer", 500, "b-7", timedelta(hours=1)),
         ("other_amount", 700, "", timedelta(minutes=5)),
     ]:
-        refund = create_refund(charge_id=charge.pk, amount=amount, batch_id=batch).item
+        refund = create_refund(
+            RefundRequest(charge_id=charge.pk, amount=amount, batch_id=batch)
+        ).item
         Refund.objects.filter(pk=refund.pk).update(created_at=now - age)
         made[name] = refund.pk
-    declined = create_refund(charge_id=charge.pk, amount=500).item
+    declined = create_refund(RefundRequest(charge_id=charge.pk, amount=500)).item
     Refund.objects.filter(pk=declined.pk).update(status="failed")
 
     def orm(amount, since, batch=""):
@@ -218,7 +226,7 @@ def test_the_earlier_refund_a_repeat_would_repeat_is_the_orms():
 
 def test_a_sends_refund_and_a_settles_locked_refund_are_the_orms():
     charge = ChargeFactory(amount=5_000)
-    refund = create_refund(charge_id=charge.pk, amount=300, metadata={"a": "1"}).item
+    refund = create_refund(RefundRequest(charge_id=charge.pk, amount=300, metadata={"a": "1"})).item
     other = ChargeFactory()
 
     with transaction.atomic():
@@ -236,7 +244,7 @@ def test_a_sends_refund_and_a_settles_locked_refund_are_the_orms():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_refund_is_locked_only_inside_a_transaction():
-    refund = create_refund(charge_id=ChargeFactory().pk, amount=1).item
+    refund = create_refund(RefundRequest(charge_id=ChargeFactory().pk, amount=1)).item
 
     with pytest.raises(TransactionManagementError):
         locked_refund(refund_id=refund.pk, charge_id=refund.charge_id)
@@ -252,7 +260,9 @@ def _add_to_note(pk: str, before: datetime, note: str) -> Update[Refund]:
 
 def test_a_compiled_update_changes_what_the_orms_would_and_says_how_many():
     charge = ChargeFactory(amount=5_000)
-    first, second = (create_refund(charge_id=charge.pk, amount=1).item for _ in range(2))
+    first, second = (
+        create_refund(RefundRequest(charge_id=charge.pk, amount=1)).item for _ in range(2)
+    )
     later = timezone.now() + timedelta(seconds=1)
 
     changed = [

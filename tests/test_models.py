@@ -5,7 +5,7 @@ from django.db import IntegrityError, InternalError, connection, transaction
 from django.db.models import F
 
 from ledger_app.models import Charge, LedgerEntry, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]
@@ -72,7 +72,7 @@ class TestRefundConstraints:
         )
 
     def test_database_refuses_a_second_refund_with_the_same_provider_key(self, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100)).item
 
         assert refused_by_database(
             lambda: Refund.objects.create(
@@ -114,7 +114,7 @@ class TestLedgerIsAppendOnly:
         assert LedgerEntry.objects.filter(pk=entry.pk, memo="").exists()
 
     def test_database_refuses_an_entry_whose_delta_does_not_match_its_kind(self, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100)).item
 
         assert refused_by_database(
             lambda: LedgerEntry.objects.create(

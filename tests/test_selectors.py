@@ -5,7 +5,7 @@ import pytest
 from ledger_app.charges.services import create_charge
 from ledger_app.ledger.drift import find_ledger_drift
 from ledger_app.models import Charge, IdempotencyRecord, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.allows_drift, pytest.mark.sqlite_pass]
@@ -16,8 +16,8 @@ def problems():
 
 
 def test_clean_books_have_no_drift(succeeded_charge):
-    create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key="k")
-    create_refund(charge_id=succeeded_charge.id)
+    create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100, idempotency_key="k"))
+    create_refund(RefundRequest(charge_id=succeeded_charge.id))
 
     assert problems() == []
 
@@ -30,14 +30,14 @@ def test_several_keyed_charges_are_not_one_refund_bound_by_several_keys(db):
 
 
 def test_amount_refunded_that_disagrees_with_refunds_is_drift(succeeded_charge):
-    create_refund(charge_id=succeeded_charge.id, amount=100)
+    create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100))
     Charge.objects.filter(pk=succeeded_charge.pk).update(amount_refunded=150)
 
     assert problems() == [(succeeded_charge.id, "amount_refunded_drift")]
 
 
 def test_a_refund_missing_from_the_ledger_is_drift(succeeded_charge):
-    refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
+    refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100)).item
     Refund.objects.filter(pk=refund.pk).update(amount=90)  # refunds and ledger now disagree
     Charge.objects.filter(pk=succeeded_charge.pk).update(amount_refunded=90)
 
@@ -45,21 +45,23 @@ def test_a_refund_missing_from_the_ledger_is_drift(succeeded_charge):
 
 
 def test_failed_refunds_do_not_count_as_refunded(succeeded_charge):
-    refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
+    refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100)).item
     Refund.objects.filter(pk=refund.pk).update(status=Refund.Status.FAILED)
 
     assert problems() == [(succeeded_charge.id, "amount_refunded_drift")]
 
 
 def test_refund_in_another_currency_is_drift(succeeded_charge):
-    refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
+    refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100)).item
     Refund.objects.filter(pk=refund.pk).update(currency="eur")
 
     assert problems() == [(refund.id, "currency_mismatch")]
 
 
 def test_a_refund_bound_by_two_keys_is_drift(succeeded_charge):
-    refund = create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key="k1").item
+    refund = create_refund(
+        RefundRequest(charge_id=succeeded_charge.id, amount=100, idempotency_key="k1")
+    ).item
     record = IdempotencyRecord.objects.get(key="k1")
     IdempotencyRecord.objects.create(
         key="k2",
@@ -74,9 +76,11 @@ def test_a_refund_bound_by_two_keys_is_drift(succeeded_charge):
 
 def test_a_key_bound_to_a_refund_of_another_charge_or_intent_is_drift(db):
     mine, other = ChargeFactory(), ChargeFactory()
-    by_charge = create_refund(charge_id=mine.id, amount=100, idempotency_key="c1").item
+    by_charge = create_refund(
+        RefundRequest(charge_id=mine.id, amount=100, idempotency_key="c1")
+    ).item
     by_intent = create_refund(
-        payment_intent=mine.payment_intent, amount=100, idempotency_key="p1"
+        RefundRequest(payment_intent=mine.payment_intent, amount=100, idempotency_key="p1")
     ).item
     assert problems() == []
 
@@ -99,7 +103,7 @@ def test_a_key_bound_to_a_refund_of_another_charge_or_intent_is_drift(db):
 def test_drift_is_found_among_many_charges(db):
     charges = [ChargeFactory(amount=500) for _ in range(5)]
     for charge in charges:
-        create_refund(charge_id=charge.id, amount=200)
+        create_refund(RefundRequest(charge_id=charge.id, amount=200))
     Charge.objects.filter(pk=charges[3].pk).update(amount_refunded=0)
 
     assert problems() == [(charges[3].id, "amount_refunded_drift")]

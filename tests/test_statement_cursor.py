@@ -8,7 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from ledger_app.db import numbered, statement_cursor
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.processes import manage_alone
 
@@ -42,7 +42,9 @@ def test_a_refunds_statements_are_prepared_after_a_few_refunds():
     charge = ChargeFactory(amount=100_000)
 
     for _ in range(7):
-        create_refund(charge_id=charge.pk, amount=1, idempotency_key=uuid.uuid4().hex)
+        create_refund(
+            RefundRequest(charge_id=charge.pk, amount=1, idempotency_key=uuid.uuid4().hex)
+        )
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]
@@ -66,7 +68,9 @@ def test_with_preparing_turned_off_nothing_is_prepared():
     try:
         charge = ChargeFactory(amount=100_000)
         for _ in range(7):
-            create_refund(charge_id=charge.pk, amount=1, idempotency_key=uuid.uuid4().hex)
+            create_refund(
+                RefundRequest(charge_id=charge.pk, amount=1, idempotency_key=uuid.uuid4().hex)
+            )
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_prepared_statements")
             assert cursor.fetchone()[0] == 0

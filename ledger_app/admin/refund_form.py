@@ -42,7 +42,7 @@ from ledger_app.idempotency.selectors import idempotency_record
 from ledger_app.idempotency.services import ADMIN_FORM_KEYS, Created
 from ledger_app.money import format_money
 from ledger_app.refunds.models import Refund
-from ledger_app.refunds.services import actor_label, create_refund
+from ledger_app.refunds.services import RefundRequest, actor_label, create_refund
 from ledger_app.text import has_unstorable_characters
 
 log = logging.getLogger("ledger_app.admin")
@@ -276,15 +276,17 @@ def create_admin_refund(
     repeats a live refund of the same amount made within REFUND_REPEAT_WINDOW_DAYS. The
     refund form and the bulk refund action both refund through it."""
     return create_refund(
-        charge_id=charge.pk,
-        amount=amount,
-        idempotency_key=key,
-        reason=form.service_reason(),
-        note=form.cleaned_data["note"],
-        actor=request.user,
-        source=Refund.Source.ADMIN,
-        unchanged_since=state,
-        refuse_repeats_within=None if form.refunds_again() else repeat_window(),
+        RefundRequest(
+            charge_id=charge.pk,
+            amount=amount,
+            idempotency_key=key,
+            reason=form.service_reason(),
+            note=form.cleaned_data["note"],
+            actor=request.user,
+            source=Refund.Source.ADMIN,
+            unchanged_since=state,
+            refuse_repeats_within=None if form.refunds_again() else repeat_window(),
+        )
     )
 
 

@@ -26,8 +26,7 @@ from ledger_app.events import services as events
 from ledger_app.events.models import EventType, WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
 from ledger_app.ledger.models import LedgerEntry
-from ledger_app.ledger.services import new_entry
-from ledger_app.refunds import sql_writes
+from ledger_app.ledger.services import append_entry
 from ledger_app.refunds.models import Refund
 from ledger_app.refunds.services import actor_label, send_inline
 from ledger_app.validation import validate_text
@@ -180,11 +179,10 @@ def _approve(
 ) -> None:
     _record(refund, decider, note, now)
     refund.status = Refund.Status.PENDING
-    statements: list[sql_writes.Statement | None] = [sql_writes.update(refund, DECIDED_FIELDS)]
-    statements += events.event_writes(
+    refund.save(update_fields=DECIDED_FIELDS)
+    events.record_many(
         [(EventType.REFUND_UPDATED, refund, dict(DECIDED_FROM))], endpoints=endpoints
     )
-    sql_writes.execute_together(statements)
 
 
 def _cancel(
@@ -202,7 +200,9 @@ def _cancel(
     refund.status = Refund.Status.CANCELED
     charge = refund.charge
     charge.amount_refunded -= refund.amount
-    entry = new_entry(
+    refund.save(update_fields=DECIDED_FIELDS)
+    charge.save(update_fields=["amount_refunded", "updated_at"])
+    append_entry(
         charge=charge,
         refund=refund,
         kind=LedgerEntry.Kind.REFUND_RELEASED,
@@ -210,12 +210,6 @@ def _cancel(
         actor=decider,
         memo=f"{why or ('expired' if decider == EXPIRY_ACTOR else 'rejected')}: {note}",
     )
-    statements = [
-        sql_writes.update(refund, DECIDED_FIELDS),
-        sql_writes.update(charge, ["amount_refunded", "updated_at"]),
-        sql_writes.insert([entry]),
-    ]
-    statements += events.event_writes(
+    events.record_many(
         [(EventType.REFUND_UPDATED, refund, dict(DECIDED_FROM))], endpoints=endpoints
     )
-    sql_writes.execute_together(statements)

@@ -15,12 +15,11 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from ledger_app import api_versions
+from ledger_app import api_versions, sql_writes
 from ledger_app.charges.models import Charge
 from ledger_app.events import checks as webhook_checks
 from ledger_app.events.models import Event, EventType, WebhookDelivery, WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
-from ledger_app.refunds import sql_writes
 from ledger_app.refunds.models import Refund
 from ledger_app.rendering.snapshots import object_snapshot, previous_snapshot
 from serving.request_id import serving_keys, serving_request_id
@@ -46,13 +45,17 @@ def record_many(
     changes: list[tuple[EventType, Charge | Refund, dict[str, Any] | None]],
     *,
     idempotency_key: str = "",
+    endpoints: list[WebhookEndpoint] | None = None,
 ) -> list[Event]:
-    """The events of one change that tells several things, written now (the reserve and
-    the settles write theirs together with their other rows, through `event_writes`)."""
+    """The events of one change that tells several things, written now through the ORM
+    (the reserve and the settles, which every refund runs, write theirs together with
+    their other rows in one round trip, through `event_writes`). `endpoints`: the live
+    ones, when the caller read them before its locks."""
     if not connection.in_atomic_block:
         raise RuntimeError("an event is recorded in the transaction of its change")
-    events, deliveries = build_many(changes, idempotency_key=idempotency_key)
-    sql_writes.execute_together([sql_writes.insert(events), sql_writes.insert(deliveries)])
+    events, deliveries = build_many(changes, idempotency_key=idempotency_key, endpoints=endpoints)
+    Event.objects.bulk_create(events)
+    WebhookDelivery.objects.bulk_create(deliveries)
     return events
 
 

@@ -146,11 +146,20 @@ def create_once(
     `write` makes the object with primary key `new_id`, or raises to refuse.
     """
     with lock_wait_budget(), transaction.atomic(durable=True):  # one budget for its waits
-        if keyed is not None:
-            holder = claim(keyed, new_id=new_id)
-            if holder is not None:  # another request with this key committed first
-                return _replay(holder, keyed)
+        replay = claim_or_replay(keyed, new_id=new_id)
+        if replay is not None:
+            return replay
         return Created(write(), replayed=False)
+
+
+def claim_or_replay(keyed: IdempotentRequest | None, *, new_id: str) -> Created[Any] | None:
+    """The key's step, first in a create's transaction (create_once's flow): None for a
+    new request (its key, if any, now bound to `new_id`); else the replay of the request
+    that bound the key first (`idempotency_key_reused` when this one differs)."""
+    if keyed is None:
+        return None
+    holder = claim(keyed, new_id=new_id)
+    return None if holder is None else _replay(holder, keyed)
 
 
 def find_replay(keyed: IdempotentRequest) -> Created[Any] | None:
@@ -199,19 +208,7 @@ def claim(request: IdempotentRequest, *, new_id: str) -> IdempotencyRecord | Non
     # refund, and the round trips are most of its cost.
     try:
         with statement_cursor() as cursor:  # prepared once per connection on PostgreSQL
-            cursor.execute(
-                CLAIM_SQL,
-                [
-                    request.owner,
-                    request.key,
-                    request.operation,
-                    request.fingerprint,
-                    json.dumps(request.params, ensure_ascii=False),
-                    new_id if request.operation == REFUND_CREATE else None,
-                    new_id if request.operation == CHARGE_CREATE else None,
-                    timezone.now(),
-                ],
-            )
+            cursor.execute(CLAIM_SQL, _claim_params(request, new_id))
             claimed = cursor.fetchone()
     except OperationalError as exc:
         if is_lock_timeout(exc):  # the first request with this key is still running
@@ -223,3 +220,17 @@ def claim(request: IdempotentRequest, *, new_id: str) -> IdempotencyRecord | Non
     if record is None:  # pragma: no cover - a conflict means a committed row
         raise IntegrityError(f"idempotency key {request.key!r} conflicted but is not there")
     return record
+
+
+def _claim_params(request: IdempotentRequest, new_id: str) -> list[Any]:
+    """CLAIM_SQL's values: the record, bound to the refund or the charge about to be made."""
+    return [
+        request.owner,
+        request.key,
+        request.operation,
+        request.fingerprint,
+        json.dumps(request.params, ensure_ascii=False),
+        new_id if request.operation == REFUND_CREATE else None,
+        new_id if request.operation == CHARGE_CREATE else None,
+        timezone.now(),
+    ]

@@ -42,7 +42,6 @@ from ledger_app.provider.dispatch import (
     settle_locked_refund,
 )
 from ledger_app.provider.models import ProviderEvent
-from ledger_app.refunds import sql_writes
 from ledger_app.refunds.models import Refund
 from ledger_app.text import has_control_characters, has_unstorable_characters
 
@@ -223,14 +222,11 @@ def _apply_dispute(obj: dict[str, Any]) -> Applied:
     before = charge.dispute_status or "none"
     first = not charge.dispute_id
     charge.dispute_id, charge.dispute_status = cast(str, dispute_id), status  # checked above
-    statements: list[sql_writes.Statement | None] = [
-        sql_writes.update(charge, ["dispute_id", "dispute_status", "updated_at"])
-    ]
+    charge.save(update_fields=["dispute_id", "dispute_status", "updated_at"])
     if first:
-        statements += events.event_writes(
+        events.record_many(
             [(EventType.CHARGE_UPDATED, charge, {"disputed": False})], endpoints=endpoints
         )
-    sql_writes.execute_together(statements)
     return Applied(f"charge {charge.pk}: dispute {dispute_id} {before} -> {status}")
 
 

@@ -22,9 +22,8 @@ from datetime import timedelta
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
-from typing import Any
 
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 
 from ledger_app.approvals import limits
@@ -33,7 +32,12 @@ from ledger_app.errors import IdempotencyKeyReused, LedgerError, RepeatOfEarlier
 from ledger_app.idempotency.services import BULK_ROW_KEYS
 from ledger_app.refunds.bulk_jobs import JobPool
 from ledger_app.refunds.models import Refund
-from ledger_app.refunds.services import actor_label, create_refund, preview_refund
+from ledger_app.refunds.services import (
+    RefundRequest,
+    actor_label,
+    create_refund,
+    preview_refund,
+)
 from ledger_app.text import has_control_characters
 
 COLUMNS = {"charge", "amount", "reason", "note", "idempotency_key"}
@@ -42,8 +46,8 @@ MAX_JOBS = 32
 # A row refunding a charge the same amount as a live refund made this recently by another
 # batch or person is refused (repeat_of_earlier), unless the run allows repeats.
 DEFAULT_REPEAT_WINDOW = timedelta(days=7)
-# create_refund's keyword arguments for one row (row_request makes them).
-Request = dict[str, Any]
+# create_refund's request for one row (row_request makes it).
+Request = RefundRequest
 
 
 class RowOutcome(StrEnum):
@@ -203,32 +207,35 @@ def check_bulk_file(path: Path) -> int:
     return count
 
 
+@dataclass(frozen=True)
+class BulkRun:
+    """One run of a bulk file: its batch id, the requester, and how it runs. `jobs` > 1
+    (not with a dry run) spreads the rows over that many processes with the same
+    outcomes. `repeat_window`: a row refunding a charge the same amount as a live refund
+    made within it by another batch or person ends `repeat_of_earlier`, refunding nothing
+    (checked by create_refund under the charge lock); None allows repeats
+    (--allow-repeats)."""
+
+    batch_id: str
+    actor: AbstractBaseUser | str
+    dry_run: bool = False
+    jobs: int = 1
+    repeat_window: timedelta | None = DEFAULT_REPEAT_WINDOW
+
+
 def run_bulk_refund(
     path: Path,
+    run: BulkRun,
     *,
-    batch_id: str,
-    actor: str,
-    dry_run: bool = False,
-    jobs: int = 1,
-    repeat_window: timedelta | None = DEFAULT_REPEAT_WINDOW,
     should_stop: Callable[[], bool] = lambda: False,
     on_start: Callable[[int], None] = lambda rows: None,
     on_row: Callable[[BulkRowResult], None] = lambda result: None,
 ) -> BulkSummary:
     """Refund every row of the file through create_refund (or, in a dry run, through the
     same checks without writing). Raises UnusableFile, having written nothing, when the
-    file is unusable; refusals of single rows are reported, not raised. `jobs` > 1 (not
-    with a dry run) spreads the rows over that many processes with the same outcomes;
-    only then is `should_stop` asked, and a stopped run's summary says `stopped`.
-    `repeat_window`: a row refunding a charge the same amount as a live refund made within
-    it by another batch or person ends `repeat_of_earlier`, refunding nothing (checked by
-    create_refund under the charge lock); None allows repeats (--allow-repeats)."""
-    if not batch_id.strip() or len(batch_id) > 200 or has_control_characters(batch_id):
-        raise UnusableFile("the batch id must be 1 to 200 characters, no control characters")
-    if not 1 <= jobs <= MAX_JOBS:
-        raise ValueError(f"jobs must be 1 to {MAX_JOBS}")
-    if dry_run and jobs > 1:
-        raise ValueError("a dry run is one job: it counts what earlier rows would take")
+    file is unusable; refusals of single rows are reported, not raised. Only with more
+    than one job is `should_stop` asked, and a stopped run's summary says `stopped`."""
+    _check_run(run)
     on_start(check_bulk_file(path))
     summary = BulkSummary()
 
@@ -236,35 +243,51 @@ def run_bulk_refund(
         summary.add(result)
         on_row(result)
 
-    ask = partial(row_request, batch_id=batch_id, actor=actor, repeat_window=repeat_window)
-    if jobs > 1:
+    ask = partial(
+        row_request, batch_id=run.batch_id, actor=run.actor, repeat_window=run.repeat_window
+    )
+    if run.jobs > 1:
         rows = (ask(row) for row in read_bulk_rows(path))
-        pool = JobPool(jobs, partial(refund_or_refuse, refund_row))
+        pool = JobPool(run.jobs, partial(refund_or_refuse, refund_row))
         summary.stopped = pool.run(rows, should_stop=should_stop, on_row=report)
         return summary
-    do_row = DryRun().check_row if dry_run else refund_row
+    do_row = DryRun().check_row if run.dry_run else refund_row
     for row in read_bulk_rows(path):
         row, key, request = ask(row)
         report(refund_or_refuse(do_row, row, key, request))
     return summary
 
 
+def _check_run(run: BulkRun) -> None:
+    batch_id = run.batch_id
+    if not batch_id.strip() or len(batch_id) > 200 or has_control_characters(batch_id):
+        raise UnusableFile("the batch id must be 1 to 200 characters, no control characters")
+    if not 1 <= run.jobs <= MAX_JOBS:
+        raise ValueError(f"jobs must be 1 to {MAX_JOBS}")
+    if run.dry_run and run.jobs > 1:
+        raise ValueError("a dry run is one job: it counts what earlier rows would take")
+
+
 def row_request(
-    row: BulkRow, *, batch_id: str, actor: str, repeat_window: timedelta | None = None
+    row: BulkRow,
+    *,
+    batch_id: str,
+    actor: AbstractBaseUser | str,
+    repeat_window: timedelta | None = None,
 ) -> tuple[BulkRow, str, Request]:
     """The row, its idempotency key and create_refund's arguments for it."""
     key = row.idempotency_key or f"{BULK_ROW_KEYS}:{batch_id}:{row.number}"
-    request = {
-        "charge_id": row.charge,
-        "amount": row.amount,
-        "idempotency_key": key,
-        "reason": row.reason,
-        "note": row.note,
-        "actor": actor,
-        "source": Refund.Source.BULK,
-        "batch_id": batch_id,
-        "refuse_repeats_within": repeat_window,
-    }
+    request = RefundRequest(
+        charge_id=row.charge,
+        amount=row.amount,
+        idempotency_key=key,
+        reason=row.reason,
+        note=row.note,
+        actor=actor,
+        source=Refund.Source.BULK,
+        batch_id=batch_id,
+        refuse_repeats_within=repeat_window,
+    )
     return row, key, request
 
 
@@ -294,10 +317,10 @@ def refund_or_refuse(
         return BulkRowResult(row, key, RowOutcome.REFUSED, code=exc.code, message=exc.message)
 
 
-def refund_row(row: BulkRow, key: str, request: dict[str, Any]) -> BulkRowResult:
+def refund_row(row: BulkRow, key: str, request: Request) -> BulkRowResult:
     """The real run's step: refund one row through create_refund; raises the LedgerError
     that refuses it."""
-    created = create_refund(**request)
+    created = create_refund(request)
     refund = created.item
     outcome = RowOutcome.REPLAYED if created.replayed else OUTCOME_BY_STATUS[refund.status]
     return BulkRowResult(
@@ -324,7 +347,7 @@ class DryRun:
         ] = {}  # what each key was first used for
         self.spent: dict[str, int] = defaultdict(int)  # what earlier rows add to today's total
 
-    def check_row(self, row: BulkRow, key: str, request: dict[str, Any]) -> BulkRowResult:
+    def check_row(self, row: BulkRow, key: str, request: Request) -> BulkRowResult:
         """The row's would_* result; raises the LedgerError the real run would refuse with."""
         sent = (row.charge, row.amount, row.reason, row.note)
         if key in self.keys_seen:  # as the real run would: replay, or refuse a reuse
@@ -332,11 +355,11 @@ class DryRun:
                 raise IdempotencyKeyReused()
             return BulkRowResult(row, key, RowOutcome.WOULD_REPLAY)
         self.keys_seen[key] = sent
-        preview = preview_refund(**request, also_reserved=self.reserved[row.charge])
+        preview = preview_refund(request, also_reserved=self.reserved[row.charge])
         outcome = RowOutcome.WOULD_REPLAY
         if preview.replay_of is None:
             self.reserved[row.charge] += preview.amount
-            outcome = self.within_limits(request["actor"], preview.amount, preview.charge.currency)
+            outcome = self.within_limits(request.actor, preview.amount, preview.charge.currency)
         return BulkRowResult(
             row,
             key,
@@ -346,7 +369,9 @@ class DryRun:
             currency=preview.charge.currency,
         )
 
-    def within_limits(self, actor: AbstractUser | str, amount: int, currency: str) -> RowOutcome:
+    def within_limits(
+        self, actor: AbstractBaseUser | str | None, amount: int, currency: str
+    ) -> RowOutcome:
         """would_refund, or would_await_approval over the requester's limits (counting what
         the run's earlier rows would add to today's total)."""
         user = None if isinstance(actor, str) else actor

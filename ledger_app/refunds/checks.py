@@ -1,50 +1,20 @@
-"""The checks a refund request passes before anything is written: first those that need
-no database (the charge id, the reason), then, under the charge's lock, those that read it
-(what is left, whether the charge changed since a form was drawn, whether the refund
-repeats a recent one). Each refuses with its domain error; none writes."""
+"""The checks a refund request passes under its charge's lock, before anything is
+written (those that need no database are requests.check_request's): what is left,
+whether the charge changed since a form was drawn, whether the refund repeats a recent
+one. Each refuses with its domain error; none writes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
 
 from django.utils import timezone
 
 from ledger_app import errors
-from ledger_app.charges.models import PAYMENT_INTENT_ID, Charge
+from ledger_app.charges.models import Charge
 from ledger_app.charges.selectors import charge_state
-from ledger_app.idempotency import services as idempotency
 from ledger_app.money import format_money
-from ledger_app.refunds.models import Refund
+from ledger_app.refunds.requests import CheckedRequest
 from ledger_app.refunds.selectors import earlier_refund_like
-from ledger_app.text import has_unstorable_characters
-
-if TYPE_CHECKING:
-    pass
-
-MAX_CHARGE_ID_LENGTH = 64
-
-
-@dataclass(frozen=True)
-class RefundRequest:
-    """A refund request after every check that needs no database: built before any lock."""
-
-    charge_id: str  # "" when only payment_intent names it
-    amount: int | None  # None: refund whatever is left
-    reason: str
-    metadata: dict[str, str]
-    note: str
-    source: str
-    actor_label: str
-    created_by: Any
-    keyed: idempotency.IdempotentRequest | None
-    unchanged_since: int | None = None
-    batch_id: str = ""  # the bulk run that asks (bulk_refund --batch-id)
-    payment_intent: str = ""  # the PaymentIntent whose charge to refund (the API's)
-    # Refuse a refund of the charge for the same amount made within this long by another
-    # batch or person (RepeatOfEarlier); None: no such check (the API, retries by key).
-    refuse_repeats_within: timedelta | None = None
 
 
 def ensure_unchanged(charge: Charge, seen_state: int) -> None:
@@ -58,7 +28,7 @@ def ensure_unchanged(charge: Charge, seen_state: int) -> None:
         )
 
 
-def refuse_repeat(request: RefundRequest, charge: Charge, amount: int, now: datetime) -> None:
+def refuse_repeat(request: CheckedRequest, charge: Charge, amount: int, now: datetime) -> None:
     """RepeatOfEarlier when the request asks for a repeat check and the charge had a live
     refund of this amount within the window from another batch or person."""
     if request.refuse_repeats_within is None:
@@ -104,30 +74,3 @@ def amount_to_refund(charge: Charge, requested: int | None) -> int:
             f"left to refund on charge {charge.id} ({format_money(remaining, charge.currency)})."
         )
     return amount
-
-
-def validate_charge_id(charge_id: object) -> None:
-    """An id no charge can have is a missing charge, refused before any lock."""
-    if (
-        not isinstance(charge_id, str)
-        or not 0 < len(charge_id) <= MAX_CHARGE_ID_LENGTH
-        or has_unstorable_characters(charge_id)
-    ):
-        raise errors.ResourceMissing("No such charge.")
-
-
-def validate_payment_intent(payment_intent: object) -> str:
-    """A PaymentIntent id no charge can have names nothing: refused before any lock."""
-    if payment_intent is None:
-        return ""
-    if not isinstance(payment_intent, str) or not PAYMENT_INTENT_ID.fullmatch(payment_intent):
-        raise errors.ResourceMissing("No such payment_intent.", param="payment_intent")
-    return payment_intent
-
-
-def validate_reason(reason: object) -> str:
-    if reason is None or reason == "":
-        return ""
-    if not isinstance(reason, str) or reason not in Refund.Reason.values:
-        raise errors.InvalidReason()
-    return reason

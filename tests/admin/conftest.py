@@ -1,7 +1,7 @@
 import pytest
 from django.contrib.auth.models import Group
 
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.second_factor import verified
 
 
@@ -25,6 +25,6 @@ def charge_with_a_refund(succeeded_charge, inline_dispatch):
     """A $100.00 charge with one $12.34 refund under the key `k-admin`, sent to the
     (simulated) provider: an object of each kind for the admin's pages to open."""
     refund = create_refund(
-        charge_id=succeeded_charge.id, amount=1_234, idempotency_key="k-admin"
+        RefundRequest(charge_id=succeeded_charge.id, amount=1_234, idempotency_key="k-admin")
     ).item
     return succeeded_charge, refund

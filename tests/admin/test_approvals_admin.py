@@ -20,7 +20,7 @@ from django.utils import timezone
 from ledger_app.admin.second_factor import FRESH_AT
 from ledger_app.approvals.services import approve_refund
 from ledger_app.models import Charge, Refund, RefundLimit
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import books
@@ -66,7 +66,9 @@ def waiting(support_agent, agent_limit) -> Refund:
     """$600.00 asked for by the agent: over their $500.00, so awaiting approval."""
     charge = ChargeFactory(amount=100_000)
     refund = create_refund(
-        charge_id=charge.pk, amount=60_000, actor=support_agent, source=Refund.Source.ADMIN
+        RefundRequest(
+            charge_id=charge.pk, amount=60_000, actor=support_agent, source=Refund.Source.ADMIN
+        )
     ).item
     assert refund.status == Refund.Status.AWAITING_APPROVAL
     return refund
@@ -104,7 +106,7 @@ class TestTheRefundForm:
         self, agent_client, support_agent, agent_limit
     ):
         charge = ChargeFactory(amount=100_000)
-        create_refund(charge_id=charge.pk, amount=35_000, actor=support_agent)
+        create_refund(RefundRequest(charge_id=charge.pk, amount=35_000, actor=support_agent))
 
         page = refund_form(agent_client, charge)
 
@@ -220,9 +222,11 @@ class TestApproving:
 
     def test_one_decided_meanwhile_or_expired_is_told_as_such(self, lead_client, lead, waiting):
         expired = create_refund(
-            charge_id=ChargeFactory(amount=100_000).pk,
-            amount=70_000,
-            actor=waiting.created_by,
+            RefundRequest(
+                charge_id=ChargeFactory(amount=100_000).pk,
+                amount=70_000,
+                actor=waiting.created_by,
+            )
         ).item
         Refund.objects.filter(pk=expired.pk).update(
             approval_expires_at=timezone.now() - timedelta(minutes=1)
@@ -301,8 +305,10 @@ class TestWhoMay:
 
 def test_the_index_counts_the_queues_and_links_them(lead_client, waiting):
     create_refund(
-        charge_id=ChargeFactory(amount=1_000, metadata={"simulate_refund": "decline"}).pk,
-        amount=100,
+        RefundRequest(
+            charge_id=ChargeFactory(amount=1_000, metadata={"simulate_refund": "decline"}).pk,
+            amount=100,
+        )
     )
 
     index = lead_client.get(reverse("admin:index")).content.decode()
@@ -363,10 +369,12 @@ class TestConfirmationWording:
     def three(self, waiting, support_agent):
         more = [
             create_refund(
-                charge_id=ChargeFactory(amount=100_000).pk,
-                amount=60_000,
-                actor=support_agent,
-                source=Refund.Source.ADMIN,
+                RefundRequest(
+                    charge_id=ChargeFactory(amount=100_000).pk,
+                    amount=60_000,
+                    actor=support_agent,
+                    source=Refund.Source.ADMIN,
+                )
             ).item
             for _ in range(2)
         ]

@@ -14,7 +14,7 @@ from ledger_app import errors
 from ledger_app.approvals.attention import mark_refund_handled
 from ledger_app.models import Refund
 from ledger_app.refunds.selectors import needing_attention
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import books
@@ -26,7 +26,7 @@ ATTENTION = "admin:ledger_app_refundattention_changelist"
 
 def refund_that(behaviour: str, amount: int = 300) -> Refund:
     charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": behaviour})
-    return create_refund(charge_id=charge.pk, amount=amount).item
+    return create_refund(RefundRequest(charge_id=charge.pk, amount=amount)).item
 
 
 def act(client, action: str, refunds, **extra):

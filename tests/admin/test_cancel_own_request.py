@@ -21,7 +21,7 @@ from ledger_app.access.api_keys import create_api_key
 from ledger_app.admin.second_factor import FRESH_AT
 from ledger_app.approvals.services import approve_refund
 from ledger_app.models import Charge, LedgerEntry, Refund, RefundLimit
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, rows_written
@@ -46,10 +46,12 @@ def waiting(support_agent) -> Refund:
     """$600.00 asked for by the agent in the admin: over their $500.00, so awaiting a lead."""
     RefundLimit.objects.create(user=support_agent, currency="usd", per_refund=50_000)
     refund = create_refund(
-        charge_id=ChargeFactory(amount=100_000).pk,
-        amount=60_000,
-        actor=support_agent,
-        source=Refund.Source.ADMIN,
+        RefundRequest(
+            charge_id=ChargeFactory(amount=100_000).pk,
+            amount=60_000,
+            actor=support_agent,
+            source=Refund.Source.ADMIN,
+        )
     ).item
     assert refund.status == Refund.Status.AWAITING_APPROVAL
     assert Charge.objects.get(pk=refund.charge_id).amount_refunded == 60_000
@@ -133,7 +135,7 @@ class TestTheRequester:
         lead = staff(django_user_model, "lead-asking", "Support leads")
         RefundLimit.objects.create(user=lead, currency="usd", per_refund=100)
         refund = create_refund(
-            charge_id=ChargeFactory(amount=10_000).pk, amount=5_000, actor=lead
+            RefundRequest(charge_id=ChargeFactory(amount=10_000).pk, amount=5_000, actor=lead)
         ).item
         client = verified(Client(), lead)
 
@@ -203,7 +205,11 @@ class TestNobodyElse:
         key, _ = create_api_key(name="order-service")
         RefundLimit.objects.create(api_key=key, currency="usd", per_refund=100)
         refund = create_refund(
-            charge_id=ChargeFactory(amount=10_000).pk, amount=5_000, actor=f"api_key:{key.prefix}"
+            RefundRequest(
+                charge_id=ChargeFactory(amount=10_000).pk,
+                amount=5_000,
+                actor=f"api_key:{key.prefix}",
+            )
         ).item
         assert refund.status == Refund.Status.AWAITING_APPROVAL and refund.created_by_id is None
 

@@ -31,13 +31,13 @@ def test_a_currency_newer_than_the_cached_choices_is_still_filtered(admin_client
     seen yet (the dashboard's, the morning the first yen arrives) still filters by it."""
     from django.core.cache import cache
 
-    from ledger_app.refunds.services import create_refund
+    from ledger_app.refunds.services import RefundRequest, create_refund
     from tests.factories import ChargeFactory
 
     cache.set("admin:charge-currencies", [], 600)  # cached before any charge existed
     for currency in ("usd", "jpy"):
         charge = ChargeFactory(amount=1_000, currency=currency)
-        create_refund(charge_id=charge.pk, amount=100)
+        create_refund(RefundRequest(charge_id=charge.pk, amount=100))
 
     response = admin_client.get(reverse(url_name), {"currency": "jpy"})
 
@@ -53,14 +53,16 @@ def test_a_currency_newer_than_the_cached_choices_is_still_filtered(admin_client
 def test_the_reason_filter_offers_no_reason_and_lists_exactly_those_refunds(admin_client, url_name):
     """Refunds made without a reason are stored with "": the filter names them "No reason"
     (the home page's chart links there), shows it chosen, and lists only them."""
-    from ledger_app.refunds.services import create_refund
+    from ledger_app.refunds.services import RefundRequest, create_refund
     from tests.factories import ChargeFactory
 
     made = {}
     for reason in ("duplicate", None):
         # declined: failed and not handled, so the attention queue lists them too
         charge = ChargeFactory(amount=1_000, metadata={"simulate_refund": "decline"})
-        made[reason] = create_refund(charge_id=charge.pk, amount=100, reason=reason).item
+        made[reason] = create_refund(
+            RefundRequest(charge_id=charge.pk, amount=100, reason=reason)
+        ).item
 
     response = admin_client.get(reverse(url_name), {"reason__exact": "", "_facets": "1"})
 

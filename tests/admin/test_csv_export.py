@@ -18,7 +18,7 @@ from django.urls import reverse
 from ledger_app import replica
 from ledger_app.ledger.services import append_entry
 from ledger_app.models import Charge, LedgerEntry, Refund, new_charge_id
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.spreadsheet import HOSTILE_CELLS, NO_FORMULAS, formulas_in, header_of, rows_of
 
@@ -111,15 +111,19 @@ class TestWhatIsExported:
         charge = ChargeFactory(amount=5_000, currency="usd")
         other = ChargeFactory(amount=5_000, currency="usd")
         refund = create_refund(
-            charge_id=charge.pk,
-            amount=1_250,
-            reason="requested_by_customer",
-            note="Customer called",
-            actor=admin_user,
-            source=Refund.Source.ADMIN,
+            RefundRequest(
+                charge_id=charge.pk,
+                amount=1_250,
+                reason="requested_by_customer",
+                note="Customer called",
+                actor=admin_user,
+                source=Refund.Source.ADMIN,
+            )
         ).item
-        create_refund(charge_id=charge.pk, amount=100, reason="duplicate")
-        create_refund(charge_id=other.pk, amount=1_250, reason="requested_by_customer")
+        create_refund(RefundRequest(charge_id=charge.pk, amount=100, reason="duplicate"))
+        create_refund(
+            RefundRequest(charge_id=other.pk, amount=1_250, reason="requested_by_customer")
+        )
 
         response = admin_client.get(
             reverse(REFUNDS_CSV), {"reason__exact": "requested_by_customer", "q": charge.pk}
@@ -146,7 +150,7 @@ class TestWhatIsExported:
 
     def test_ledger_entries_keep_a_negative_delta_a_number(self, admin_client, inline_dispatch):
         charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "decline"})
-        refund = create_refund(charge_id=charge.pk, amount=500).item
+        refund = create_refund(RefundRequest(charge_id=charge.pk, amount=500)).item
         assert refund.status == "failed"
 
         response = admin_client.get(reverse(LEDGER_CSV), {"kind__exact": "refund_released"})
@@ -207,7 +211,7 @@ class TestFormulaInjection:
 
     def test_a_refund_note_from_an_api_client_is_defused(self, admin_client):
         charge = ChargeFactory(amount=5_000)
-        create_refund(charge_id=charge.pk, amount=100, note="=cmd|' /C calc'!A0")
+        create_refund(RefundRequest(charge_id=charge.pk, amount=100, note="=cmd|' /C calc'!A0"))
 
         rows = rows_of(admin_client.get(reverse(REFUNDS_CSV)))
 
@@ -221,7 +225,7 @@ class TestFormulaInjection:
                 amount=5_000 + n, description=cell, customer=cell, metadata={"k": cell}
             )
             refund = create_refund(
-                charge_id=charge.pk, amount=100, note=cell, metadata={"order": cell}
+                RefundRequest(charge_id=charge.pk, amount=100, note=cell, metadata={"order": cell})
             ).item
             append_entry(
                 charge=charge,

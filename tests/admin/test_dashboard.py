@@ -24,7 +24,7 @@ from ledger_app.admin.chart import BOTTOM, TOP, stacked_bars, tick_step
 from ledger_app.admin.dashboard import CHART_DAYS, refund_activity
 from ledger_app.approvals.services import reject_refund
 from ledger_app.models import Refund, RefundLimit
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = [
@@ -50,7 +50,7 @@ def refund_at(created_at, *, amount=1_000, currency="usd", reason=None, behaviou
     charge = ChargeFactory(
         amount=amount, currency=currency, metadata={"simulate_refund": behaviour}
     )
-    refund = create_refund(charge_id=charge.pk, amount=amount, reason=reason).item
+    refund = create_refund(RefundRequest(charge_id=charge.pk, amount=amount, reason=reason)).item
     Refund.objects.filter(pk=refund.pk).update(created_at=created_at)
     refund.refresh_from_db()
     return refund
@@ -72,7 +72,7 @@ def canceled_at(django_user_model):
         agent = django_user_model.objects.create_user(f"agent-{amount}", is_staff=True)
         RefundLimit.objects.create(user=agent, currency="usd", per_refund=100)
         charge = ChargeFactory(amount=amount, currency="usd")
-        refund = create_refund(charge_id=charge.pk, amount=amount, actor=agent).item
+        refund = create_refund(RefundRequest(charge_id=charge.pk, amount=amount, actor=agent)).item
         assert refund.status == Refund.Status.AWAITING_APPROVAL
         boss = django_user_model.objects.create_superuser(f"boss-{amount}")
         reject_refund(refund_id=refund.pk, approver=boss, note="Not ours to give.")

@@ -26,7 +26,7 @@ from ledger_app.charges.services import create_charge
 from ledger_app.events import services as events
 from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import ApiKey, Charge, EventType, Refund, RefundLimit, WebhookDelivery
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.second_factor import device_of, verified
 from tests.staff_forms import user_change_form
@@ -84,11 +84,13 @@ def rows(superuser, support_agent, settings):
     create_endpoint(url="http://127.0.0.1:9/hook", enabled_events=["*"])
     create_api_key(name="order-service")
     unknown = ChargeFactory(amount=5_000, metadata={"simulate_refund": "timeout"})
-    create_refund(charge_id=unknown.pk, amount=100, idempotency_key="k-walk")
+    create_refund(RefundRequest(charge_id=unknown.pk, amount=100, idempotency_key="k-walk"))
     captured = create_charge(amount=1_000, currency="usd").item  # the provider's records
-    create_refund(charge_id=captured.pk, amount=100)
+    create_refund(RefundRequest(charge_id=captured.pk, amount=100))
     RefundLimit.objects.create(user=support_agent, currency="usd", per_refund=10_000)
-    create_refund(charge_id=ChargeFactory(amount=50_000).pk, amount=20_000, actor=support_agent)
+    create_refund(
+        RefundRequest(charge_id=ChargeFactory(amount=50_000).pk, amount=20_000, actor=support_agent)
+    )
     with transaction.atomic():
         events.record(EventType.CHARGE_SUCCEEDED, unknown)
     Client().post(reverse("admin:login"), {"username": "root", "password": "wrong"})

@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import Charge, LedgerEntry, Refund, RefundLimit
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.django_db
@@ -86,12 +86,16 @@ class TestLabels:
     def test_columns_and_object_pages_show_labels(self, admin_client, support_agent):
         RefundLimit.objects.create(user=support_agent, currency="usd", per_refund=100)
         charge = ChargeFactory(amount=5_000)
-        waiting = create_refund(charge_id=charge.pk, amount=1_000, actor=support_agent).item
+        waiting = create_refund(
+            RefundRequest(charge_id=charge.pk, amount=1_000, actor=support_agent)
+        ).item
         by_cli = create_refund(
-            charge_id=charge.pk,
-            amount=500,
-            reason=Refund.Reason.REQUESTED_BY_CUSTOMER,
-            source=Refund.Source.CLI,
+            RefundRequest(
+                charge_id=charge.pk,
+                amount=500,
+                reason=Refund.Reason.REQUESTED_BY_CUSTOMER,
+                source=Refund.Source.CLI,
+            )
         ).item
 
         refunds = admin_client.get(REFUNDS)
@@ -106,7 +110,11 @@ class TestLabels:
 
     def test_the_charge_page_history_shows_labels(self, admin_client):
         charge = ChargeFactory(amount=5_000)
-        create_refund(charge_id=charge.pk, amount=500, reason=Refund.Reason.REQUESTED_BY_CUSTOMER)
+        create_refund(
+            RefundRequest(
+                charge_id=charge.pk, amount=500, reason=Refund.Reason.REQUESTED_BY_CUSTOMER
+            )
+        )
 
         page = text_of(
             admin_client.get(reverse("admin:ledger_app_charge_change", args=[quote(charge.pk)]))
@@ -118,7 +126,9 @@ class TestLabels:
     def test_the_api_and_the_bulk_report_keep_the_stored_values(self, client, tmp_path):
         charge = ChargeFactory(amount=5_000)
         refund = create_refund(
-            charge_id=charge.pk, amount=500, reason=Refund.Reason.REQUESTED_BY_CUSTOMER
+            RefundRequest(
+                charge_id=charge.pk, amount=500, reason=Refund.Reason.REQUESTED_BY_CUSTOMER
+            )
         ).item
         secret = create_api_key(name="labels")[1]
         file = tmp_path / "in.csv"
@@ -144,7 +154,7 @@ class TestLabels:
 class TestARefundWithoutAReason:
     def test_shows_none_not_other(self, agent_client):
         charge = ChargeFactory(amount=5_000)
-        create_refund(charge_id=charge.pk, amount=500, actor="api_key:sk_test")
+        create_refund(RefundRequest(charge_id=charge.pk, amount=500, actor="api_key:sk_test"))
 
         page = agent_client.get(reverse("admin:ledger_app_charge_change", args=[quote(charge.pk)]))
 
@@ -196,7 +206,7 @@ class TestPlurals:
         one = ChargeFactory(amount=1_000)
         two = [ChargeFactory(amount=2_000), ChargeFactory(amount=3_000)]
         done = ChargeFactory(amount=500)
-        create_refund(charge_id=done.pk)
+        create_refund(RefundRequest(charge_id=done.pk))
 
         first = told(self.bulk_refund_in_full(agent_client, [one, done]))
         second = told(self.bulk_refund_in_full(agent_client, two))

@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger_app.models import Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRefund
 from tests.factories import ChargeFactory
 
@@ -24,12 +24,12 @@ def charge_that(behaviour, amount=5_000):
 
 class TestNeedsAttention:
     def test_lists_unknown_failed_and_stale_pending_refunds_only(self, agent_client, settings):
-        unknown = create_refund(charge_id=charge_that("timeout").pk, amount=100).item
-        failed = create_refund(charge_id=charge_that("decline").pk, amount=100).item
-        fine = create_refund(charge_id=charge_that("succeed").pk, amount=100).item
+        unknown = create_refund(RefundRequest(charge_id=charge_that("timeout").pk, amount=100)).item
+        failed = create_refund(RefundRequest(charge_id=charge_that("decline").pk, amount=100)).item
+        fine = create_refund(RefundRequest(charge_id=charge_that("succeed").pk, amount=100)).item
         settings.REFUND_DISPATCH = "worker"
-        waiting = create_refund(charge_id=charge_that("succeed").pk, amount=100).item
-        stale = create_refund(charge_id=charge_that("succeed").pk, amount=100).item
+        waiting = create_refund(RefundRequest(charge_id=charge_that("succeed").pk, amount=100)).item
+        stale = create_refund(RefundRequest(charge_id=charge_that("succeed").pk, amount=100)).item
         Refund.objects.filter(pk=stale.pk).update(created_at=timezone.now() - timedelta(hours=1))
 
         page = agent_client.get(reverse(ATTENTION)).content.decode()
@@ -38,7 +38,9 @@ class TestNeedsAttention:
         assert fine.pk not in page and waiting.pk not in page
 
     def test_reconcile_now_settles_a_lost_answer(self, agent_client):
-        refund = create_refund(charge_id=charge_that("apply_then_timeout").pk, amount=100).item
+        refund = create_refund(
+            RefundRequest(charge_id=charge_that("apply_then_timeout").pk, amount=100)
+        ).item
         assert refund.status == "unknown"
 
         response = agent_client.post(
@@ -52,7 +54,7 @@ class TestNeedsAttention:
 
     def test_retry_dispatch_sends_with_the_same_key(self, agent_client):
         charge = charge_that("timeout")
-        refund = create_refund(charge_id=charge.pk, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=charge.pk, amount=100)).item
         charge.metadata = {"simulate_refund": "succeed"}
         charge.save(update_fields=["metadata"])
 
@@ -65,7 +67,9 @@ class TestNeedsAttention:
         assert ProviderRefund.objects.get().idempotency_key == f"refund:{refund.pk}"
 
     def test_viewers_cannot_run_the_queue_actions(self, viewer_client):
-        refund = create_refund(charge_id=charge_that("apply_then_timeout").pk, amount=100).item
+        refund = create_refund(
+            RefundRequest(charge_id=charge_that("apply_then_timeout").pk, amount=100)
+        ).item
 
         page = viewer_client.get(reverse(ATTENTION))
         viewer_client.post(
@@ -99,7 +103,7 @@ class TestFindingCharges:
 
     def test_refund_state_filter(self, admin_client, fully_refunded_charge):
         partial = ChargeFactory(amount=1_000)
-        create_refund(charge_id=partial.pk, amount=100)
+        create_refund(RefundRequest(charge_id=partial.pk, amount=100))
         untouched = ChargeFactory(amount=1_000)
         url = reverse("admin:ledger_app_charge_changelist")
 
@@ -135,10 +139,10 @@ def test_changelist_query_count_does_not_grow_with_rows(admin_client, url_name, 
         return len(queries)
 
     for _ in range(3):
-        create_refund(charge_id=ChargeFactory(amount=1_234).pk, amount=100)
+        create_refund(RefundRequest(charge_id=ChargeFactory(amount=1_234).pk, amount=100))
     few = queries_for_page()
     for _ in range(30):
-        create_refund(charge_id=ChargeFactory(amount=1_234).pk, amount=100)
+        create_refund(RefundRequest(charge_id=ChargeFactory(amount=1_234).pk, amount=100))
     many = queries_for_page()
 
     assert many == few

@@ -11,7 +11,7 @@ from ledger_app.admin.bulk_refund import BULK_OUTCOMES, BulkOutcome
 from ledger_app.admin.form_keys import new_form_key
 from ledger_app.charges.selectors import charge_state
 from ledger_app.models import Charge, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.admin.refund_form_pages import (
     drawn_form,
     form_key,
@@ -33,7 +33,7 @@ pytestmark = [
 class TestRefundForm:
     def test_page_shows_amount_refunded_and_what_is_left(self, agent_client):
         charge = ChargeFactory(amount=5_000)
-        create_refund(charge_id=charge.pk, amount=1_234)
+        create_refund(RefundRequest(charge_id=charge.pk, amount=1_234))
 
         page = open_form(agent_client, charge)
 
@@ -68,7 +68,7 @@ class TestRefundForm:
 
     def test_a_blank_amount_refunds_nothing(self, agent_client):
         charge = ChargeFactory(amount=5_000)
-        create_refund(charge_id=charge.pk, amount=1_000)
+        create_refund(RefundRequest(charge_id=charge.pk, amount=1_000))
         before = books(charge)
 
         response = submit(agent_client, charge, amount="")
@@ -79,7 +79,7 @@ class TestRefundForm:
 
     def test_the_rest_is_refunded_only_by_ticking_the_box_that_names_it(self, agent_client):
         charge = ChargeFactory(amount=5_000)
-        create_refund(charge_id=charge.pk, amount=1_000)
+        create_refund(RefundRequest(charge_id=charge.pk, amount=1_000))
         page = open_form(agent_client, charge)
 
         response = submit(
@@ -119,7 +119,7 @@ class TestRefundForm:
 
     def test_over_the_balance_shows_the_code_and_what_is_left(self, agent_client):
         charge = ChargeFactory(amount=5_000)
-        create_refund(charge_id=charge.pk, amount=4_000)
+        create_refund(RefundRequest(charge_id=charge.pk, amount=4_000))
         before = books(charge)
 
         response = submit(agent_client, charge, amount="20.00")
@@ -179,7 +179,7 @@ class TestRefundForm:
     def test_a_form_drawn_again_with_errors_carries_the_charge_as_shown(self, agent_client):
         charge = ChargeFactory(amount=5_000)
         key, state = drawn_form(agent_client, charge)
-        create_refund(charge_id=charge.pk, amount=100)  # elsewhere, meanwhile
+        create_refund(RefundRequest(charge_id=charge.pk, amount=100))  # elsewhere, meanwhile
 
         redrawn = submit(agent_client, charge, key=key, state=state)
 
@@ -264,7 +264,7 @@ class TestBulkRefund:
     def test_confirmation_lists_charges_what_is_left_and_totals(self, agent_client):
         usd = [ChargeFactory(amount=1_000), ChargeFactory(amount=2_500)]
         yen = ChargeFactory(amount=3_000, currency="jpy")
-        create_refund(charge_id=usd[0].pk, amount=400)
+        create_refund(RefundRequest(charge_id=usd[0].pk, amount=400))
 
         page = self.action(agent_client, [*usd, yen])
 

@@ -11,7 +11,7 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from ledger_app.models import Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("inline_dispatch")]
@@ -35,7 +35,7 @@ def shown_reference(client, refund: Refund) -> str:
 
 def refund_of(behaviour: str = "succeed") -> Refund:
     charge = ChargeFactory(metadata={"simulate_refund": behaviour})
-    return create_refund(charge_id=charge.id, amount=100).item
+    return create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
 
 
 def test_a_succeeded_refund_shows_its_arn(agent_client):

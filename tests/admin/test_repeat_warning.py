@@ -7,7 +7,7 @@ from django.urls import reverse
 from ledger_app.admin.charges import ChargeAdmin
 from ledger_app.admin.forms import OTHER, REASONS, RefundForm
 from ledger_app.models import Charge, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.admin.refund_form_pages import hidden, open_form, submit
 from tests.factories import ChargeFactory
 
@@ -24,7 +24,7 @@ def bulk(client, charges, **extra):
 class TestSingleForm:
     def test_no_warning_without_a_recent_refund_of_that_amount(self, agent_client):
         charge = ChargeFactory(amount=5_000)
-        create_refund(charge_id=charge.pk, amount=1_000, actor="colleague")
+        create_refund(RefundRequest(charge_id=charge.pk, amount=1_000, actor="colleague"))
 
         page = open_form(agent_client, charge)
         assert b"repeat-warning" not in page.content and b"refund_again" not in page.content
@@ -33,7 +33,9 @@ class TestSingleForm:
 
     def test_same_amount_is_refused_with_a_warning_then_refunded_with_the_tick(self, agent_client):
         charge = ChargeFactory(amount=5_000)
-        earlier = create_refund(charge_id=charge.pk, amount=1_500, actor="colleague").item
+        earlier = create_refund(
+            RefundRequest(charge_id=charge.pk, amount=1_500, actor="colleague")
+        ).item
         page = open_form(agent_client, charge)
         key, state = hidden(page, "idempotency_key"), hidden(page, "charge_state")
 
@@ -54,7 +56,7 @@ class TestSingleForm:
 
     def test_refund_everything_left_compares_with_what_is_left(self, agent_client):
         charge = ChargeFactory(amount=3_000)
-        create_refund(charge_id=charge.pk, amount=1_500, actor="colleague")
+        create_refund(RefundRequest(charge_id=charge.pk, amount=1_500, actor="colleague"))
 
         warned = submit(agent_client, charge, refund_all="1500")
 
@@ -65,7 +67,7 @@ class TestSingleForm:
 class TestBulk:
     def test_confirmation_counts_recent_refunds_and_skips_repeats(self, agent_client):
         repeat = ChargeFactory(amount=3_000)
-        create_refund(charge_id=repeat.pk, amount=1_500, actor="colleague")
+        create_refund(RefundRequest(charge_id=repeat.pk, amount=1_500, actor="colleague"))
         fresh = ChargeFactory(amount=1_000)
         page = bulk(agent_client, [repeat, fresh])
 
@@ -123,7 +125,7 @@ class TestWords:
     def test_the_note_help_states_the_rule(self, amount, refunded, asked, needs):
         charge = ChargeFactory(amount=amount)
         if refunded:
-            create_refund(charge_id=charge.pk, amount=refunded)
+            create_refund(RefundRequest(charge_id=charge.pk, amount=refunded))
             charge.refresh_from_db()
         form = RefundForm(
             {

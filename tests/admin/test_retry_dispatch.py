@@ -3,7 +3,7 @@
 import pytest
 from django.urls import reverse
 
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import ChargeFactory
 from tests.second_factor import verified
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 def test_admin_retry_dispatch_asks_first(client, admin_user):
     admin_client = verified(client, admin_user)  # superusers too enter a code to move money
     charge = ChargeFactory(amount=1_000, metadata={"simulate_refund": "apply_then_timeout"})
-    refund = create_refund(charge_id=charge.pk, amount=300).item
+    refund = create_refund(RefundRequest(charge_id=charge.pk, amount=300)).item
 
     admin_client.post(
         reverse("admin:ledger_app_refundattention_changelist"),

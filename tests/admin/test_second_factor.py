@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from ledger_app.admin.second_factor import FRESH_AT
 from ledger_app.models import Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import ChargeFactory
 from tests.second_factor import current_code, device_of, verified
@@ -59,7 +59,7 @@ def sent_to_code_page(response, back_to: str) -> bool:
 def waiting_refund():
     """A refund the provider has not settled: in the needs-attention queue."""
     charge = ChargeFactory(amount=1_000, metadata={"simulate_refund": "timeout"})
-    return create_refund(charge_id=charge.pk, amount=300).item
+    return create_refund(RefundRequest(charge_id=charge.pk, amount=300)).item
 
 
 class TestWithoutAFreshCode:
@@ -329,7 +329,7 @@ class TestActionNamedMoreThanOnce:
 
         RefundLimit.objects.create(user=support_agent, currency="usd", per_refund=100)
         waiting = create_refund(
-            charge_id=ChargeFactory(amount=1_000).pk, amount=500, actor=support_agent
+            RefundRequest(charge_id=ChargeFactory(amount=1_000).pk, amount=500, actor=support_agent)
         ).item
         lead = django_user_model.objects.create_user("lead", password="x", is_staff=True)
         lead.groups.add(Group.objects.get(name="Support leads"))

@@ -18,7 +18,7 @@ from django.utils import timezone
 from ledger_app.access.api_keys import create_api_key
 from ledger_app.access.time_zones import AdminTimeZoneMiddleware, shown_time
 from ledger_app.models import Refund, RefundLimit, StaffPreference
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.processes import manage_alone
 
@@ -47,7 +47,9 @@ def cells(response, css_class: str) -> list[str]:
 def refund_at_a_known_moment() -> Refund:
     """A refund made through the service; only its age is made up (as seed_demo does)."""
     charge = ChargeFactory(amount=5_000)
-    refund = create_refund(charge_id=charge.pk, amount=1_250, note="Known moment").item
+    refund = create_refund(
+        RefundRequest(charge_id=charge.pk, amount=1_250, note="Known moment")
+    ).item
     Refund.objects.filter(pk=refund.pk).update(created_at=KNOWN)
     refund.refresh_from_db()
     return refund
@@ -120,7 +122,9 @@ class TestShownInTheReadersZone:
     def test_the_approval_queue_shows_expiry_in_the_readers_zone(self, admin_client, support_agent):
         RefundLimit.objects.create(user=support_agent, currency="usd", per_refund=100)
         charge = ChargeFactory(amount=5_000)
-        refund = create_refund(charge_id=charge.pk, amount=1_250, actor=support_agent).item
+        refund = create_refund(
+            RefundRequest(charge_id=charge.pk, amount=1_250, actor=support_agent)
+        ).item
         assert refund.status == Refund.Status.AWAITING_APPROVAL
         # Only when it expires is made up.
         Refund.objects.filter(pk=refund.pk).update(approval_expires_at=KNOWN + timedelta(days=1))

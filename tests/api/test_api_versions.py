@@ -17,7 +17,7 @@ from ledger_app.events.delivery import deliver_due
 from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import ApiKey, WebhookEndpoint
 from ledger_app.refunds import services as refund_service
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.webhooks.receiver import Receiver
 
@@ -58,7 +58,7 @@ class TestWhichVersion:
         assert [a["Stripe-Version"] for a in answers] == ["2024-06-20"] * 3 + [LATEST]
 
     def test_events_carry_the_version_they_are_shown_in(self):
-        create_refund(charge_id=ChargeFactory().id, amount=100)
+        create_refund(RefundRequest(charge_id=ChargeFactory().id, amount=100))
         client = keyed_client()
 
         latest = client.get("/v1/events").json()["data"]
@@ -76,7 +76,7 @@ class TestWhichVersion:
 
         def queries_for_a_page_after(charges: int) -> int:
             for _ in range(charges):
-                create_refund(charge_id=ChargeFactory().id, amount=100)
+                create_refund(RefundRequest(charge_id=ChargeFactory().id, amount=100))
             with CaptureQueriesContext(connection) as queries:
                 listed = client.get("/v1/events", {"limit": 100}).json()["data"]
             refunded = [e for e in listed if e["type"] == "charge.refunded"]
@@ -109,7 +109,7 @@ class TestWebhookEndpointsVersions:
                 for r, extra in ((old_receiver, {"api_version": LEGACY}), (new_receiver, {}))
             ]
             assert [m["api_version"] for m in made] == [LEGACY, LATEST]
-            create_refund(charge_id=ChargeFactory().id, amount=100)
+            create_refund(RefundRequest(charge_id=ChargeFactory().id, amount=100))
             deliver_due()
             old_receiver.wait_for(3)
             new_receiver.wait_for(3)
@@ -158,7 +158,7 @@ class TestTheReserveReadsRefundsOnlyForOldEndpoints:
         settings.WEBHOOK_ALLOW_PRIVATE_URLS = True
         create_endpoint(url="https://8.8.8.8/h", enabled_events=["*"])
 
-        create_refund(charge_id=ChargeFactory().id, amount=100)
+        create_refund(RefundRequest(charge_id=ChargeFactory().id, amount=100))
 
         assert reads == []
 
@@ -167,6 +167,6 @@ class TestTheReserveReadsRefundsOnlyForOldEndpoints:
         create_endpoint(url="https://8.8.8.8/h", enabled_events=["*"], api_version=LEGACY)
         charge = ChargeFactory()
 
-        create_refund(charge_id=charge.id, amount=100)
+        create_refund(RefundRequest(charge_id=charge.id, amount=100))
 
         assert reads == [charge.id]

@@ -13,7 +13,7 @@ from ledger_app.access.api_keys import create_api_key
 from ledger_app.events.delivery import deliver_due
 from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import Refund, WebhookEndpoint
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.api.stripe_fields import problems
 from tests.factories import ChargeFactory
 from tests.processes import manage_alone
@@ -56,7 +56,7 @@ class TestWhichVersionsAreAnswered:
         assert all(c.version in published for c in api_versions.CHANGES)
 
     def test_every_published_version_lists_refunds(self):
-        create_refund(charge_id=ChargeFactory().id, amount=100)
+        create_refund(RefundRequest(charge_id=ChargeFactory().id, amount=100))
         client = keyed()
 
         for version in api_versions.PUBLISHED:
@@ -190,7 +190,7 @@ class TestEveryObjectInEveryVersion:
 class TestVersionChanges:
     def test_an_intent_carries_its_charges_before_2022_11_15(self, api):
         charge = ChargeFactory()
-        create_refund(charge_id=charge.id, amount=100)
+        create_refund(RefundRequest(charge_id=charge.id, amount=100))
         url = f"/v1/payment_intents/{charge.payment_intent}"
 
         old = api.get(url, HTTP_STRIPE_VERSION="2022-08-01").json()
@@ -214,7 +214,7 @@ class TestVersionChanges:
 
     def test_older_shapes_of_charges_and_events(self, api):
         charge = ChargeFactory()
-        create_refund(charge_id=charge.id, amount=100, idempotency_key="v-old-1")
+        create_refund(RefundRequest(charge_id=charge.id, amount=100, idempotency_key="v-old-1"))
         ask = {"HTTP_STRIPE_VERSION": "2014-01-31"}
 
         old_charge = api.get(f"/v1/charges/{charge.id}", **ask).json()
@@ -234,7 +234,9 @@ class TestVersionChanges:
 
     def test_event_filters_take_the_versions_names(self, api):
         refund = create_refund(
-            charge_id=ChargeFactory(metadata={"simulate_refund": "decline"}).id, amount=100
+            RefundRequest(
+                charge_id=ChargeFactory(metadata={"simulate_refund": "decline"}).id, amount=100
+            )
         ).item
         old = {"HTTP_STRIPE_VERSION": "2020-08-27"}
 
@@ -264,7 +266,7 @@ class TestWebhooksPerVersion:
                 url=new_receiver.url, enabled_events=["refund.updated", "charge.refund.updated"]
             )
             charge = ChargeFactory(metadata={"simulate_refund": "decline"})
-            refund = create_refund(charge_id=charge.id, amount=100).item
+            refund = create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
             deliver_due()
             old_receiver.wait_for(1)
             new_receiver.wait_for(1)

@@ -5,7 +5,7 @@ import pytest
 import stripe
 
 from ledger_app import api_versions
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.usefixtures("inline_dispatch", "ledger_invariants")
@@ -48,7 +48,7 @@ def test_the_stripe_client_expands_on_create_retrieve_and_list(stripe_client):
 class TestLists:
     def test_a_page_expands_each_field_in_one_query(self, api, django_assert_max_num_queries):
         for _ in range(5):
-            create_refund(charge_id=ChargeFactory().id, amount=100)
+            create_refund(RefundRequest(charge_id=ChargeFactory().id, amount=100))
 
         with django_assert_max_num_queries(8):  # key check, page, charges, their refunds, intents
             page = api.get(
@@ -64,7 +64,7 @@ class TestLists:
     def test_data_refunds_shows_a_hundred_refunds_per_charge(self, api):
         charge = ChargeFactory(amount=50_000)
         for _ in range(12):
-            create_refund(charge_id=charge.id, amount=100)
+            create_refund(RefundRequest(charge_id=charge.id, amount=100))
 
         legacy = {"HTTP_STRIPE_VERSION": api_versions.LEGACY}
         plain = api.get("/v1/charges", **legacy).json()["data"][0]["refunds"]
@@ -99,7 +99,7 @@ class TestLists:
     )
     def test_anything_else_cannot_be_expanded(self, api, path, asked):
         charge = ChargeFactory()
-        refund = create_refund(charge_id=charge.id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
         url = path.format(charge=charge.id, refund=refund.id, intent=charge.payment_intent)
 
         response = api.get(url, {"expand[]": asked})

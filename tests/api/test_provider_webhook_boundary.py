@@ -15,7 +15,7 @@ from django.test import Client
 
 from ledger_app.models import Event, LedgerEntry, ProviderEvent, Refund
 from ledger_app.provider import events_in as provider_events
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.provider_webhook import SECRET, event_of, post_body, post_event, refund_object
 
@@ -32,7 +32,7 @@ def _webhook_secret(settings):
 @pytest.fixture
 def succeeded_refund(db):
     charge = ChargeFactory(amount=5_000)
-    refund = create_refund(charge_id=charge.id, amount=1_200).item
+    refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_200)).item
     assert refund.status == Refund.Status.SUCCEEDED
     return refund
 

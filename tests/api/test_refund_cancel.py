@@ -10,7 +10,7 @@ from ledger_app.access.api_keys import PREFIX_LENGTH, create_api_key
 from ledger_app.approvals.services import cancel_refund
 from ledger_app.errors import RefundNotCancelable
 from ledger_app.models import ApiKey, Event, LedgerEntry, Refund, RefundLimit
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
 from tests.services.people import staff
@@ -129,7 +129,7 @@ def asked_by_a_person(django_user_model) -> Refund:
     RefundLimit.objects.create(user=agent, currency="usd", per_refund=1_000, per_day=5_000)
     charge = ChargeFactory(amount=5_000)
     refund = create_refund(
-        charge_id=charge.pk, amount=2_000, actor=agent, source=Refund.Source.ADMIN
+        RefundRequest(charge_id=charge.pk, amount=2_000, actor=agent, source=Refund.Source.ADMIN)
     ).item
     assert refund.status == Refund.Status.AWAITING_APPROVAL
     return refund

@@ -418,7 +418,7 @@ def widest_rows(settings, django_user_model) -> dict[str, object]:
     from ledger_app.access.api_keys import create_api_key
     from ledger_app.charges.services import record_charge
     from ledger_app.models import LedgerEntry, RefundLimit, WebhookDelivery, WebhookEndpoint
-    from ledger_app.refunds.services import create_refund
+    from ledger_app.refunds.services import RefundRequest, create_refund
 
     settings.REFUND_DISPATCH = "inline"
     WebhookEndpoint.objects.create(
@@ -449,7 +449,12 @@ def widest_rows(settings, django_user_model) -> dict[str, object]:
         is_staff=True,
     )
     api_key, _ = create_api_key(name="Checkout service, EMEA production cluster " + "k" * 57)
-    refund = partial(create_refund, reason=Refund.Reason.REQUESTED_BY_CUSTOMER, note=LONG_DETAIL)
+
+    def refund(**fields):
+        return create_refund(
+            RefundRequest(reason=Refund.Reason.REQUESTED_BY_CUSTOMER, note=LONG_DETAIL, **fields)
+        )
+
     refund(charge_id=largest.pk, amount=99_999_998, idempotency_key=LONG_KEY, actor=requester)
     refund(charge_id=kwd.pk, amount=12_345_678, actor=requester)
     refund(charge_id=idr.pk, amount=999_999_999_998, actor=requester)

@@ -10,7 +10,7 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from ledger_app.models import Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.browser.conftest import (
     CHANGELIST,
     DESKTOP,
@@ -176,7 +176,9 @@ def tables_out_of_reach(page) -> list[str]:
 def test_the_charge_page_and_refund_form_fit_the_window(agent_page, size, screenshot):
     page = agent_page
     charge = new_charge(description="Blue teapot")
-    create_refund(charge_id=charge.pk, amount=1_000, note="An earlier partial refund.")
+    create_refund(
+        RefundRequest(charge_id=charge.pk, amount=1_000, note="An earlier partial refund.")
+    )
     page.set_viewport_size(size)
     width = size["width"]
 

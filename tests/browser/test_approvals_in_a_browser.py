@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from ledger_app.models import Charge, Refund, RefundLimit
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.browser.conftest import (
     AGENT,
     REFUND_BUTTON,
@@ -107,7 +107,9 @@ def test_a_lead_rejects_from_the_refunds_page_with_a_note_and_the_amount_is_rele
     page, support_agent, agent_limit, lead, screenshot
 ):
     charge = new_charge(amount=100_000)
-    refund = create_refund(charge_id=charge.pk, amount=70_000, actor=support_agent).item
+    refund = create_refund(
+        RefundRequest(charge_id=charge.pk, amount=70_000, actor=support_agent)
+    ).item
     assert refund.status == Refund.Status.AWAITING_APPROVAL
     log_in(page, *LEAD)
 

@@ -5,7 +5,7 @@ tick "Refund again anyway"."""
 import pytest
 
 from ledger_app.models import Charge, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.browser.conftest import (
     REFUND_BUTTON,
     at,
@@ -25,7 +25,9 @@ def test_a_repeat_of_a_colleagues_refund_is_warned_then_refunded_only_when_ticke
 ):
     page = agent_page
     charge = new_charge(amount=5_000)
-    earlier = create_refund(charge_id=charge.pk, amount=1_500, actor="colleague").item
+    earlier = create_refund(
+        RefundRequest(charge_id=charge.pk, amount=1_500, actor="colleague")
+    ).item
 
     page.goto(refund_url(charge))
     assert page.locator("#repeat-warning").count() == 0

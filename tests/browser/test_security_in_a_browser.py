@@ -31,7 +31,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from ledger_app.admin.second_factor import FRESH_AT
 from ledger_app.models import Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.browser.conftest import (
     AGENT,
     CHANGELIST,
@@ -358,7 +358,7 @@ def test_admin_pages_open_with_no_content_security_policy_violation(
 ):
     page.add_init_script(RECORD_CSP_VIOLATIONS)
     charge = new_charge(description="Blue teapot")
-    refund = create_refund(charge_id=charge.pk, amount=1_000).item
+    refund = create_refund(RefundRequest(charge_id=charge.pk, amount=1_000)).item
     sign_in_with_password(page)
     violations: dict[str, list[str]] = {}
 

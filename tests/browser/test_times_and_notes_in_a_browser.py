@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from ledger_app.models import Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.browser.conftest import DESKTOP, at_charge_page, change_url, new_charge
 
 KNOWN = datetime(2026, 11, 30, 19, 23, tzinfo=UTC)
@@ -23,13 +23,19 @@ def refunds_with_long_notes():
     without spaces, the longest reason and long requester names."""
     charge = new_charge(amount=50_000)
     create_refund(
-        charge_id=charge.pk,
-        amount=1_000,
-        note=LONG_NOTE,
-        reason=Refund.Reason.REQUESTED_BY_CUSTOMER,
-        actor="user:maximiliane.vandenberghe",
+        RefundRequest(
+            charge_id=charge.pk,
+            amount=1_000,
+            note=LONG_NOTE,
+            reason=Refund.Reason.REQUESTED_BY_CUSTOMER,
+            actor="user:maximiliane.vandenberghe",
+        )
     )
-    create_refund(charge_id=charge.pk, amount=2_000, note=LINK_NOTE, actor="api_key:sk_AbC12345")
+    create_refund(
+        RefundRequest(
+            charge_id=charge.pk, amount=2_000, note=LINK_NOTE, actor="api_key:sk_AbC12345"
+        )
+    )
     Refund.objects.filter(charge=charge).update(created_at=KNOWN)  # only their age made up
     return charge
 

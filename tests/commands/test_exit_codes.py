@@ -18,7 +18,7 @@ import pytest
 from django.db import transaction
 
 from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.processes import run_command
 
@@ -149,7 +149,10 @@ class TestRefundCommand:
 
 def queue(*behaviours: str) -> list[Refund]:
     """Pending refunds (worker_dispatch), one per behaviour, for the worker to send."""
-    refunds = [create_refund(charge_id=charge_that(b).pk, amount=100).item for b in behaviours]
+    refunds = [
+        create_refund(RefundRequest(charge_id=charge_that(b).pk, amount=100)).item
+        for b in behaviours
+    ]
     assert all(r.status == "pending" for r in refunds)
     return refunds
 

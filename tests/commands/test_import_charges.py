@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from ledger_app import errors
 from ledger_app.models import Charge, Event, LedgerEntry, Refund
 from ledger_app.provider.gateways.simulated import SimulatedGateway
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRequest
 from tests.invariants import rows_written
 from tests.processes import run_command
@@ -160,14 +160,14 @@ class TestRefundedBeforeImport:
         import_file(csv_file(tmp_path, self.HEADER + "ch_part,5000,usd,succeeded,1200\n"))
 
         with pytest.raises(errors.AmountTooLarge):
-            create_refund(charge_id="ch_part", amount=3_801)
-        rest = create_refund(charge_id="ch_part").item
+            create_refund(RefundRequest(charge_id="ch_part", amount=3_801))
+        rest = create_refund(RefundRequest(charge_id="ch_part")).item
 
         assert rest.amount == 3_800
         charge = Charge.objects.get(pk="ch_part")
         assert charge.amount_refunded == charge.amount == 5_000
         with pytest.raises(errors.ChargeAlreadyRefunded):
-            create_refund(charge_id="ch_part", amount=1)
+            create_refund(RefundRequest(charge_id="ch_part", amount=1))
 
     def test_a_fully_refunded_charge_has_nothing_left(self, tmp_path):
         import_file(csv_file(tmp_path, self.HEADER + "ch_full,700,usd,succeeded,700\n"))
@@ -176,7 +176,7 @@ class TestRefundedBeforeImport:
 
         assert charge.refunded and charge.amount_refundable == 0
         with pytest.raises(errors.ChargeAlreadyRefunded):
-            create_refund(charge_id="ch_full", amount=1)
+            create_refund(RefundRequest(charge_id="ch_full", amount=1))
 
     def test_the_worker_and_the_reconciler_never_send_it(self, tmp_path, settings, monkeypatch):
         """A final status is never dispatched: the worker sends the refund made here after
@@ -194,7 +194,7 @@ class TestRefundedBeforeImport:
         import_file(csv_file(tmp_path, self.HEADER + "ch_part,5000,usd,succeeded,1200\n"))
         imported = Refund.objects.get()
         # A refund made here afterwards: pending, for the worker, which proves it ran.
-        later = create_refund(charge_id="ch_part", amount=800).item
+        later = create_refund(RefundRequest(charge_id="ch_part", amount=800)).item
 
         call_command("process_refunds", "--once", stdout=io.StringIO(), stderr=io.StringIO())
         call_command("reconcile", stdout=io.StringIO(), stderr=io.StringIO())
@@ -282,7 +282,7 @@ class TestRunningAgain:
         charge's balance, which moves with every refund made here."""
         path = csv_file(tmp_path, self.HEADER + "ch_part,5000,usd,succeeded,1200\n")
         import_file(path)
-        create_refund(charge_id="ch_part", amount=300)
+        create_refund(RefundRequest(charge_id="ch_part", amount=300))
 
         code, out, _ = import_file(path)
 

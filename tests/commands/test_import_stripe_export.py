@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 
 from ledger_app import errors
 from ledger_app.models import Charge, LedgerEntry, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRequest
 from tests.invariants import rows_written
 
@@ -192,12 +192,12 @@ class TestImportingAnExport:
         import_stripe(export(tmp_path, PAYMENTS))
 
         with pytest.raises(errors.AmountTooLarge):
-            create_refund(charge_id="ch_kwdPartly0005", amount=10_846)
+            create_refund(RefundRequest(charge_id="ch_kwdPartly0005", amount=10_846))
         with pytest.raises(errors.ChargeAlreadyRefunded):
-            create_refund(charge_id="ch_usdRefunded02", amount=1)
+            create_refund(RefundRequest(charge_id="ch_usdRefunded02", amount=1))
         with pytest.raises(errors.ChargeNotRefundable):
-            create_refund(charge_id="ch_usdFailed0003", amount=1)
-        rest = create_refund(charge_id="ch_kwdPartly0005").item
+            create_refund(RefundRequest(charge_id="ch_usdFailed0003", amount=1))
+        rest = create_refund(RefundRequest(charge_id="ch_kwdPartly0005")).item
 
         assert rest.amount == 10_845  # 12.345 - 1.500 KWD
         assert Charge.objects.get(pk="ch_kwdPartly0005").refunded

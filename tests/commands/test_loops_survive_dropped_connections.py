@@ -17,7 +17,7 @@ from django.db import connection
 
 from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import Refund, WebhookDelivery
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.processes import ROOT, command_env, free_loopback_port
 
@@ -41,7 +41,7 @@ def loop_commands() -> list[str]:
 def new_refund() -> Refund:
     """A pending refund (worker dispatch), with its events' deliveries pending too."""
     charge = ChargeFactory(amount=1_000)
-    return create_refund(charge_id=charge.id, amount=100).item
+    return create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
 
 
 def refund_sent(refund: Refund) -> bool:

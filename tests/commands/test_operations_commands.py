@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from ledger_app.access.api_keys import authenticate_api_key, create_api_key
 from ledger_app.models import ApiKey, Charge, IdempotencyRecord, LedgerEntry, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite_pass]
@@ -84,7 +84,7 @@ class TestRefundCommand:
 class TestVerifyLedger:
     def test_clean_books(self):
         charge = ChargeFactory(amount=5_000)
-        create_refund(charge_id=charge.pk, amount=100)
+        create_refund(RefundRequest(charge_id=charge.pk, amount=100))
 
         code, out, _ = run("verify_ledger")
 
@@ -120,7 +120,7 @@ class TestVerifyLedger:
     )
     def test_catches_drift_planted_with_raw_sql(self, sql, problem):
         charge = ChargeFactory(amount=5_000)
-        create_refund(charge_id=charge.pk, amount=100, idempotency_key="k")
+        create_refund(RefundRequest(charge_id=charge.pk, amount=100, idempotency_key="k"))
         with connection.cursor() as cursor:
             cursor.execute(sql, [charge.pk])
 
@@ -152,17 +152,19 @@ class TestApiKeyCommands:
 class TestPurgeIdempotencyKeys:
     def test_purges_only_old_keys_of_final_refunds(self, settings):
         charge = ChargeFactory(amount=5_000)
-        old_final = create_refund(charge_id=charge.pk, amount=100, idempotency_key="old-final").item
+        old_final = create_refund(
+            RefundRequest(charge_id=charge.pk, amount=100, idempotency_key="old-final")
+        ).item
         settings.REFUND_DISPATCH = "worker"
         old_pending = create_refund(
-            charge_id=charge.pk, amount=100, idempotency_key="old-pending"
+            RefundRequest(charge_id=charge.pk, amount=100, idempotency_key="old-pending")
         ).item
         timed_out = ChargeFactory(amount=5_000, metadata={"simulate_refund": "timeout"})
         settings.REFUND_DISPATCH = "inline"
         old_unknown = create_refund(
-            charge_id=timed_out.pk, amount=100, idempotency_key="old-unk"
+            RefundRequest(charge_id=timed_out.pk, amount=100, idempotency_key="old-unk")
         ).item
-        create_refund(charge_id=charge.pk, amount=100, idempotency_key="new-final")
+        create_refund(RefundRequest(charge_id=charge.pk, amount=100, idempotency_key="new-final"))
         IdempotencyRecord.objects.exclude(key="new-final").update(
             created_at=timezone.now() - timedelta(days=40)
         )

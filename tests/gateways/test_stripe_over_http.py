@@ -38,7 +38,7 @@ from ledger_app.provider.dispatch import reconcile_refunds
 from ledger_app.provider.dispatch.send import send_refund
 from ledger_app.provider.gateways import get_gateway
 from ledger_app.provider.gateways.base import GatewayUnavailable, OutcomeUnknown
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.invariants import assert_ledger_invariants
 from tests.processes import GunicornServer, manage_alone, run_command
 
@@ -149,7 +149,9 @@ def provider_refunds(provider: ProviderBackOffice, charge_id: str) -> list:
 
 
 def reserve(charge, amount: int, key: str) -> Refund:
-    return create_refund(charge_id=charge.id, amount=amount, idempotency_key=key).item
+    return create_refund(
+        RefundRequest(charge_id=charge.id, amount=amount, idempotency_key=key)
+    ).item
 
 
 def send_again(gateway, refund: Refund, amount: int):

@@ -24,7 +24,7 @@ from ledger_app.access.api_keys import create_api_key
 from ledger_app.events import services as events
 from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import EventType, Refund, WebhookDelivery
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees
@@ -168,7 +168,7 @@ def pending_refunds(settings):
     settings.REFUND_DISPATCH = "worker"  # create_refund leaves them for the worker
     charges = [ChargeFactory(amount=1_000, metadata={"simulate_refund": "slow"}) for _ in range(4)]
     for n in range(PENDING):
-        create_refund(charge_id=charges[n % 4].id, amount=100)
+        create_refund(RefundRequest(charge_id=charges[n % 4].id, amount=100))
     assert Refund.objects.filter(status="pending").count() == PENDING
 
 

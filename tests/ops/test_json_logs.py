@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from ledger_app.access.api_keys import create_api_key
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from serving.logs import LogContextFilter, RedactSecretsFilter, log_context, start_request
 from tests.api.conftest import basic_auth
 from tests.factories import ChargeFactory
@@ -276,7 +276,7 @@ class TestWhatALineConcerns:
         dispatch.setLevel(logging.DEBUG)  # the send's line is a DEBUG one
         try:
             with log_context(staff_user="someone"):
-                refund = create_refund(charge_id=charge.id, amount=100).item
+                refund = create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
                 after = logging.LogRecord("t", logging.INFO, "", 0, "after", (), None)
                 LogContextFilter().filter(after)
         finally:

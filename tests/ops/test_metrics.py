@@ -41,7 +41,7 @@ from ledger_app.models import (
 from ledger_app.provider.dispatch.reconcile import reconcile_refund
 from ledger_app.provider.gateways.base import Gateway
 from ledger_app.provider.gateways.instrumented import InstrumentedGateway
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from serving import health
 from tests.factories import ChargeFactory
 from tests.processes import ROOT, GunicornServer
@@ -86,7 +86,7 @@ def labels(**pairs: str) -> tuple:
 
 def refund_on(behaviour: str = "succeed", **arguments) -> Refund:
     charge = ChargeFactory(amount=1_000, metadata={"simulate_refund": behaviour})
-    return create_refund(charge_id=charge.pk, amount=1_000, **arguments).item
+    return create_refund(RefundRequest(charge_id=charge.pk, amount=1_000, **arguments)).item
 
 
 def dated(refund: Refund, age: timedelta, **fields) -> Refund:
@@ -476,11 +476,13 @@ class TestRefundsCreated:
         settings.REFUND_DISPATCH = "worker"
         made.append(refund_on(source=Source.SYSTEM))
         replay = create_refund(
-            charge_id=made[0].charge_id, amount=1_000, source=Source.API, idempotency_key="k-1"
+            RefundRequest(
+                charge_id=made[0].charge_id, amount=1_000, source=Source.API, idempotency_key="k-1"
+            )
         )
         assert replay.replayed
         with pytest.raises(errors.LedgerError):
-            create_refund(charge_id=made[0].charge_id, amount=1, source=Source.API)
+            create_refund(RefundRequest(charge_id=made[0].charge_id, amount=1, source=Source.API))
 
         after = scrape(client)
         expected = collections.Counter(

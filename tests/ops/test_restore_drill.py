@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from ledger_app.models import Charge, Event, IdempotencyRecord, LedgerEntry, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests import processes
 from tests.factories import ChargeFactory
 from tests.processes import ROOT
@@ -56,9 +56,9 @@ def refunded_ledger(worker_dispatch):
     """Two charges and three committed refunds (two keyed), left pending for a worker so
     nothing moves while the drill dumps."""
     first, second = ChargeFactory(amount=5_000), ChargeFactory(amount=2_000, currency="jpy")
-    create_refund(charge_id=first.pk, amount=1_200, idempotency_key="drill-1")
-    create_refund(charge_id=first.pk, amount=300)
-    create_refund(charge_id=second.pk, idempotency_key="drill-2")
+    create_refund(RefundRequest(charge_id=first.pk, amount=1_200, idempotency_key="drill-1"))
+    create_refund(RefundRequest(charge_id=first.pk, amount=300))
+    create_refund(RefundRequest(charge_id=second.pk, idempotency_key="drill-2"))
     return [first, second]
 
 
@@ -141,7 +141,9 @@ class TestRestoreDrill:
         dump = tmp_path / "ledger.dump"
         made = ledger_counts()
         assert backup_check(f"--keep-dump={dump}").returncode == 0
-        create_refund(charge_id=refunded_ledger[0].pk, amount=1)  # after the dump: not in it
+        create_refund(
+            RefundRequest(charge_id=refunded_ledger[0].pk, amount=1)
+        )  # after the dump: not in it
 
         server = processes.test_database_url().rsplit("/", 1)[0] + "/postgres"
         done = backup_check(f"--from-dump={dump}", f"--restore-server={server}")

@@ -12,7 +12,7 @@ from ledger_app import errors
 from ledger_app.approvals.services import approve_refund, expire_approvals, reject_refund
 from ledger_app.models import LedgerEntry, Refund
 from ledger_app.provider.dispatch import process_pending_refunds
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.concurrency import run_at_once
 from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
@@ -47,7 +47,7 @@ def two_leads(django_user_model):
 
 def awaiting_refund(agent, **charge_fields) -> Refund:
     charge = ChargeFactory(amount=10_000, **charge_fields)
-    refund = create_refund(charge_id=charge.id, amount=4_000, actor=agent).item
+    refund = create_refund(RefundRequest(charge_id=charge.id, amount=4_000, actor=agent)).item
     assert refund.status == Refund.Status.AWAITING_APPROVAL
     return refund
 
@@ -191,8 +191,12 @@ class TestDailyLimitRace:
 
             results = run_at_once(
                 [
-                    lambda a=agent, c=first: create_refund(charge_id=c.id, amount=600, actor=a),
-                    lambda a=agent, c=second: create_refund(charge_id=c.id, amount=600, actor=a),
+                    lambda a=agent, c=first: create_refund(
+                        RefundRequest(charge_id=c.id, amount=600, actor=a)
+                    ),
+                    lambda a=agent, c=second: create_refund(
+                        RefundRequest(charge_id=c.id, amount=600, actor=a)
+                    ),
                 ]
             )
 
@@ -210,7 +214,10 @@ class TestDailyLimitRace:
         charges = [ChargeFactory(amount=300) for _ in range(8)]
 
         results = run_at_once(
-            [lambda c=c: create_refund(charge_id=c.id, amount=300, actor=agent) for c in charges]
+            [
+                lambda c=c: create_refund(RefundRequest(charge_id=c.id, amount=300, actor=agent))
+                for c in charges
+            ]
         )
 
         assert not [r for r in results if isinstance(r, Exception)], results
@@ -250,7 +257,7 @@ def test_a_requester_lock_held_too_long_is_a_retryable_lock_timeout(agent, agent
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '200ms'")
         with pytest.raises(errors.LockTimeout):
-            create_refund(charge_id=charge.id, amount=100, actor=agent)
+            create_refund(RefundRequest(charge_id=charge.id, amount=100, actor=agent))
     finally:
         holder.rollback()
         holder.close()

@@ -7,6 +7,7 @@ from ledger_app.csv_files import UnusableFile
 from ledger_app.models import Refund
 from ledger_app.refunds.bulk import BulkRow, check_bulk_file, read_bulk_rows, row_request
 from ledger_app.refunds.bulk_jobs import job_for
+from ledger_app.refunds.services import RefundRequest
 
 pytestmark = pytest.mark.sqlite_pass
 
@@ -50,17 +51,17 @@ class TestRowRequests:
         row = BulkRow(3, "ch_a", 100, "duplicate", "twice", "")
         _row, key, request = row_request(row, batch_id="2026-12-outage", actor="cli:ana")
         assert key == "bulk:2026-12-outage:3"
-        assert request == {
-            "charge_id": "ch_a",
-            "amount": 100,
-            "idempotency_key": "bulk:2026-12-outage:3",
-            "reason": "duplicate",
-            "note": "twice",
-            "actor": "cli:ana",
-            "source": Refund.Source.BULK,
-            "batch_id": "2026-12-outage",
-            "refuse_repeats_within": None,
-        }
+        assert request == RefundRequest(
+            charge_id="ch_a",
+            amount=100,
+            idempotency_key="bulk:2026-12-outage:3",
+            reason="duplicate",
+            note="twice",
+            actor="cli:ana",
+            source=Refund.Source.BULK,
+            batch_id="2026-12-outage",
+            refuse_repeats_within=None,
+        )
 
     def test_a_rows_own_key_wins_whatever_the_batch(self):
         row = BulkRow(3, "ch_a", None, "", "", "order-9-refund")

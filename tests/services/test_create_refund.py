@@ -6,7 +6,7 @@ import pytest
 
 from ledger_app import errors
 from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.invariants import books
 
@@ -21,11 +21,11 @@ pytestmark = [
 
 class TestRemainingBalance:
     def test_second_refund_cannot_exceed_what_is_left(self, succeeded_charge):
-        create_refund(charge_id=succeeded_charge.id, amount=6_000)
+        create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=6_000))
         before = books(succeeded_charge)
 
         with pytest.raises(errors.AmountTooLarge) as refused:
-            create_refund(charge_id=succeeded_charge.id, amount=6_000)
+            create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=6_000))
 
         assert refused.value.code == "amount_too_large"
         assert refused.value.param == "amount"
@@ -34,9 +34,9 @@ class TestRemainingBalance:
         assert succeeded_charge.amount_refunded == 6_000
 
     def test_refund_of_exactly_what_is_left_is_allowed(self, succeeded_charge):
-        create_refund(charge_id=succeeded_charge.id, amount=6_000)
+        create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=6_000))
 
-        refund = create_refund(charge_id=succeeded_charge.id, amount=4_000).item
+        refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=4_000)).item
 
         succeeded_charge.refresh_from_db()
         assert refund.amount == 4_000
@@ -45,11 +45,11 @@ class TestRemainingBalance:
         assert succeeded_charge.amount_refundable == 0
 
     def test_one_more_than_what_is_left_is_refused(self, succeeded_charge):
-        create_refund(charge_id=succeeded_charge.id, amount=6_000)
+        create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=6_000))
         before = books(succeeded_charge)
 
         with pytest.raises(errors.AmountTooLarge):
-            create_refund(charge_id=succeeded_charge.id, amount=4_001)
+            create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=4_001))
 
         assert books(succeeded_charge) == before
 
@@ -57,16 +57,16 @@ class TestRemainingBalance:
         before = books(succeeded_charge)
 
         with pytest.raises(errors.AmountTooLarge):
-            create_refund(charge_id=succeeded_charge.id, amount=10_001)
+            create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=10_001))
 
         assert books(succeeded_charge) == before
 
 
 class TestOmittedAmount:
     def test_omitted_amount_refunds_the_rest(self, succeeded_charge):
-        create_refund(charge_id=succeeded_charge.id, amount=4_000)
+        create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=4_000))
 
-        refund = create_refund(charge_id=succeeded_charge.id).item
+        refund = create_refund(RefundRequest(charge_id=succeeded_charge.id)).item
 
         succeeded_charge.refresh_from_db()
         assert refund.amount == 6_000
@@ -77,7 +77,7 @@ class TestOmittedAmount:
         before = books(fully_refunded_charge)
 
         with pytest.raises(errors.ChargeAlreadyRefunded) as refused:
-            create_refund(charge_id=fully_refunded_charge.id)
+            create_refund(RefundRequest(charge_id=fully_refunded_charge.id))
 
         assert refused.value.code == "charge_already_refunded"
         assert books(fully_refunded_charge) == before
@@ -89,7 +89,7 @@ class TestOmittedAmount:
         before = books(fully_refunded_charge)
 
         with pytest.raises(errors.ChargeAlreadyRefunded):
-            create_refund(charge_id=fully_refunded_charge.id, amount=1)
+            create_refund(RefundRequest(charge_id=fully_refunded_charge.id, amount=1))
 
         assert books(fully_refunded_charge) == before
 
@@ -122,7 +122,9 @@ class TestInvalidAmounts:
         before = books(succeeded_charge)
 
         with pytest.raises(errors.InvalidAmount) as refused:
-            create_refund(charge_id=succeeded_charge.id, amount=amount, idempotency_key="k-1")
+            create_refund(
+                RefundRequest(charge_id=succeeded_charge.id, amount=amount, idempotency_key="k-1")
+            )
 
         assert refused.value.code == "invalid_amount"
         assert refused.value.param == "amount"
@@ -132,7 +134,7 @@ class TestInvalidAmounts:
         before = books(succeeded_charge)
 
         with pytest.raises(errors.AmountTooLarge):
-            create_refund(charge_id=succeeded_charge.id, amount=2**63 - 1)
+            create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=2**63 - 1))
 
         assert books(succeeded_charge) == before
 
@@ -140,10 +142,14 @@ class TestInvalidAmounts:
 class TestRefusalsWriteNothing:
     def test_refused_request_binds_no_key_so_corrected_retry_does_the_work(self, succeeded_charge):
         with pytest.raises(errors.AmountTooLarge):
-            create_refund(charge_id=succeeded_charge.id, amount=20_000, idempotency_key="k-fix")
+            create_refund(
+                RefundRequest(charge_id=succeeded_charge.id, amount=20_000, idempotency_key="k-fix")
+            )
         assert not IdempotencyRecord.objects.filter(key="k-fix").exists()
 
-        result = create_refund(charge_id=succeeded_charge.id, amount=2_000, idempotency_key="k-fix")
+        result = create_refund(
+            RefundRequest(charge_id=succeeded_charge.id, amount=2_000, idempotency_key="k-fix")
+        )
         refund = result.item
 
         assert result.replayed is False
@@ -154,7 +160,9 @@ class TestRefusalsWriteNothing:
 
     def test_missing_charge_is_refused_with_resource_missing(self, db):
         with pytest.raises(errors.ResourceMissing) as refused:
-            create_refund(charge_id="ch_doesnotexist", amount=100, idempotency_key="k-missing")
+            create_refund(
+                RefundRequest(charge_id="ch_doesnotexist", amount=100, idempotency_key="k-missing")
+            )
 
         assert refused.value.code == "resource_missing"
         assert Refund.objects.count() == 0
@@ -164,7 +172,7 @@ class TestRefusalsWriteNothing:
     @pytest.mark.parametrize("charge_id", ["", None, 42, "x" * 65, "ch_\x00", "ch_\ud800"])
     def test_malformed_charge_id_is_refused_as_missing(self, db, charge_id):
         with pytest.raises(errors.ResourceMissing):
-            create_refund(charge_id=charge_id, amount=100)
+            create_refund(RefundRequest(charge_id=charge_id, amount=100))
 
         assert Refund.objects.count() == 0
 
@@ -174,7 +182,9 @@ class TestRefusalsWriteNothing:
         before = books(charge)
 
         with pytest.raises(errors.ChargeNotRefundable) as refused:
-            create_refund(charge_id=charge.id, amount=100, idempotency_key="k-pending")
+            create_refund(
+                RefundRequest(charge_id=charge.id, amount=100, idempotency_key="k-pending")
+            )
 
         assert refused.value.code == "charge_not_refundable"
         assert books(charge) == before
@@ -184,7 +194,7 @@ class TestRefusalsWriteNothing:
         before = books(succeeded_charge)
 
         with pytest.raises(errors.InvalidReason) as refused:
-            create_refund(charge_id=succeeded_charge.id, amount=100, reason=reason)
+            create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100, reason=reason))
 
         assert refused.value.code == "invalid_reason"
         assert books(succeeded_charge) == before
@@ -208,7 +218,9 @@ class TestRefusalsWriteNothing:
         before = books(succeeded_charge)
 
         with pytest.raises(errors.InvalidMetadata):
-            create_refund(charge_id=succeeded_charge.id, amount=100, metadata=metadata)
+            create_refund(
+                RefundRequest(charge_id=succeeded_charge.id, amount=100, metadata=metadata)
+            )
 
         assert books(succeeded_charge) == before
 
@@ -217,7 +229,7 @@ class TestRefusalsWriteNothing:
         before = books(succeeded_charge)
 
         with pytest.raises(errors.InvalidNote):
-            create_refund(charge_id=succeeded_charge.id, amount=100, note=note)
+            create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100, note=note))
 
         assert books(succeeded_charge) == before
 
@@ -225,11 +237,13 @@ class TestRefusalsWriteNothing:
 class TestIdempotencyKeys:
     def test_same_key_same_request_replays_and_writes_nothing(self, succeeded_charge):
         first = create_refund(
-            charge_id=succeeded_charge.id, amount=3_000, idempotency_key="k-1"
+            RefundRequest(charge_id=succeeded_charge.id, amount=3_000, idempotency_key="k-1")
         ).item
         before = books(succeeded_charge)
 
-        again = create_refund(charge_id=succeeded_charge.id, amount=3_000, idempotency_key="k-1")
+        again = create_refund(
+            RefundRequest(charge_id=succeeded_charge.id, amount=3_000, idempotency_key="k-1")
+        )
 
         assert again.replayed is True
         assert again.item.id == first.id
@@ -238,11 +252,13 @@ class TestIdempotencyKeys:
         assert succeeded_charge.amount_refunded == 3_000
 
     def test_key_is_read_before_the_balance(self, succeeded_charge):
-        first = create_refund(charge_id=succeeded_charge.id, idempotency_key="k-all").item
+        first = create_refund(
+            RefundRequest(charge_id=succeeded_charge.id, idempotency_key="k-all")
+        ).item
         before = books(succeeded_charge)
         assert before[0] == 10_000  # nothing left, so a balance-first check would refuse
 
-        again = create_refund(charge_id=succeeded_charge.id, idempotency_key="k-all")
+        again = create_refund(RefundRequest(charge_id=succeeded_charge.id, idempotency_key="k-all"))
 
         assert again.replayed is True
         assert again.item.id == first.id
@@ -250,12 +266,12 @@ class TestIdempotencyKeys:
 
     def test_key_is_read_before_the_charge_status(self, succeeded_charge):
         first = create_refund(
-            charge_id=succeeded_charge.id, amount=500, idempotency_key="k-st"
+            RefundRequest(charge_id=succeeded_charge.id, amount=500, idempotency_key="k-st")
         ).item
         Charge.objects.filter(pk=succeeded_charge.pk).update(status=Charge.Status.UNKNOWN)
 
         again = create_refund(
-            charge_id=succeeded_charge.id, amount=500, idempotency_key="k-st"
+            RefundRequest(charge_id=succeeded_charge.id, amount=500, idempotency_key="k-st")
         ).item
 
         assert again.id == first.id
@@ -280,11 +296,11 @@ class TestIdempotencyKeys:
             "metadata": {"order": "A-17"},
             "note": "customer called",
         }
-        create_refund(**original, idempotency_key="k-1")
+        create_refund(RefundRequest(**original, idempotency_key="k-1"))
         before = books(succeeded_charge)
 
         with pytest.raises(errors.IdempotencyKeyReused) as refused:
-            create_refund(**(original | changed), idempotency_key="k-1")
+            create_refund(RefundRequest(**(original | changed), idempotency_key="k-1"))
 
         assert refused.value.code == "idempotency_key_reused"
         assert books(succeeded_charge) == before
@@ -292,28 +308,36 @@ class TestIdempotencyKeys:
     def test_explicit_amount_equal_to_the_rest_is_not_a_retry_of_an_omitted_amount(
         self, succeeded_charge
     ):
-        create_refund(charge_id=succeeded_charge.id, idempotency_key="k-rest")
+        create_refund(RefundRequest(charge_id=succeeded_charge.id, idempotency_key="k-rest"))
         before = books(succeeded_charge)
 
         with pytest.raises(errors.IdempotencyKeyReused):
-            create_refund(charge_id=succeeded_charge.id, amount=10_000, idempotency_key="k-rest")
+            create_refund(
+                RefundRequest(
+                    charge_id=succeeded_charge.id, amount=10_000, idempotency_key="k-rest"
+                )
+            )
 
         assert books(succeeded_charge) == before
 
     def test_keys_belong_to_the_ledger_not_to_a_charge(self, succeeded_charge):
         other_charge = ChargeFactory(amount=5_000)
-        create_refund(charge_id=succeeded_charge.id, amount=1_000, idempotency_key="k-shared")
+        create_refund(
+            RefundRequest(charge_id=succeeded_charge.id, amount=1_000, idempotency_key="k-shared")
+        )
         before = books(other_charge)
 
         with pytest.raises(errors.IdempotencyKeyReused):
-            create_refund(charge_id=other_charge.id, amount=1_000, idempotency_key="k-shared")
+            create_refund(
+                RefundRequest(charge_id=other_charge.id, amount=1_000, idempotency_key="k-shared")
+            )
 
         assert books(other_charge) == before
         assert other_charge.amount_refunded == 0
 
     def test_no_key_means_no_deduplication(self, succeeded_charge):
-        first = create_refund(charge_id=succeeded_charge.id, amount=2_000).item
-        second = create_refund(charge_id=succeeded_charge.id, amount=2_000).item
+        first = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=2_000)).item
+        second = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=2_000)).item
 
         succeeded_charge.refresh_from_db()
         assert first.id != second.id
@@ -322,9 +346,11 @@ class TestIdempotencyKeys:
 
     def test_different_keys_with_the_same_amount_are_two_refunds(self, succeeded_charge):
         first = create_refund(
-            charge_id=succeeded_charge.id, amount=2_000, idempotency_key="k1"
+            RefundRequest(charge_id=succeeded_charge.id, amount=2_000, idempotency_key="k1")
         ).item
-        second = create_refund(charge_id=succeeded_charge.id, amount=2_000, idempotency_key="k2")
+        second = create_refund(
+            RefundRequest(charge_id=succeeded_charge.id, amount=2_000, idempotency_key="k2")
+        )
 
         succeeded_charge.refresh_from_db()
         assert first.id != second.item.id
@@ -341,14 +367,18 @@ class TestIdempotencyKeys:
         before = books(succeeded_charge)
 
         with pytest.raises(errors.InvalidIdempotencyKey) as refused:
-            create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key=key)
+            create_refund(
+                RefundRequest(charge_id=succeeded_charge.id, amount=100, idempotency_key=key)
+            )
 
         assert refused.value.code == "invalid_idempotency_key"
         assert books(succeeded_charge) == before
 
     @pytest.mark.parametrize("key", ["k", "k" * 255, "ключ-✓-🔑", "bulk:batch-7:12"])
     def test_well_formed_keys_of_any_script_are_accepted(self, succeeded_charge, key):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key=key).item
+        refund = create_refund(
+            RefundRequest(charge_id=succeeded_charge.id, amount=100, idempotency_key=key)
+        ).item
 
         assert IdempotencyRecord.objects.get(key=key).refund_id == refund.id
 
@@ -357,7 +387,7 @@ class TestCreatedRefund:
     def test_refund_currency_comes_from_the_charge(self, db):
         charge = ChargeFactory(amount=1_500, currency="JPY")
 
-        refund = create_refund(charge_id=charge.id, amount=500).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=500)).item
 
         assert charge.currency == "jpy"
         assert Refund.objects.get(pk=refund.pk).currency == "jpy"
@@ -367,13 +397,15 @@ class TestCreatedRefund:
         self, succeeded_charge, admin_user
     ):
         refund = create_refund(
-            charge_id=succeeded_charge.id,
-            amount=1_234,
-            reason="duplicate",
-            metadata={"order": "A-17"},
-            note="double charge",
-            actor=admin_user,
-            source=Refund.Source.ADMIN,
+            RefundRequest(
+                charge_id=succeeded_charge.id,
+                amount=1_234,
+                reason="duplicate",
+                metadata={"order": "A-17"},
+                note="double charge",
+                actor=admin_user,
+                source=Refund.Source.ADMIN,
+            )
         ).item
 
         stored = Refund.objects.get(pk=refund.pk)
@@ -395,7 +427,10 @@ class TestCreatedRefund:
         assert succeeded_charge.refunded is False
 
     def test_refund_ids_are_random_and_not_sequential(self, succeeded_charge):
-        ids = [create_refund(charge_id=succeeded_charge.id, amount=1).item.id for _ in range(40)]
+        ids = [
+            create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=1)).item.id
+            for _ in range(40)
+        ]
 
         assert all(i.startswith("re_") and len(i) == 27 and i[3:].isalnum() for i in ids)
         # Sequential or time-based ids share leading characters; random ones almost never
@@ -407,17 +442,17 @@ class TestCreatedRefund:
         self, succeeded_charge, actor
     ):
         with pytest.raises(TypeError):
-            create_refund(charge_id=succeeded_charge.id, amount=1, actor=actor)
+            create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=1, actor=actor))
 
         assert Refund.objects.count() == 0
 
     def test_provider_key_is_minted_once_from_the_refund_id(self, succeeded_charge):
         refund = create_refund(
-            charge_id=succeeded_charge.id, amount=100, idempotency_key="k-p"
+            RefundRequest(charge_id=succeeded_charge.id, amount=100, idempotency_key="k-p")
         ).item
 
         replay = create_refund(
-            charge_id=succeeded_charge.id, amount=100, idempotency_key="k-p"
+            RefundRequest(charge_id=succeeded_charge.id, amount=100, idempotency_key="k-p")
         ).item
 
         assert refund.provider_idempotency_key == f"refund:{refund.id}"
@@ -425,7 +460,9 @@ class TestCreatedRefund:
         assert Refund.objects.get().provider_idempotency_key == f"refund:{refund.id}"
 
     def test_ledger_entry_is_appended_with_the_refund(self, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=700, actor="cli:ops").item
+        refund = create_refund(
+            RefundRequest(charge_id=succeeded_charge.id, amount=700, actor="cli:ops")
+        ).item
 
         entry = LedgerEntry.objects.get(refund=refund)
         assert (entry.kind, entry.amount, entry.refunded_delta, entry.charge_id, entry.actor) == (
@@ -437,7 +474,9 @@ class TestCreatedRefund:
         )
 
     def test_key_record_keeps_the_request_as_sent(self, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, idempotency_key="k-sent").item
+        refund = create_refund(
+            RefundRequest(charge_id=succeeded_charge.id, idempotency_key="k-sent")
+        ).item
 
         record = IdempotencyRecord.objects.get(key="k-sent")
         assert record.operation == "refund.create"

@@ -20,7 +20,7 @@ from django.utils import timezone
 from ledger_app.models import Event, LedgerEntry, ProviderEvent, Refund
 from ledger_app.provider import events_in as provider_events
 from ledger_app.provider.dispatch import settle
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.card_network import acquirer_reference
 from simulated_provider.models import ProviderRefund
 from tests.concurrency import run_at_once
@@ -44,7 +44,9 @@ def _provider(settings):
 
 @pytest.fixture
 def succeeded_refund(db) -> Refund:
-    refund = create_refund(charge_id=ChargeFactory(amount=5_000).id, amount=1_200).item
+    refund = create_refund(
+        RefundRequest(charge_id=ChargeFactory(amount=5_000).id, amount=1_200)
+    ).item
     assert refund.status == Refund.Status.SUCCEEDED and refund.destination_reference == ""
     return refund
 
@@ -126,7 +128,7 @@ class TestTheReconcilersRecheck:
 
     def test_a_declined_refund_gets_none(self, db):
         charge = ChargeFactory(metadata={"simulate_refund": "decline"})
-        refund = create_refund(charge_id=charge.id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
         network_gave_it(refund)
 
         reconcile()
@@ -136,14 +138,14 @@ class TestTheReconcilersRecheck:
     def test_an_answer_that_carries_it_records_it_with_the_settle(self, db, settings):
         settings.SIMULATED_ARN_DELAY_SECONDS = 0
 
-        refund = create_refund(charge_id=ChargeFactory().id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=ChargeFactory().id, amount=100)).item
 
         record = ProviderRefund.objects.get()
         assert state(refund)[:2] == (acquirer_reference(record), Refund.Status.SUCCEEDED)
 
     def test_an_unknown_refund_settled_by_a_lookup_takes_it_too(self, db):
         charge = ChargeFactory(metadata={"simulate_refund": "apply_then_timeout"})
-        refund = create_refund(charge_id=charge.id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
         assert refund.status == Refund.Status.UNKNOWN
         arn = network_gave_it(refund)
 
@@ -221,7 +223,7 @@ class TestTheProvidersWebhooks:
 
     def test_an_unknown_refund_settles_and_takes_it_in_one_go(self, client, db):
         charge = ChargeFactory(metadata={"simulate_refund": "timeout"})
-        refund = create_refund(charge_id=charge.id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
         assert refund.status == Refund.Status.UNKNOWN
 
         post_event(client, reference_event(refund, card(ARN), event_id="evt_1"))
@@ -244,7 +246,7 @@ def test_two_words_at_once_record_one_reference_under_the_refunds_lock(monkeypat
     """Two webhooks with different references at once: the first holds the refund's lock
     (paused inside the settle); the second waits for it, then finds the reference there
     and keeps it. Without the lock both would read none and both say they recorded one."""
-    refund = create_refund(charge_id=ChargeFactory().id, amount=100).item
+    refund = create_refund(RefundRequest(charge_id=ChargeFactory().id, amount=100)).item
     paused = threading.Event()
 
     def pause_the_first(point: str) -> None:

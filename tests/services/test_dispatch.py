@@ -19,7 +19,7 @@ from ledger_app.provider.dispatch import (
     send_refund,
     settle_refund,
 )
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 
@@ -53,7 +53,7 @@ def set_behaviour(charge: Charge, behaviour: str) -> None:
 @pytest.mark.usefixtures("inline_dispatch")
 class TestInlineDispatch:
     def test_refund_is_sent_at_once_and_succeeds(self, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=2_500).item
+        refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=2_500)).item
 
         stored = Refund.objects.get(pk=refund.pk)
         provider = ProviderRefund.objects.get()
@@ -66,9 +66,13 @@ class TestInlineDispatch:
         assert entries(refund) == ["refund_reserved", "refund_succeeded"]
 
     def test_replay_does_not_send_again(self, succeeded_charge):
-        first = create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key="k").item
+        first = create_refund(
+            RefundRequest(charge_id=succeeded_charge.id, amount=100, idempotency_key="k")
+        ).item
 
-        again = create_refund(charge_id=succeeded_charge.id, amount=100, idempotency_key="k")
+        again = create_refund(
+            RefundRequest(charge_id=succeeded_charge.id, amount=100, idempotency_key="k")
+        )
 
         assert again.replayed and again.item.id == first.id and again.item.status == "succeeded"
         assert provider_requests(first) == ["succeeded"]
@@ -76,7 +80,7 @@ class TestInlineDispatch:
     def test_decline_releases_the_reservation_so_the_amount_can_be_refunded_again(self):
         charge = charge_that("decline", amount=3_000)
 
-        declined = create_refund(charge_id=charge.id, amount=3_000).item
+        declined = create_refund(RefundRequest(charge_id=charge.id, amount=3_000)).item
 
         charge.refresh_from_db()
         assert declined.status == "failed"
@@ -84,7 +88,7 @@ class TestInlineDispatch:
         assert charge.amount_refunded == 0
         assert entries(declined) == ["refund_reserved", "refund_released"]
         set_behaviour(charge, "succeed")
-        again = create_refund(charge_id=charge.id, amount=3_000).item
+        again = create_refund(RefundRequest(charge_id=charge.id, amount=3_000)).item
         charge.refresh_from_db()
         assert again.status == "succeeded"
         assert charge.amount_refunded == 3_000
@@ -92,7 +96,7 @@ class TestInlineDispatch:
     def test_timeout_is_unknown_not_failed_and_keeps_the_amount_reserved(self):
         charge = charge_that("timeout", amount=3_000)
 
-        refund = create_refund(charge_id=charge.id, amount=1_000).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_000)).item
 
         charge.refresh_from_db()
         assert refund.status == "unknown"
@@ -101,11 +105,11 @@ class TestInlineDispatch:
         assert charge.amount_refundable == 2_000
         assert entries(refund) == ["refund_reserved"]
         with pytest.raises(errors.AmountTooLarge):  # the reserved amount is not refundable
-            create_refund(charge_id=charge.id, amount=2_001)
+            create_refund(RefundRequest(charge_id=charge.id, amount=2_001))
 
     def test_lost_answer_is_unknown_and_the_reconciler_settles_it_to_succeeded(self):
         charge = charge_that("apply_then_timeout")
-        refund = create_refund(charge_id=charge.id, amount=700).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=700)).item
         assert refund.status == "unknown"
 
         tally = reconcile_refunds()
@@ -122,7 +126,7 @@ class TestInlineDispatch:
 
     def test_reconciler_leaves_unknown_what_the_provider_still_cannot_say(self):
         charge = charge_that("timeout")
-        refund = create_refund(charge_id=charge.id, amount=700).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=700)).item
 
         tally = reconcile_refunds()
 
@@ -136,7 +140,7 @@ class TestInlineDispatch:
 
     def test_reconciler_leaves_unknown_when_lookups_are_unavailable(self):
         charge = charge_that("apply_then_timeout", simulate_lookup="unavailable")
-        refund = create_refund(charge_id=charge.id, amount=700).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=700)).item
 
         tally = reconcile_refunds()
 
@@ -147,7 +151,7 @@ class TestInlineDispatch:
 
     def test_reconciler_settles_to_what_the_provider_says_once_it_answers(self):
         charge = charge_that("timeout")
-        refund = create_refund(charge_id=charge.id, amount=700).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=700)).item
         set_behaviour(charge, "decline")
 
         reconcile_refunds()
@@ -161,7 +165,7 @@ class TestInlineDispatch:
         settings.SIMULATED_GATEWAY_LATENCY_MS = 20
         charge = charge_that("slow")
 
-        refund = create_refund(charge_id=charge.id, amount=700).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=700)).item
 
         assert refund.status == "succeeded"
 
@@ -170,7 +174,7 @@ class TestInlineDispatch:
         settings.GATEWAY_TIMEOUT_SECONDS = 0.05
         charge = charge_that("slow")
 
-        refund = create_refund(charge_id=charge.id, amount=700).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=700)).item
         assert refund.status == "unknown"
         reconcile_refunds()
 
@@ -182,7 +186,10 @@ class TestInlineDispatch:
 @pytest.mark.usefixtures("worker_dispatch")
 class TestWorker:
     def test_pending_refunds_wait_for_the_worker_and_are_sent_once(self, succeeded_charge):
-        refunds = [create_refund(charge_id=succeeded_charge.id, amount=100).item for _ in range(3)]
+        refunds = [
+            create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100)).item
+            for _ in range(3)
+        ]
         assert {r.status for r in refunds} == {"pending"}
         assert ProviderRequest.objects.count() == 0
 
@@ -195,7 +202,7 @@ class TestWorker:
         assert all(provider_requests(r) == ["succeeded"] for r in refunds)
 
     def test_a_leased_refund_is_not_claimed_by_another_worker(self, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100)).item
         Refund.objects.filter(pk=refund.pk).update(
             leased_until=timezone.now() + timedelta(minutes=5)
         )
@@ -210,7 +217,7 @@ class TestWorker:
     def test_a_send_inside_a_transaction_is_refused_before_it_leases(self, succeeded_charge):
         # The lease and the attempt must be committed before the provider is asked; inside
         # a caller's transaction they would not be (its rollback would forget the attempt).
-        refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100)).item
 
         with pytest.raises(RuntimeError, match="outside any transaction"), transaction.atomic():
             send_refund(refund.id)
@@ -221,7 +228,7 @@ class TestWorker:
         assert provider_requests(refund) == []
 
     def test_an_expired_lease_comes_back_to_the_workers(self, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100)).item
         Refund.objects.filter(pk=refund.pk).update(
             leased_until=timezone.now() - timedelta(seconds=1), dispatch_attempts=1
         )
@@ -233,7 +240,7 @@ class TestWorker:
         assert refund.dispatch_attempts == 2
 
     def test_reconciler_resends_a_stale_pending_refund_with_its_key(self, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100)).item
         Refund.objects.filter(pk=refund.pk).update(
             leased_until=timezone.now() - timedelta(seconds=1)
         )
@@ -247,7 +254,7 @@ class TestWorker:
     def test_reconciler_leaves_pending_refunds_that_nobody_has_claimed_to_the_worker(
         self, succeeded_charge
     ):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100)).item
 
         tally = reconcile_refunds()
 
@@ -255,8 +262,10 @@ class TestWorker:
         assert Refund.objects.get(pk=refund.pk).status == "pending"
 
     def test_process_refunds_command_logs_each_refund_and_a_summary(self, succeeded_charge, capsys):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=100).item
-        declined = create_refund(charge_id=charge_that("decline").id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100)).item
+        declined = create_refund(
+            RefundRequest(charge_id=charge_that("decline").id, amount=100)
+        ).item
 
         call_command("process_refunds", "--once", "--batch-size", "1")
 
@@ -266,7 +275,9 @@ class TestWorker:
         assert "process_refunds: 1 failed, 1 succeeded" in out
 
     def test_reconcile_command_prints_what_it_settled(self, capsys):
-        refund = create_refund(charge_id=charge_that("apply_then_timeout").id, amount=100).item
+        refund = create_refund(
+            RefundRequest(charge_id=charge_that("apply_then_timeout").id, amount=100)
+        ).item
         process_pending_refunds()
         assert Refund.objects.get(pk=refund.pk).status == "unknown"
 
@@ -282,7 +293,7 @@ class TestSettle:
     @pytest.mark.parametrize("answer", ["succeeded", "failed", "unknown"])
     def test_states_never_move_out_of_a_final_state(self, worker_dispatch, final, answer):
         charge = ChargeFactory(amount=1_000)
-        refund = create_refund(charge_id=charge.id, amount=400).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=400)).item
         settle_refund(refund_id=refund.id, outcome=Outcome(final, "p1", "first"))
         charge.refresh_from_db()
         before = (charge.amount_refunded, LedgerEntry.objects.count())
@@ -295,7 +306,7 @@ class TestSettle:
         assert (charge.amount_refunded, LedgerEntry.objects.count()) == before
 
     def test_unknown_moves_to_succeeded_or_failed_only(self, worker_dispatch, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=400).item
+        refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=400)).item
         settle_refund(refund_id=refund.id, outcome=Outcome("unknown", detail="timeout"))
 
         settle_refund(refund_id=refund.id, outcome=Outcome("unknown", detail="again"))
@@ -307,7 +318,7 @@ class TestSettle:
         assert entries(refund) == ["refund_reserved", "refund_released"]
 
     def test_dispatch_of_a_settled_refund_sends_nothing(self, inline_dispatch, succeeded_charge):
-        refund = create_refund(charge_id=succeeded_charge.id, amount=400).item
+        refund = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=400)).item
 
         again = send_refund(refund.id).item
 
@@ -325,7 +336,11 @@ def run_scenario(mode: str) -> dict:
         charges.append(charge)
         for amount in amounts:
             create_refund(
-                charge_id=charge.id, amount=amount, idempotency_key=f"{mode}:{charge.id}:{amount}"
+                RefundRequest(
+                    charge_id=charge.id,
+                    amount=amount,
+                    idempotency_key=f"{mode}:{charge.id}:{amount}",
+                )
             )
     process_pending_refunds()
     reconcile_refunds()
@@ -383,7 +398,7 @@ class TestCharges:
         assert charge.status == "failed"
         assert not LedgerEntry.objects.filter(charge=charge).exists()
         with pytest.raises(errors.ChargeNotRefundable):
-            create_refund(charge_id=charge.id, amount=100)
+            create_refund(RefundRequest(charge_id=charge.id, amount=100))
 
     def test_charge_timeout_is_unknown_until_reconciled(self, db):
         charge = create_charge(
@@ -391,7 +406,7 @@ class TestCharges:
         ).item
         assert charge.status == "unknown"
         with pytest.raises(errors.ChargeNotRefundable):
-            create_refund(charge_id=charge.id, amount=100)
+            create_refund(RefundRequest(charge_id=charge.id, amount=100))
 
         tally = reconcile_charges()
 
@@ -408,7 +423,7 @@ class TestCharges:
         with pytest.raises(errors.IdempotencyKeyReused):
             create_charge(amount=1_600, currency="usd", idempotency_key="ck")
         with pytest.raises(errors.IdempotencyKeyReused):  # keys belong to the whole ledger
-            create_refund(charge_id=first.id, amount=100, idempotency_key="ck")
+            create_refund(RefundRequest(charge_id=first.id, amount=100, idempotency_key="ck"))
 
         assert again.replayed and again.item.id == first.id
         assert Charge.objects.count() == 1

@@ -11,7 +11,7 @@ from django.db import connection
 from ledger_app.models import Charge, Refund
 from ledger_app.provider.dispatch import process_pending_refunds
 from ledger_app.provider.gateways.simulated import SimulatedGateway
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees
@@ -60,7 +60,7 @@ def test_worker_killed_at_any_step_then_restarted_makes_one_provider_refund(
     point, applied_before_restart
 ):
     charge = ChargeFactory(amount=5_000)
-    refund = create_refund(charge_id=charge.id, amount=1_200).item
+    refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_200)).item
 
     kill_worker_at(point, "--lease-seconds", "1")
 
@@ -119,7 +119,9 @@ class ConnectionKillingGateway(SimulatedGateway):
 def test_incident_replayed_provider_applies_then_the_database_connection_dies():
     charges = [ChargeFactory(amount=1_000) for _ in range(10)]
     refunds = [
-        create_refund(charge_id=c.id, amount=amount).item for c in charges for amount in (400, 600)
+        create_refund(RefundRequest(charge_id=c.id, amount=amount)).item
+        for c in charges
+        for amount in (400, 600)
     ]
     gateway = ConnectionKillingGateway(failures=2)
 
@@ -147,7 +149,7 @@ def test_two_workers_over_200_pending_refunds_send_each_refund_once():
     ]
     for charge in charges:
         for _ in range(10):
-            create_refund(charge_id=charge.id, amount=100)
+            create_refund(RefundRequest(charge_id=charge.id, amount=100))
     env = {"SIMULATED_GATEWAY_LATENCY_MS": "10"}
 
     workers = [
@@ -171,7 +173,7 @@ def test_two_workers_over_200_pending_refunds_send_each_refund_once():
 
 def test_process_refunds_loop_stops_cleanly_on_sigterm():
     charge = ChargeFactory(amount=1_000)
-    refund = create_refund(charge_id=charge.id, amount=100).item
+    refund = create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
     worker = start_command("process_refunds", "--loop", "--poll-seconds", "0.2")
     try:
         deadline = time.monotonic() + 30

@@ -18,7 +18,7 @@ from ledger_app.approvals.services import approve_refund, reject_refund
 from ledger_app.events.delivery import signature_header
 from ledger_app.models import Charge, Event, ProviderEvent, Refund, RefundLimit
 from ledger_app.provider import events_in as provider_events
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider import news
 from tests.commands.bulk_runs import bulk, write_csv
 from tests.factories import LEADS_MIGRATION, ChargeFactory, migration_group
@@ -64,7 +64,7 @@ class TestInboundDisputes:
         assert updated.previous_attributes == {"disputed": False}
 
         with pytest.raises(errors.ChargeDisputed):
-            create_refund(charge_id=charge.id, amount=100)
+            create_refund(RefundRequest(charge_id=charge.id, amount=100))
         api = Client(HTTP_AUTHORIZATION=f"Bearer {create_api_key(name='c')[1]}")
         refused = api.post("/v1/refunds", f"charge={charge.id}&amount=100", content_type=FORM)
         assert refused.status_code == 400
@@ -78,7 +78,9 @@ class TestInboundDisputes:
         post_event(client, event_of("evt_d2", "charge.dispute.closed", dispute(charge, "won")))
         charge.refresh_from_db()
         assert charge.dispute_status == "won" and charge.refund_blocker is None
-        assert create_refund(charge_id=charge.id, amount=100).item.status == "succeeded"
+        assert (
+            create_refund(RefundRequest(charge_id=charge.id, amount=100)).item.status == "succeeded"
+        )
         assert Event.objects.filter(type="charge.updated").count() == 1  # only the first word
 
     def test_a_refund_waiting_for_approval_is_not_approved_while_disputed(
@@ -168,7 +170,7 @@ class TestTheSimulatedProviderOverHttp:
 
     def test_advance_sends_its_news_signed_over_http(self, door):
         charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "pending_then_succeed"})
-        refund = create_refund(charge_id=charge.id, amount=300).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=300)).item
         assert refund.status == "unknown"  # the provider said pending
 
         call_command("advance_simulated_provider")

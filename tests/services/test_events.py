@@ -9,7 +9,7 @@ from django.utils import timezone
 from ledger_app import errors, faults
 from ledger_app.charges.services import create_charge
 from ledger_app.models import Event, WebhookDelivery, WebhookEndpoint
-from ledger_app.refunds.services import create_refund, update_refund_metadata
+from ledger_app.refunds.services import RefundRequest, create_refund, update_refund_metadata
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.sqlite_pass
@@ -42,7 +42,9 @@ class TestRefundEvents:
     def test_a_refund_tells_of_its_creation_the_charge_and_its_settlement(self, db):
         charge = ChargeFactory(amount=1_000)
 
-        refund = create_refund(charge_id=charge.id, amount=1_000, idempotency_key="k-ev").item
+        refund = create_refund(
+            RefundRequest(charge_id=charge.id, amount=1_000, idempotency_key="k-ev")
+        ).item
 
         assert types(refund=refund) == ["refund.created", "refund.updated"]
         assert types(charge=charge, refund=None) == ["charge.succeeded", "charge.refunded"]
@@ -62,18 +64,18 @@ class TestRefundEvents:
     def test_a_decline_is_updated_and_failed(self, db):
         charge = ChargeFactory(metadata={"simulate_refund": "decline"})
 
-        refund = create_refund(charge_id=charge.id, amount=100).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
 
         assert types(refund=refund) == ["refund.created", "refund.updated", "refund.failed"]
 
     def test_a_replay_or_a_refusal_appends_nothing(self, db):
         charge = ChargeFactory(amount=1_000)
-        create_refund(charge_id=charge.id, amount=400, idempotency_key="k-once")
+        create_refund(RefundRequest(charge_id=charge.id, amount=400, idempotency_key="k-once"))
         before = Event.objects.count()
 
-        create_refund(charge_id=charge.id, amount=400, idempotency_key="k-once")
+        create_refund(RefundRequest(charge_id=charge.id, amount=400, idempotency_key="k-once"))
         with pytest.raises(errors.AmountTooLarge):
-            create_refund(charge_id=charge.id, amount=5_000)
+            create_refund(RefundRequest(charge_id=charge.id, amount=5_000))
 
         assert Event.objects.count() == before
 
@@ -88,13 +90,15 @@ class TestRefundEvents:
 
         monkeypatch.setattr(faults, "checkpoint", die)
         with pytest.raises(RuntimeError):
-            create_refund(charge_id=charge.id, amount=100)
+            create_refund(RefundRequest(charge_id=charge.id, amount=100))
 
         assert Event.objects.count() == before
         assert not WebhookDelivery.objects.exists()
 
     def test_metadata_update_tells_what_it_was(self, db):
-        refund = create_refund(charge_id=ChargeFactory().id, amount=100, metadata={"a": "1"}).item
+        refund = create_refund(
+            RefundRequest(charge_id=ChargeFactory().id, amount=100, metadata={"a": "1"})
+        ).item
 
         update_refund_metadata(refund_id=refund.id, metadata={"b": "2", "a": ""})
         update_refund_metadata(refund_id=refund.id, metadata={"b": "2"})  # no change
@@ -127,7 +131,7 @@ class TestFanOut:
         endpoint(["*"], status=WebhookEndpoint.Status.DISABLED)
         endpoint(["*"], deleted_at=timezone.now())
 
-        create_refund(charge_id=ChargeFactory().id, amount=100)
+        create_refund(RefundRequest(charge_id=ChargeFactory().id, amount=100))
 
         to = {
             e.id: sorted(

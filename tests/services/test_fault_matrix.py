@@ -30,7 +30,7 @@ from ledger_app.charges.services import create_charge
 from ledger_app.idempotency.services import ADMIN_BULK_KEYS
 from ledger_app.models import Charge, LedgerEntry, Refund
 from ledger_app.provider.dispatch import reconcile_charges, reconcile_refunds
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderCharge, ProviderRefund
 from tests import tally
 from tests.factories import ChargeFactory
@@ -80,7 +80,9 @@ def test_the_matrix_covers_every_checkpoint_in_the_code():
 @pytest.mark.parametrize("point", faults.REFUND_POINTS)
 def test_refund_process_killed_at_every_step(inline_dispatch, point):
     charge = ChargeFactory(amount=5_000)
-    told = create_refund(charge_id=charge.id, amount=500, idempotency_key="told-first").item
+    told = create_refund(
+        RefundRequest(charge_id=charge.id, amount=500, idempotency_key="told-first")
+    ).item
     assert told.status == "succeeded"  # a refund the client was told about, before the crash
     request = ("refund", charge.id, "--amount", "1200", "--idempotency-key", "crash-key")
 
@@ -314,7 +316,9 @@ def test_refund_through_a_failing_provider(stripe_stub, behaviour):
     Charge.objects.filter(pk=charge.pk).update(provider_charge_id=provider_charge)
     stripe_stub.script("POST", "/v1/refunds", behaviour)
 
-    refund = create_refund(charge_id=charge.id, amount=800, idempotency_key="flaky").item
+    refund = create_refund(
+        RefundRequest(charge_id=charge.id, amount=800, idempotency_key="flaky")
+    ).item
 
     assert refund.status == "unknown"  # never failed: the provider may have acted
     assert Charge.objects.get(pk=charge.pk).amount_refunded == 800  # still reserved
@@ -328,7 +332,9 @@ def test_refund_through_a_failing_provider(stripe_stub, behaviour):
     assert len(stripe_stub.refunds) == 1
     [applied] = stripe_stub.refunds.values()
     assert (applied["amount"], applied["charge"]) == (800, provider_charge)
-    assert create_refund(charge_id=charge.id, amount=800, idempotency_key="flaky").replayed
+    assert create_refund(
+        RefundRequest(charge_id=charge.id, amount=800, idempotency_key="flaky")
+    ).replayed
     assert_ledger_invariants()
     tally.add("faults", faults=1, operations=3, invariant_checks=1)
 
@@ -383,7 +389,7 @@ def test_a_bug_in_a_query_is_a_500_not_a_retryable_503(api_client, monkeypatch):
 
     from ledger_app.api import refunds as refund_views
 
-    def broken(**kwargs):
+    def broken(request):
         raise ProgrammingError('relation "ledger_app_refund" does not exist')
 
     monkeypatch.setattr(refund_views, "create_refund", broken)

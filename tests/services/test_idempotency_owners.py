@@ -12,8 +12,8 @@ from ledger_app.access.api_keys import PREFIX_LENGTH, create_api_key
 from ledger_app.charges.services import create_charge
 from ledger_app.idempotency.services import BACK_OFFICE, Created, owner_of
 from ledger_app.models import Charge, IdempotencyRecord, Refund
-from ledger_app.refunds.bulk import RowOutcome, run_bulk_refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.bulk import BulkRun, RowOutcome, run_bulk_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.concurrency import run_at_once
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
@@ -38,8 +38,12 @@ class TestKeysOfTwoOwners:
         charge = ChargeFactory(amount=10_000)
         mine, theirs = key_label("mine"), key_label("theirs")
 
-        first = create_refund(charge_id=charge.pk, amount=700, idempotency_key="k", actor=mine)
-        second = create_refund(charge_id=charge.pk, amount=700, idempotency_key="k", actor=theirs)
+        first = create_refund(
+            RefundRequest(charge_id=charge.pk, amount=700, idempotency_key="k", actor=mine)
+        )
+        second = create_refund(
+            RefundRequest(charge_id=charge.pk, amount=700, idempotency_key="k", actor=theirs)
+        )
 
         assert not first.replayed and not second.replayed
         assert first.item.id != second.item.id
@@ -51,10 +55,16 @@ class TestKeysOfTwoOwners:
 
     def test_another_owners_key_with_another_request_is_no_reuse(self):
         charge = ChargeFactory(amount=10_000)
-        create_refund(charge_id=charge.pk, amount=700, idempotency_key="k", actor=key_label("a"))
+        create_refund(
+            RefundRequest(
+                charge_id=charge.pk, amount=700, idempotency_key="k", actor=key_label("a")
+            )
+        )
 
         other = create_refund(
-            charge_id=charge.pk, amount=300, idempotency_key="k", actor=key_label("b")
+            RefundRequest(
+                charge_id=charge.pk, amount=300, idempotency_key="k", actor=key_label("b")
+            )
         )
 
         assert not other.replayed and other.item.amount == 300
@@ -62,11 +72,17 @@ class TestKeysOfTwoOwners:
     def test_the_same_owner_replays_and_refuses_a_changed_request(self):
         charge = ChargeFactory(amount=10_000)
         mine = key_label("mine")
-        first = create_refund(charge_id=charge.pk, amount=700, idempotency_key="k", actor=mine)
+        first = create_refund(
+            RefundRequest(charge_id=charge.pk, amount=700, idempotency_key="k", actor=mine)
+        )
 
-        again = create_refund(charge_id=charge.pk, amount=700, idempotency_key="k", actor=mine)
+        again = create_refund(
+            RefundRequest(charge_id=charge.pk, amount=700, idempotency_key="k", actor=mine)
+        )
         with pytest.raises(errors.IdempotencyKeyReused):
-            create_refund(charge_id=charge.pk, amount=800, idempotency_key="k", actor=mine)
+            create_refund(
+                RefundRequest(charge_id=charge.pk, amount=800, idempotency_key="k", actor=mine)
+            )
 
         assert again.replayed and again.item.id == first.item.id
         assert Refund.objects.count() == 1
@@ -74,11 +90,13 @@ class TestKeysOfTwoOwners:
     def test_an_api_key_cannot_replay_the_back_offices_key(self):
         charge = ChargeFactory(amount=10_000)
         by_staff = create_refund(
-            charge_id=charge.pk, amount=700, idempotency_key="k", actor="cli:ana"
+            RefundRequest(charge_id=charge.pk, amount=700, idempotency_key="k", actor="cli:ana")
         )
 
         by_client = create_refund(
-            charge_id=charge.pk, amount=700, idempotency_key="k", actor=key_label("client")
+            RefundRequest(
+                charge_id=charge.pk, amount=700, idempotency_key="k", actor=key_label("client")
+            )
         )
 
         assert not by_client.replayed and by_client.item.id != by_staff.item.id
@@ -86,11 +104,15 @@ class TestKeysOfTwoOwners:
     def test_a_command_rerun_by_another_operator_replays(self):
         charge = ChargeFactory(amount=10_000)
         first = create_refund(
-            charge_id=charge.pk, amount=700, idempotency_key="ticket-9", actor="cli:ana"
+            RefundRequest(
+                charge_id=charge.pk, amount=700, idempotency_key="ticket-9", actor="cli:ana"
+            )
         )
 
         again = create_refund(
-            charge_id=charge.pk, amount=700, idempotency_key="ticket-9", actor="cli:ben"
+            RefundRequest(
+                charge_id=charge.pk, amount=700, idempotency_key="ticket-9", actor="cli:ben"
+            )
         )
 
         assert again.replayed and again.item.id == first.item.id
@@ -106,8 +128,8 @@ def test_a_bulk_file_rerun_by_another_operator_replays_every_row(tmp_path):
         encoding="utf-8",
     )
 
-    first = run_bulk_refund(path, batch_id="b-1", actor="cli:ana")
-    again = run_bulk_refund(path, batch_id="b-1", actor="cli:ben")
+    first = run_bulk_refund(path, BulkRun(batch_id="b-1", actor="cli:ana"))
+    again = run_bulk_refund(path, BulkRun(batch_id="b-1", actor="cli:ben"))
 
     assert first.outcomes[RowOutcome.REFUNDED] == 3
     assert again.outcomes[RowOutcome.REPLAYED] == 3
@@ -126,7 +148,9 @@ def test_many_requests_of_three_owners_with_one_key_make_one_refund_per_owner():
     calls = [
         (
             lambda actor=actor: create_refund(
-                charge_id=charge.pk, amount=1_000, idempotency_key="k-shared", actor=actor
+                RefundRequest(
+                    charge_id=charge.pk, amount=1_000, idempotency_key="k-shared", actor=actor
+                )
             )
         )
         for actor in owners
@@ -156,10 +180,20 @@ def test_the_migration_gives_existing_keys_the_owner_that_can_be_known():
     office's."""
     client = key_label("client")
     charge = ChargeFactory(amount=10_000)
-    create_refund(charge_id=charge.pk, amount=100, idempotency_key="order-1", actor=client)
-    create_refund(charge_id=charge.pk, amount=200, idempotency_key="ticket-1", actor="cli:ana")
-    create_refund(charge_id=charge.pk, amount=300, idempotency_key="bulk:b7:1", actor=client)
-    create_refund(charge_id=charge.pk, amount=400, idempotency_key="by-agent", actor=staff_user())
+    create_refund(
+        RefundRequest(charge_id=charge.pk, amount=100, idempotency_key="order-1", actor=client)
+    )
+    create_refund(
+        RefundRequest(charge_id=charge.pk, amount=200, idempotency_key="ticket-1", actor="cli:ana")
+    )
+    create_refund(
+        RefundRequest(charge_id=charge.pk, amount=300, idempotency_key="bulk:b7:1", actor=client)
+    )
+    create_refund(
+        RefundRequest(
+            charge_id=charge.pk, amount=400, idempotency_key="by-agent", actor=staff_user()
+        )
+    )
     create_charge(amount=900, currency="usd", idempotency_key="charge-1", actor=client)
     create_charge(amount=900, currency="usd", idempotency_key="charge-2", actor="cli:ana")
     executor = MigrationExecutor(connection)

@@ -45,7 +45,7 @@ from ledger_app.provider.dispatch import (
     reconcile_refunds,
 )
 from ledger_app.provider.events_in import apply_provider_event
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider import news
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
 from tests import tally
@@ -301,29 +301,29 @@ class LedgerModel(RuleBasedStateMachine):
         if key is not None and key in self.requests:
             operation, sent, refund_id = self.requests[key]
             if (operation, sent) == ("refund", params):  # whoever sends it again
-                result = create_refund(**request)
+                result = create_refund(RefundRequest(**request))
                 assert result.replayed and result.item.id == refund_id
                 assert result.item.status == self.refunds[refund_id]["status"]  # as it is now
             else:  # another request, whichever charge or operation: the key is the ledger's
                 with pytest.raises(errors.IdempotencyKeyReused):
-                    create_refund(**request)
+                    create_refund(RefundRequest(**request))
             self.step()
             return key
         outcome = self.expected(charge_id, amount)
         if isinstance(outcome, type):
             with pytest.raises(outcome):
-                create_refund(**request)
+                create_refund(RefundRequest(**request))
             self.step()
             return key or "unused"
         if crash is not None:  # dies before its reservation commits: nothing, no key bound
             with crash_at(crash), pytest.raises(Crash):
-                create_refund(**request)
+                create_refund(RefundRequest(**request))
             assert not IdempotencyRecord.objects.filter(key=key or "").exists()
             self.step(faults=1)
             return key or "unused"
         asked_at = timezone.now()
         predicted = self.expected_status(outcome, asked_at) if actor else "pending"
-        result = create_refund(**request)
+        result = create_refund(RefundRequest(**request))
         refund = result.item
         assert not result.replayed and refund.amount == outcome
         if midnight(timezone.now()) == midnight(asked_at):  # a new day began: either is right
@@ -461,7 +461,7 @@ class LedgerModel(RuleBasedStateMachine):
         amount = params[1] if operation == "refund" else None
         other = data.draw(st.sampled_from([c for c in self.charge_ids if c != charge_id]))
         with pytest.raises(errors.IdempotencyKeyReused):
-            create_refund(charge_id=other, amount=amount, idempotency_key=key)
+            create_refund(RefundRequest(charge_id=other, amount=amount, idempotency_key=key))
         self.step()
 
     @rule(amount=st.sampled_from([0, -1, 1.5, True, "100", 2**63, None]))
@@ -472,7 +472,9 @@ class LedgerModel(RuleBasedStateMachine):
                 create_charge(amount=0, currency="usd", idempotency_key="bad-charge")
         else:
             with pytest.raises(errors.InvalidAmount):
-                create_refund(charge_id=charge_id, amount=amount, idempotency_key="bad-amount")
+                create_refund(
+                    RefundRequest(charge_id=charge_id, amount=amount, idempotency_key="bad-amount")
+                )
         assert not IdempotencyRecord.objects.filter(key__startswith="bad-").exists()
         self.step()
 

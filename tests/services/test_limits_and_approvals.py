@@ -15,7 +15,7 @@ from ledger_app.approvals.services import approve_refund, expire_approvals, reje
 from ledger_app.models import Event, LedgerEntry, Refund
 from ledger_app.provider.dispatch import process_pending_refunds, reconcile_refunds
 from ledger_app.provider.events_in import apply_provider_event
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
 from tests.invariants import assert_provider_agrees, books
@@ -73,7 +73,7 @@ def agent_limited_to_1000(agents):
 def awaiting(agent, agent_limited_to_1000):
     """An agent's refund of 50.00 from a 100.00 charge, over their limit of 10.00."""
     charge = ChargeFactory(amount=10_000)
-    refund = create_refund(charge_id=charge.id, amount=5_000, actor=agent).item
+    refund = create_refund(RefundRequest(charge_id=charge.id, amount=5_000, actor=agent)).item
     assert refund.status == Refund.Status.AWAITING_APPROVAL
     return refund
 
@@ -95,7 +95,7 @@ class TestPerRefundLimit:
     def test_exactly_the_limit_goes_straight_to_the_provider(self, agent, agent_limited_to_1000):
         charge = ChargeFactory(amount=5_000)
 
-        refund = create_refund(charge_id=charge.id, amount=1_000, actor=agent).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_000, actor=agent)).item
 
         assert refund.status == Refund.Status.SUCCEEDED
         assert provider_contact(refund) == ["refund"]
@@ -108,7 +108,7 @@ class TestPerRefundLimit:
         requests_before = ProviderRequest.objects.count()
         before = timezone.now()
 
-        refund = create_refund(charge_id=charge.id, amount=1_001, actor=agent).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_001, actor=agent)).item
 
         assert refund.status == Refund.Status.AWAITING_APPROVAL
         assert_waits_reserved_and_unsent(refund, reserved_on_charge=1_001)
@@ -121,7 +121,9 @@ class TestPerRefundLimit:
         settings.APPROVAL_EXPIRY_HOURS = 2
         before = timezone.now()
 
-        refund = create_refund(charge_id=awaiting.charge_id, amount=2_000, actor=agent).item
+        refund = create_refund(
+            RefundRequest(charge_id=awaiting.charge_id, amount=2_000, actor=agent)
+        ).item
 
         expires = refund.approval_expires_at
         assert before + timedelta(hours=2) <= expires <= timezone.now() + timedelta(hours=2)
@@ -130,7 +132,7 @@ class TestPerRefundLimit:
         before = books(awaiting.charge)
 
         with pytest.raises(errors.AmountTooLarge):
-            create_refund(charge_id=awaiting.charge_id, amount=5_001)
+            create_refund(RefundRequest(charge_id=awaiting.charge_id, amount=5_001))
 
         assert books(awaiting.charge) == before
 
@@ -174,9 +176,9 @@ class TestDailyLimit:
     def test_refunds_adding_up_to_exactly_the_daily_limit_go_through(self, agent, day_of_1000):
         charge = ChargeFactory(amount=5_000)
 
-        first = create_refund(charge_id=charge.id, amount=400, actor=agent).item
-        second = create_refund(charge_id=charge.id, amount=600, actor=agent).item
-        third = create_refund(charge_id=charge.id, amount=1, actor=agent).item
+        first = create_refund(RefundRequest(charge_id=charge.id, amount=400, actor=agent)).item
+        second = create_refund(RefundRequest(charge_id=charge.id, amount=600, actor=agent)).item
+        third = create_refund(RefundRequest(charge_id=charge.id, amount=1, actor=agent)).item
 
         assert (first.status, second.status) == ("succeeded", "succeeded")
         assert third.status == Refund.Status.AWAITING_APPROVAL
@@ -185,19 +187,25 @@ class TestDailyLimit:
     def test_one_refund_over_the_whole_day_waits(self, agent, day_of_1000):
         charge = ChargeFactory(amount=5_000)
 
-        refund = create_refund(charge_id=charge.id, amount=1_001, actor=agent).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_001, actor=agent)).item
 
         assert_waits_reserved_and_unsent(refund, reserved_on_charge=1_001)
 
     def test_awaiting_canceled_and_failed_refunds_do_not_count(self, agent, lead, day_of_1000):
         declining = ChargeFactory(amount=5_000, metadata={"simulate_refund": "decline"})
-        failed = create_refund(charge_id=declining.id, amount=1_000, actor=agent).item
-        waiting = create_refund(charge_id=declining.id, amount=1_001, actor=agent).item
-        rejected = create_refund(charge_id=declining.id, amount=1_002, actor=agent).item
+        failed = create_refund(
+            RefundRequest(charge_id=declining.id, amount=1_000, actor=agent)
+        ).item
+        waiting = create_refund(
+            RefundRequest(charge_id=declining.id, amount=1_001, actor=agent)
+        ).item
+        rejected = create_refund(
+            RefundRequest(charge_id=declining.id, amount=1_002, actor=agent)
+        ).item
         reject_refund(refund_id=rejected.id, approver=lead, note="duplicate")
         charge = ChargeFactory(amount=5_000)
 
-        refund = create_refund(charge_id=charge.id, amount=1_000, actor=agent).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_000, actor=agent)).item
 
         assert failed.status == "failed"
         assert Refund.objects.get(pk=waiting.pk).status == "awaiting_approval"
@@ -206,23 +214,23 @@ class TestDailyLimit:
 
     def test_a_refund_a_lead_approved_does_not_count(self, agent, lead, day_of_1000):
         charge = ChargeFactory(amount=5_000)
-        approved = create_refund(charge_id=charge.id, amount=1_001, actor=agent).item
+        approved = create_refund(RefundRequest(charge_id=charge.id, amount=1_001, actor=agent)).item
         approve_refund(refund_id=approved.id, approver=lead)
 
-        refund = create_refund(charge_id=charge.id, amount=1_000, actor=agent).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_000, actor=agent)).item
 
         assert Refund.objects.get(pk=approved.pk).status == "succeeded"
         assert refund.status == Refund.Status.SUCCEEDED  # the day is still the agent's own
 
     def test_pending_and_unknown_refunds_count(self, agent, day_of_1000, settings):
         slow = ChargeFactory(amount=5_000, metadata={"simulate_refund": "timeout"})
-        unknown = create_refund(charge_id=slow.id, amount=600, actor=agent).item
+        unknown = create_refund(RefundRequest(charge_id=slow.id, amount=600, actor=agent)).item
         settings.REFUND_DISPATCH = "worker"  # the next one stays pending
         charge = ChargeFactory(amount=5_000)
-        pending = create_refund(charge_id=charge.id, amount=300, actor=agent).item
+        pending = create_refund(RefundRequest(charge_id=charge.id, amount=300, actor=agent)).item
 
-        fits = create_refund(charge_id=charge.id, amount=100, actor=agent).item
-        over = create_refund(charge_id=charge.id, amount=1, actor=agent).item
+        fits = create_refund(RefundRequest(charge_id=charge.id, amount=100, actor=agent)).item
+        over = create_refund(RefundRequest(charge_id=charge.id, amount=1, actor=agent)).item
 
         assert (unknown.status, pending.status) == ("unknown", "pending")
         assert fits.status == Refund.Status.PENDING
@@ -238,10 +246,10 @@ class TestDailyLimit:
     )
     def test_the_day_starts_at_midnight_utc(self, agent, day_of_1000, created, status):
         charge = ChargeFactory(amount=5_000)
-        earlier = create_refund(charge_id=charge.id, amount=1_000, actor=agent).item
+        earlier = create_refund(RefundRequest(charge_id=charge.id, amount=1_000, actor=agent)).item
         Refund.objects.filter(pk=earlier.pk).update(created_at=midnight_utc() + created)
 
-        refund = create_refund(charge_id=charge.id, amount=1_000, actor=agent).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_000, actor=agent)).item
 
         assert refund.status == status
 
@@ -250,12 +258,12 @@ class TestDailyLimit:
     ):
         colleague = staff(django_user_model, "colleague", agents)
         euros = ChargeFactory(amount=9_000, currency="eur")
-        create_refund(charge_id=euros.id, amount=5_000, actor=agent)
+        create_refund(RefundRequest(charge_id=euros.id, amount=5_000, actor=agent))
         charge = ChargeFactory(amount=5_000)
-        create_refund(charge_id=charge.id, amount=1_000, actor=colleague)
-        create_refund(charge_id=charge.id, amount=1_000, actor="cli:ops")
+        create_refund(RefundRequest(charge_id=charge.id, amount=1_000, actor=colleague))
+        create_refund(RefundRequest(charge_id=charge.id, amount=1_000, actor="cli:ops"))
 
-        refund = create_refund(charge_id=charge.id, amount=1_000, actor=agent).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_000, actor=agent)).item
 
         assert refund.status == Refund.Status.SUCCEEDED
 
@@ -264,7 +272,9 @@ class TestDailyLimit:
         charge = ChargeFactory(amount=5_000)
 
         results = [
-            create_refund(charge_id=charge.id, amount=amount, actor=agent).item.status
+            create_refund(
+                RefundRequest(charge_id=charge.id, amount=amount, actor=agent)
+            ).item.status
             for amount in (501, 500, 300, 1)
         ]
 
@@ -275,7 +285,9 @@ class TestWhoseLimit:
     def test_no_limit_rows_means_refunds_go_straight_through(self, agent):
         charge = ChargeFactory(amount=1_000_000)
 
-        refund = create_refund(charge_id=charge.id, amount=1_000_000, actor=agent).item
+        refund = create_refund(
+            RefundRequest(charge_id=charge.id, amount=1_000_000, actor=agent)
+        ).item
 
         assert refund.status == Refund.Status.SUCCEEDED
 
@@ -288,7 +300,7 @@ class TestWhoseLimit:
         set_limit(group=agents, currency="eur", per_refund=1, per_day=1)
         charge = ChargeFactory(amount=10_000)
 
-        refund = create_refund(charge_id=charge.id, amount=10_000, actor=agent).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=10_000, actor=agent)).item
 
         assert refund.status == Refund.Status.SUCCEEDED
 
@@ -307,7 +319,7 @@ class TestWhoseLimit:
         set_limit(user=agent, per_refund=own_limit)
         charge = ChargeFactory(amount=10_000)
 
-        refund = create_refund(charge_id=charge.id, amount=amount, actor=agent).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=amount, actor=agent)).item
 
         assert refund.status == status
 
@@ -318,7 +330,7 @@ class TestWhoseLimit:
         set_limit(user=agent, currency="eur", per_refund=50_000)
         charge = ChargeFactory(amount=10_000)
 
-        refund = create_refund(charge_id=charge.id, amount=1_001, actor=agent).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_001, actor=agent)).item
 
         assert refund.status == Refund.Status.AWAITING_APPROVAL
 
@@ -329,7 +341,9 @@ class TestWhoseLimit:
         charge = ChargeFactory(amount=10_000)
 
         statuses = [
-            create_refund(charge_id=charge.id, amount=amount, actor=agent).item.status
+            create_refund(
+                RefundRequest(charge_id=charge.id, amount=amount, actor=agent)
+            ).item.status
             for amount in (300, 301, 300, 300)
         ]
 
@@ -342,8 +356,8 @@ class TestWhoseLimit:
         set_limit(group=leads, per_day=150)  # per refund: blank
         charge = ChargeFactory(amount=10_000)
 
-        big = create_refund(charge_id=charge.id, amount=200, actor=agent).item
-        over_the_day = create_refund(charge_id=charge.id, amount=1, actor=agent).item
+        big = create_refund(RefundRequest(charge_id=charge.id, amount=200, actor=agent)).item
+        over_the_day = create_refund(RefundRequest(charge_id=charge.id, amount=1, actor=agent)).item
 
         assert big.status == Refund.Status.SUCCEEDED
         assert over_the_day.status == Refund.Status.AWAITING_APPROVAL
@@ -354,7 +368,7 @@ class TestWhoseLimit:
         set_limit(api_key=create_api_key(name="limited")[0], per_refund=1, per_day=1)
         charge = ChargeFactory(amount=10_000)
 
-        refund = create_refund(charge_id=charge.id, amount=10_000, actor=actor).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=10_000, actor=actor)).item
 
         assert refund.status == Refund.Status.SUCCEEDED
 
@@ -365,9 +379,11 @@ class TestWhoseLimit:
         charge = ChargeFactory(amount=10_000)
 
         waits = create_refund(
-            charge_id=charge.id, amount=1_001, actor=f"api_key:{limited.prefix}"
+            RefundRequest(charge_id=charge.id, amount=1_001, actor=f"api_key:{limited.prefix}")
         ).item
-        goes = create_refund(charge_id=charge.id, amount=1_001, actor=f"api_key:{other.prefix}")
+        goes = create_refund(
+            RefundRequest(charge_id=charge.id, amount=1_001, actor=f"api_key:{other.prefix}")
+        )
 
         assert_waits_reserved_and_unsent(waits, reserved_on_charge=2_002)
         assert goes.item.status == Refund.Status.SUCCEEDED
@@ -380,14 +396,14 @@ class TestIdempotency:
     def test_a_replay_returns_the_refund_as_it_stands_now(self, agent, lead, agent_limited_to_1000):
         charge = ChargeFactory(amount=10_000)
         request = dict(charge_id=charge.id, amount=2_000, idempotency_key="k-wait", actor=agent)
-        first = create_refund(**request)
+        first = create_refund(RefundRequest(**request))
         while_waiting = books(charge)
 
-        waiting = create_refund(**request)
+        waiting = create_refund(RefundRequest(**request))
         assert books(charge) == while_waiting
         approve_refund(refund_id=first.item.id, approver=lead)
         once_approved = books(charge)
-        done = create_refund(**request)
+        done = create_refund(RefundRequest(**request))
 
         assert books(charge) == once_approved
         assert (first.replayed, first.item.status) == (False, "awaiting_approval")
@@ -404,11 +420,11 @@ class TestIdempotency:
     ):
         charge = ChargeFactory(amount=10_000)
         request = dict(charge_id=charge.id, amount=2_000, idempotency_key="k-no", actor=agent)
-        refund = create_refund(**request).item
+        refund = create_refund(RefundRequest(**request)).item
         reject_refund(refund_id=refund.id, approver=lead, note="not ours to refund")
         before = books(charge)
 
-        again = create_refund(**request)
+        again = create_refund(RefundRequest(**request))
 
         assert (again.replayed, again.item.id, again.item.status) == (True, refund.id, "canceled")
         assert books(charge) == before
@@ -445,7 +461,9 @@ class TestWhoMayDecide:
         requester = staff(django_user_model, "lead-requester", leads)
         set_limit(user=requester, per_refund=1_000)
         charge = ChargeFactory(amount=10_000)
-        refund = create_refund(charge_id=charge.id, amount=2_000, actor=requester).item
+        refund = create_refund(
+            RefundRequest(charge_id=charge.id, amount=2_000, actor=requester)
+        ).item
         assert requester.has_perm("ledger_app.approve_refund")
         before = snapshot(refund)
 
@@ -461,7 +479,7 @@ class TestWhoMayDecide:
         boss = django_user_model.objects.create_superuser("boss", email="", password=None)
         set_limit(user=boss, per_refund=1_000)
         charge = ChargeFactory(amount=10_000)
-        refund = create_refund(charge_id=charge.id, amount=2_000, actor=boss).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=2_000, actor=boss)).item
         before = snapshot(refund)
 
         with pytest.raises(errors.ApprovalByRequester):
@@ -511,7 +529,7 @@ class TestWhoMayDecide:
     @pytest.mark.parametrize("decision", ["approve", "reject"])
     def test_a_refund_that_never_waited_cannot_be_decided(self, lead, agent, decision):
         charge = ChargeFactory(amount=1_000)
-        refund = create_refund(charge_id=charge.id, amount=100, actor=agent).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=100, actor=agent)).item
         before = snapshot(refund)
 
         with pytest.raises(errors.RefundNotAwaitingApproval):
@@ -579,7 +597,7 @@ class TestApprove:
     def test_an_approved_refund_the_provider_declines_is_released(self, agent, lead, agents):
         set_limit(group=agents, per_refund=1_000)
         charge = ChargeFactory(amount=10_000, metadata={"simulate_refund": "decline"})
-        waiting = create_refund(charge_id=charge.id, amount=4_000, actor=agent).item
+        waiting = create_refund(RefundRequest(charge_id=charge.id, amount=4_000, actor=agent)).item
 
         refund = approve_refund(refund_id=waiting.id, approver=lead)
 
@@ -635,7 +653,7 @@ class TestReject:
     def test_what_a_rejection_releases_can_be_refunded_again(self, lead, awaiting):
         reject_refund(refund_id=awaiting.id, approver=lead, note="wrong charge")
 
-        refund = create_refund(charge_id=awaiting.charge_id).item
+        refund = create_refund(RefundRequest(charge_id=awaiting.charge_id)).item
 
         assert (refund.amount, refund.status) == (10_000, "succeeded")
 
@@ -685,12 +703,18 @@ class TestExpiry:
 
     def test_expire_approvals_cancels_the_due_ones_only(self, agent, lead, awaiting):
         due_at = awaiting.approval_expires_at
-        later = create_refund(charge_id=awaiting.charge_id, amount=3_000, actor=agent).item
+        later = create_refund(
+            RefundRequest(charge_id=awaiting.charge_id, amount=3_000, actor=agent)
+        ).item
         Refund.objects.filter(pk=later.pk).update(approval_expires_at=due_at + timedelta(seconds=1))
-        rejected = create_refund(charge_id=awaiting.charge_id, amount=1_500, actor=agent).item
+        rejected = create_refund(
+            RefundRequest(charge_id=awaiting.charge_id, amount=1_500, actor=agent)
+        ).item
         reject_refund(refund_id=rejected.id, approver=lead, note="no")
         Refund.objects.filter(pk=rejected.pk).update(approval_expires_at=due_at)
-        going = create_refund(charge_id=awaiting.charge_id, amount=500, actor=agent).item
+        going = create_refund(
+            RefundRequest(charge_id=awaiting.charge_id, amount=500, actor=agent)
+        ).item
 
         too_early = expire_approvals(now=due_at - timedelta(microseconds=1))
         expired = expire_approvals(now=due_at)
@@ -728,7 +752,7 @@ class TestCommandsExpireApprovals:
     def test_each_pass_cancels_what_ran_out(self, awaiting, command, line):
         expire_now(awaiting)
         not_due = create_refund(
-            charge_id=awaiting.charge_id, amount=2_000, actor=awaiting.created_by
+            RefundRequest(charge_id=awaiting.charge_id, amount=2_000, actor=awaiting.created_by)
         ).item
 
         done = run_command(*command)

@@ -23,7 +23,7 @@ from ledger_app.access.api_keys import PREFIX_LENGTH, create_api_key
 from ledger_app.approvals.limits import EVERY_REFUND_WAITS, NO_LIMITS, limits_in_currency
 from ledger_app.approvals.services import approve_refund
 from ledger_app.models import ApiKey, Refund, RefundLimit
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRequest
 from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
 from tests.second_factor import verified
@@ -74,7 +74,9 @@ def assert_waits_unsent(refund: Refund, charge) -> None:
 class TestAnotherCurrencyWaits:
     def test_an_agent_limited_in_usd_refunding_32_euros_waits_for_approval(self, agent, eur_charge):
         """Finding 7: it went straight through, because there is no EUR row."""
-        refund = create_refund(charge_id=eur_charge.id, amount=3_200, actor=agent).item
+        refund = create_refund(
+            RefundRequest(charge_id=eur_charge.id, amount=3_200, actor=agent)
+        ).item
 
         assert_waits_unsent(refund, eur_charge)
 
@@ -84,7 +86,7 @@ class TestAnotherCurrencyWaits:
         user = django_user_model.objects.create_user("solo", is_staff=True)
         RefundLimit.objects.create(user=user, **USD_LIMITS)
 
-        refund = create_refund(charge_id=eur_charge.id, amount=1, actor=user).item
+        refund = create_refund(RefundRequest(charge_id=eur_charge.id, amount=1, actor=user)).item
 
         assert_waits_unsent(refund, eur_charge)
 
@@ -92,8 +94,8 @@ class TestAnotherCurrencyWaits:
         RefundLimit.objects.create(group=agents, currency="eur", per_refund=5_000)
         charge = ChargeFactory(amount=20_000, currency="eur")
 
-        within = create_refund(charge_id=charge.id, amount=5_000, actor=agent).item
-        over = create_refund(charge_id=charge.id, amount=5_001, actor=agent).item
+        within = create_refund(RefundRequest(charge_id=charge.id, amount=5_000, actor=agent)).item
+        over = create_refund(RefundRequest(charge_id=charge.id, amount=5_001, actor=agent)).item
 
         assert within.status == Refund.Status.SUCCEEDED
         assert over.status == Refund.Status.AWAITING_APPROVAL
@@ -101,14 +103,16 @@ class TestAnotherCurrencyWaits:
     def test_the_usd_limits_are_unchanged(self, agent):
         charge = ChargeFactory(amount=50_000, currency="usd")
 
-        refund = create_refund(charge_id=charge.id, amount=10_000, actor=agent).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=10_000, actor=agent)).item
 
         assert refund.status == Refund.Status.SUCCEEDED
 
     def test_a_lead_approves_it_and_it_is_sent_once(self, agent, eur_charge, django_user_model):
         lead = django_user_model.objects.create_user("lead", is_staff=True)
         lead.groups.add(migration_group(LEADS_MIGRATION))
-        refund = create_refund(charge_id=eur_charge.id, amount=3_200, actor=agent).item
+        refund = create_refund(
+            RefundRequest(charge_id=eur_charge.id, amount=3_200, actor=agent)
+        ).item
 
         approve_refund(refund_id=refund.id, approver=lead, note="checked")
 
@@ -119,7 +123,9 @@ class TestAnotherCurrencyWaits:
     def test_allow_lets_it_through_as_before(self, agent, eur_charge, settings):
         settings.REFUND_LIMIT_OTHER_CURRENCIES = "allow"
 
-        refund = create_refund(charge_id=eur_charge.id, amount=3_200, actor=agent).item
+        refund = create_refund(
+            RefundRequest(charge_id=eur_charge.id, amount=3_200, actor=agent)
+        ).item
 
         assert refund.status == Refund.Status.SUCCEEDED
 
@@ -131,7 +137,9 @@ class TestRequestersWithoutLimits:
         user = django_user_model.objects.create_user("unlimited", is_staff=True)
         user.groups.add(agents)  # the group has no rows in this test
 
-        refund = create_refund(charge_id=eur_charge.id, amount=10_000, actor=user).item
+        refund = create_refund(
+            RefundRequest(charge_id=eur_charge.id, amount=10_000, actor=user)
+        ).item
 
         assert refund.status == Refund.Status.SUCCEEDED
         assert (
@@ -139,7 +147,9 @@ class TestRequestersWithoutLimits:
         )
 
     def test_an_operators_command_is_not_limited(self, agent, eur_charge):
-        refund = create_refund(charge_id=eur_charge.id, amount=3_200, actor="cli:ops").item
+        refund = create_refund(
+            RefundRequest(charge_id=eur_charge.id, amount=3_200, actor="cli:ops")
+        ).item
 
         assert refund.status == Refund.Status.SUCCEEDED
 

@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from ledger_app import errors
 from ledger_app.approvals.limits import LOCK_SPACE
 from ledger_app.models import Charge, Refund
-from ledger_app.refunds.services import actor_label, create_refund
+from ledger_app.refunds.services import RefundRequest, actor_label, create_refund
 from tests.factories import ChargeFactory
 from tests.services.people import set_limit, staff
 
@@ -73,7 +73,9 @@ def test_a_request_queued_behind_two_locks_is_refused_within_the_setting(
     try:
         started = time.monotonic()
         with pytest.raises(errors.LockTimeout) as refused:
-            create_refund(charge_id=charge.id, amount=100, idempotency_key="k-q", actor=agent)
+            create_refund(
+                RefundRequest(charge_id=charge.id, amount=100, idempotency_key="k-q", actor=agent)
+            )
         elapsed = time.monotonic() - started
     finally:
         for holder in (first, second):

@@ -20,7 +20,7 @@ from django.urls import reverse
 
 from ledger_app.models import Charge, LedgerEntry, Refund
 from ledger_app.provider.dispatch import send_refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees
@@ -54,7 +54,7 @@ def applied_but_unrecorded(worker_dispatch):  # pending, whichever fixture asks 
     killed right after the provider answered, holding a one-second lease (the test runs it
     out: `lease_ran_out` or `lease_ran_out_for_commands`)."""
     charge = ChargeFactory(amount=4_000, metadata={"simulate_lookup": "slow"})
-    refund = create_refund(charge_id=charge.pk, amount=1_500).item
+    refund = create_refund(RefundRequest(charge_id=charge.pk, amount=1_500)).item
     kill_at("refund.after_provider_call", "process_refunds", "--once", "--lease-seconds", "1")
     refund.refresh_from_db()
     assert (refund.status, refund.dispatch_attempts) == ("pending", 1)

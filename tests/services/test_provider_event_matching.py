@@ -12,7 +12,7 @@ import pytest
 from ledger_app.charges.services import create_charge
 from ledger_app.ledger.drift import find_ledger_drift
 from ledger_app.models import Charge, Event, LedgerEntry, ProviderEvent, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
 from tests.provider_webhook import SECRET, charge_object, event_of, post_event, refund_object
@@ -35,7 +35,7 @@ def _webhook_secret(settings):
 def yen_refund():
     """A succeeded refund of ¥2,500, which the provider knows by its own id."""
     charge = ChargeFactory(amount=5_000, currency="jpy")
-    refund = create_refund(charge_id=charge.id, amount=2_500).item
+    refund = create_refund(RefundRequest(charge_id=charge.id, amount=2_500)).item
     assert refund.status == Refund.Status.SUCCEEDED and refund.provider_refund_id
     return refund
 
@@ -49,7 +49,7 @@ def other_charge():
 def unanswered_refund():
     """A refund the provider took as pending: unknown here, no provider id yet."""
     charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "pending_then_succeed"})
-    refund = create_refund(charge_id=charge.id, amount=1_200).item
+    refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_200)).item
     assert refund.status == Refund.Status.UNKNOWN and not refund.provider_refund_id
     return refund
 

@@ -16,7 +16,7 @@ from ledger_app.ledger.drift import find_ledger_drift
 from ledger_app.models import Event, LedgerEntry, ProviderEvent, Refund
 from ledger_app.provider.dispatch import reconcile_refunds
 from ledger_app.refunds.selectors import needing_attention
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider import news
 from simulated_provider.models import ProviderRefund
 from tests.factories import ChargeFactory
@@ -80,13 +80,13 @@ def as_booked(refund: Refund) -> tuple[str, int, list[str]]:
 def unknown_refund(db):
     """A refund the provider accepted as pending: unknown to the ledger."""
     charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "pending_then_succeed"})
-    return create_refund(charge_id=charge.id, amount=1_200).item
+    return create_refund(RefundRequest(charge_id=charge.id, amount=1_200)).item
 
 
 @pytest.fixture
 def succeeded_refund(db):
     charge = ChargeFactory(amount=5_000)
-    return create_refund(charge_id=charge.id, amount=1_200).item
+    return create_refund(RefundRequest(charge_id=charge.id, amount=1_200)).item
 
 
 class TestInboundWebhook:
@@ -218,7 +218,7 @@ class TestInboundWebhook:
 class TestReconcilerRecheck:
     def test_a_missed_failure_webhook_is_caught_by_reconcile(self, db):
         charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "succeed_then_fail"})
-        refund = create_refund(charge_id=charge.id, amount=1_200).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_200)).item
         assert refund.status == "succeeded"
         news.advance()  # the provider fails it; its webhook never arrives
 
@@ -233,9 +233,9 @@ class TestReconcilerRecheck:
         assert "succeeded refunds now failed: 1" in out.getvalue()
 
     def test_recheck_leaves_refunds_outside_the_window_and_still_succeeded_ones(self, db, settings):
-        fine = create_refund(charge_id=ChargeFactory().id, amount=100).item
+        fine = create_refund(RefundRequest(charge_id=ChargeFactory().id, amount=100)).item
         charge = ChargeFactory(metadata={"simulate_refund": "succeed_then_fail"})
-        failing = create_refund(charge_id=charge.id, amount=100).item
+        failing = create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
         news.advance()
         settings.RECONCILE_RECHECK_HOURS = 0
 
@@ -271,7 +271,7 @@ class TestSimulatedProviderNews:
 
     def test_succeed_then_fail_releases_the_amount_when_the_news_arrives(self):
         charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "succeed_then_fail"})
-        refund = create_refund(charge_id=charge.id, amount=1_200).item
+        refund = create_refund(RefundRequest(charge_id=charge.id, amount=1_200)).item
 
         call_command("advance_simulated_provider", stdout=io.StringIO())
         call_command("advance_simulated_provider", stdout=io.StringIO())  # nothing more

@@ -11,7 +11,7 @@ from ledger_app import errors
 from ledger_app.idempotency import services as idempotency
 from ledger_app.idempotency.services import Created
 from ledger_app.models import Charge, IdempotencyRecord, Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.concurrency import run_at_once
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants
@@ -20,7 +20,7 @@ THREADS = 16
 
 
 def refund_call(**kwargs):
-    return lambda: create_refund(**kwargs).item
+    return lambda: create_refund(RefundRequest(**kwargs)).item
 
 
 def split(results):
@@ -32,7 +32,7 @@ def split(results):
 @pytest.mark.django_db(transaction=True)
 def test_a_refund_never_commits_inside_someone_elses_transaction(succeeded_charge):
     with pytest.raises(RuntimeError), transaction.atomic():
-        create_refund(charge_id=succeeded_charge.id, amount=100)
+        create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=100))
 
     assert Refund.objects.count() == 0
 
@@ -90,7 +90,11 @@ class TestConcurrentRefunds:
         charge = ChargeFactory(amount=10_000)
 
         results = run_at_once(
-            [lambda: create_refund(charge_id=charge.id, amount=2_500, idempotency_key="k-same")]
+            [
+                lambda: create_refund(
+                    RefundRequest(charge_id=charge.id, amount=2_500, idempotency_key="k-same")
+                )
+            ]
             * THREADS
         )
 
@@ -158,7 +162,9 @@ class TestConcurrentRefunds:
 
         def second():
             assert holding.wait(10)
-            return create_refund(charge_id=charge.id, amount=400, idempotency_key="k-fix")
+            return create_refund(
+                RefundRequest(charge_id=charge.id, amount=400, idempotency_key="k-fix")
+            )
 
         results = run_at_once(
             [refund_call(charge_id=charge.id, amount=5_000, idempotency_key="k-fix"), second]

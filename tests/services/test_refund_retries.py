@@ -6,7 +6,7 @@ import pytest
 from ledger_app.models import Refund
 from ledger_app.provider.dispatch import process_pending_refunds, send_refund
 from ledger_app.provider.gateways.simulated import SimulatedGateway
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import ChargeFactory
 
@@ -28,7 +28,7 @@ class ForgetfulProvider(SimulatedGateway):
 class TestNoResendWithoutAsking:
     def test_an_unknown_refund_is_looked_up_before_it_is_sent_again(self):
         charge = ChargeFactory(amount=1_000, metadata={"simulate_refund": "apply_then_timeout"})
-        refund = create_refund(charge_id=charge.pk, amount=300).item
+        refund = create_refund(RefundRequest(charge_id=charge.pk, amount=300)).item
         assert refund.status == "unknown"
         provider = ForgetfulProvider()
 
@@ -41,7 +41,7 @@ class TestNoResendWithoutAsking:
     def test_a_second_worker_attempt_asks_first(self, settings):
         settings.REFUND_DISPATCH = "worker"
         charge = ChargeFactory(amount=1_000)
-        refund = create_refund(charge_id=charge.pk, amount=300).item
+        refund = create_refund(RefundRequest(charge_id=charge.pk, amount=300)).item
         SimulatedGateway().refund(  # the first attempt reached the provider, then died
             provider_key=refund.provider_idempotency_key,
             charge_reference=charge.pk,

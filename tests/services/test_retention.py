@@ -93,8 +93,8 @@ def refund_in_doubt(state: str, charge: Charge, settings, django_user_model) -> 
     else:
         agent = staff(django_user_model, "agent")
         set_limit(user=agent, per_refund=50)
-        made["actor"] = agent
-    refund = create_refund(RefundRequest(**made)).item
+    made = RefundRequest(charge_id=charge.pk, amount=100, idempotency_key=f"k-{state}", actor=agent)
+    refund = create_refund(made).item
     assert refund.status == state
     return refund
 

@@ -14,7 +14,7 @@ import pytest
 
 from ledger_app.models import Refund
 from ledger_app.provider.dispatch import pool, process_pending_refunds
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRefund
 from tests.factories import ChargeFactory
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees
@@ -47,7 +47,9 @@ def slow_charge(amount: int = 5_000):
 def test_slow_provider_answers_pending_and_the_pool_settles_it(budget):
     charge = slow_charge()
 
-    refund = create_refund(charge_id=charge.id, amount=1_200, idempotency_key="k-slow").item
+    refund = create_refund(
+        RefundRequest(charge_id=charge.id, amount=1_200, idempotency_key="k-slow")
+    ).item
 
     assert refund.status == Refund.Status.PENDING
     stored = Refund.objects.get(pk=refund.pk)
@@ -65,7 +67,9 @@ def test_slow_provider_answers_pending_and_the_pool_settles_it(budget):
         stored.provider_idempotency_key
     ]
     # The same key again replays the refund as it now stands; nothing is sent again.
-    again = create_refund(charge_id=charge.id, amount=1_200, idempotency_key="k-slow")
+    again = create_refund(
+        RefundRequest(charge_id=charge.id, amount=1_200, idempotency_key="k-slow")
+    )
     assert again.replayed and again.item.status == Refund.Status.SUCCEEDED
     assert ProviderRefund.objects.count() == 1
     assert_ledger_invariants()
@@ -76,7 +80,7 @@ def test_provider_within_budget_answers_settled(budget):
     budget.REFUND_INLINE_WAIT_SECONDS = 5
     charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "decline"})
 
-    refund = create_refund(charge_id=charge.id, amount=500).item
+    refund = create_refund(RefundRequest(charge_id=charge.id, amount=500)).item
 
     assert refund.status == Refund.Status.FAILED  # the provider's answer, not pending
     charge.refresh_from_db()
@@ -89,7 +93,9 @@ def test_full_pool_leaves_refunds_to_the_worker(budget):
     room = 1 + pool.BACKLOG_PER_THREAD  # one sending, the rest queued
     charge = slow_charge(amount=100_000)
 
-    refunds = [create_refund(charge_id=charge.id, amount=100).item for _ in range(room + 2)]
+    refunds = [
+        create_refund(RefundRequest(charge_id=charge.id, amount=100)).item for _ in range(room + 2)
+    ]
 
     assert all(r.status == Refund.Status.PENDING for r in refunds)
     left = Refund.objects.filter(pk__in=[r.pk for r in refunds[room:]])
@@ -110,7 +116,7 @@ def test_full_pool_leaves_refunds_to_the_worker(budget):
 
 def test_worker_never_sends_what_the_pool_is_sending(budget):
     charge = slow_charge()
-    refund = create_refund(charge_id=charge.id, amount=300).item
+    refund = create_refund(RefundRequest(charge_id=charge.id, amount=300)).item
     assert refund.status == Refund.Status.PENDING
 
     tally = process_pending_refunds()  # while the pool's thread waits on the provider
@@ -126,7 +132,7 @@ def test_zero_budget_waits_in_the_callers_thread(budget):
     budget.REFUND_INLINE_WAIT_SECONDS = 0
     charge = slow_charge()
 
-    refund = create_refund(charge_id=charge.id, amount=300).item
+    refund = create_refund(RefundRequest(charge_id=charge.id, amount=300)).item
 
     assert refund.status == Refund.Status.SUCCEEDED
     assert pool.in_flight() == 0

@@ -10,7 +10,7 @@ import stripe
 from ledger_app import api_versions
 from ledger_app.events.event_types import STRIPE_EVENT_TYPES
 from ledger_app.models import EventType, WebhookDelivery, WebhookEndpoint
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.webhooks.conftest import record_events
 
@@ -137,7 +137,9 @@ class TestWithTheStripeClient:
         assert made.enabled_events == names
         assert len(STRIPE_EVENT_TYPES) > 180 and set(EventType.values) <= STRIPE_EVENT_TYPES
         charge = ChargeFactory()  # charge.succeeded: not one it asked for
-        create_refund(charge_id=charge.id, amount=100)  # nor refund.* and charge.refunded
+        create_refund(
+            RefundRequest(charge_id=charge.id, amount=100)
+        )  # nor refund.* and charge.refunded
         assert not WebhookDelivery.objects.filter(endpoint_id=made.id).exists()
 
     def test_one_past_the_keys_limit_is_an_invalid_request_error(

@@ -17,7 +17,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from ledger_app.events.delivery import deliver_due
 from ledger_app.models import Event, WebhookEndpoint
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.django_db
@@ -82,7 +82,7 @@ class TestAtRest:
 def test_a_delivery_is_signed_with_the_secret_as_the_client_knows_it(
     endpoint, receiver, worker_dispatch
 ):
-    create_refund(charge_id=ChargeFactory(amount=5_000).id, amount=1_200)
+    create_refund(RefundRequest(charge_id=ChargeFactory(amount=5_000).id, amount=1_200))
     deliver_due()
     event = Event.objects.get(type="refund.created")
     received = next(r for r in receiver.received if r.event_id == event.id)

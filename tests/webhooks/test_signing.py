@@ -9,7 +9,7 @@ import stripe
 
 from ledger_app.events.delivery import deliver_due, signature_header
 from ledger_app.models import Event, WebhookEndpoint
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 
 pytestmark = pytest.mark.django_db
@@ -18,7 +18,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def delivered(endpoint, receiver, worker_dispatch):
     """A refund's refund.created, as the receiver got it."""
-    refund = create_refund(charge_id=ChargeFactory(amount=5_000).id, amount=1_200).item
+    refund = create_refund(
+        RefundRequest(charge_id=ChargeFactory(amount=5_000).id, amount=1_200)
+    ).item
     deliver_due()
     event = Event.objects.get(type="refund.created")
     received = next(r for r in receiver.received if r.event_id == event.id)

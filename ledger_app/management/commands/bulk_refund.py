@@ -25,6 +25,7 @@ from ledger_app.refunds.bulk import (
     DEFAULT_REPEAT_WINDOW,
     MAX_JOBS,
     BulkRowResult,
+    BulkRun,
     BulkSummary,
     RowOutcome,
     run_bulk_refund,
@@ -233,11 +234,13 @@ class Command(BaseCommand):
         try:
             return run_bulk_refund(
                 file,
-                batch_id=batch_id,
-                actor=self.actor,
-                dry_run=dry_run,
-                jobs=jobs,
-                repeat_window=self.repeat_window,
+                BulkRun(
+                    batch_id=batch_id,
+                    actor=self.actor,
+                    dry_run=dry_run,
+                    jobs=jobs,
+                    repeat_window=self.repeat_window,
+                ),
                 should_stop=should_stop,
                 on_start=on_start,
                 on_row=on_row,

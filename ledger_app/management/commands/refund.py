@@ -18,7 +18,7 @@ from ledger_app.csv_files import DIGITS
 from ledger_app.errors import InvalidAmount, LedgerError
 from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome, cli_actor
 from ledger_app.refunds.models import Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 
 
 class Command(ExitsByOutcome):
@@ -46,13 +46,15 @@ class Command(ExitsByOutcome):
             if amount is not None and not DIGITS.match(amount):
                 raise InvalidAmount(f"{amount[:30]!r} is not a whole number of minor units.")
             result = create_refund(
-                charge_id=charge_id,
-                amount=None if amount is None else int(amount),
-                idempotency_key=idempotency_key,
-                reason=reason,
-                note=note,
-                actor=cli_actor(),
-                source=Refund.Source.CLI,
+                RefundRequest(
+                    charge_id=charge_id,
+                    amount=None if amount is None else int(amount),
+                    idempotency_key=idempotency_key,
+                    reason=reason,
+                    note=note,
+                    actor=cli_actor(),
+                    source=Refund.Source.CLI,
+                )
             )
         except LedgerError as exc:
             raise CommandError(f"{exc.code}: {exc.message}", returncode=1) from exc

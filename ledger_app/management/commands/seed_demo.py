@@ -23,7 +23,7 @@ from ledger_app.counts import count_of
 from ledger_app.idempotency.services import DEMO_KEYS
 from ledger_app.money import format_money
 from ledger_app.refunds.models import Refund
-from ledger_app.refunds.services import create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund
 
 ADMIN_USERNAME = "admin"
 QUEUED_CHARGE = "ch_demoUsdQueued0000000014"
@@ -163,12 +163,14 @@ class Command(BaseCommand):
             for number, refund_amount in enumerate(refunds, start=1):
                 # Keyed, so a re-run replays these instead of refunding again.
                 create_refund(
-                    charge_id=charge_id,
-                    amount=refund_amount,
-                    idempotency_key=f"{DEMO_KEYS}:{charge_id}:{number}",
-                    reason=Refund.Reason.REQUESTED_BY_CUSTOMER,
-                    actor="seed_demo",
-                    source=Refund.Source.CLI,
+                    RefundRequest(
+                        charge_id=charge_id,
+                        amount=refund_amount,
+                        idempotency_key=f"{DEMO_KEYS}:{charge_id}:{number}",
+                        reason=Refund.Reason.REQUESTED_BY_CUSTOMER,
+                        actor="seed_demo",
+                        source=Refund.Source.CLI,
+                    )
                 )
         self._stale_pending_refund()
         self._refund_awaiting_approval()
@@ -202,13 +204,15 @@ class Command(BaseCommand):
             ana.save()
             ana.groups.add(agents)
         create_refund(
-            charge_id=WAITING_CHARGE,
-            amount=45_000,
-            idempotency_key=f"{DEMO_KEYS}:{WAITING_CHARGE}:1",
-            reason=Refund.Reason.REQUESTED_BY_CUSTOMER,
-            note="Customer returned the laptop unopened.",
-            actor=ana,
-            source=Refund.Source.ADMIN,
+            RefundRequest(
+                charge_id=WAITING_CHARGE,
+                amount=45_000,
+                idempotency_key=f"{DEMO_KEYS}:{WAITING_CHARGE}:1",
+                reason=Refund.Reason.REQUESTED_BY_CUSTOMER,
+                note="Customer returned the laptop unopened.",
+                actor=ana,
+                source=Refund.Source.ADMIN,
+            )
         )
 
     def _month_of_history(self) -> int:
@@ -232,12 +236,14 @@ class Command(BaseCommand):
                 )
                 created += 1
             result = create_refund(
-                charge_id=charge_id,
-                amount=None if in_full else amount // 2,
-                idempotency_key=f"{DEMO_KEYS}:{charge_id}:1",
-                reason=reason,
-                actor="seed_demo",
-                source=Refund.Source.CLI,
+                RefundRequest(
+                    charge_id=charge_id,
+                    amount=None if in_full else amount // 2,
+                    idempotency_key=f"{DEMO_KEYS}:{charge_id}:1",
+                    reason=reason,
+                    actor="seed_demo",
+                    source=Refund.Source.CLI,
+                )
             )
             if not result.replayed:
                 Refund.objects.filter(pk=result.item.pk).update(
@@ -250,12 +256,14 @@ class Command(BaseCommand):
         the needs-attention queue shows (with unknown and declined ones)."""
         with override_settings(REFUND_DISPATCH="worker"):
             result = create_refund(
-                charge_id=QUEUED_CHARGE,
-                amount=500,
-                idempotency_key=f"{DEMO_KEYS}:{QUEUED_CHARGE}:1",
-                reason=Refund.Reason.DUPLICATE,
-                actor="seed_demo",
-                source=Refund.Source.CLI,
+                RefundRequest(
+                    charge_id=QUEUED_CHARGE,
+                    amount=500,
+                    idempotency_key=f"{DEMO_KEYS}:{QUEUED_CHARGE}:1",
+                    reason=Refund.Reason.DUPLICATE,
+                    actor="seed_demo",
+                    source=Refund.Source.CLI,
+                )
             )
         if not result.replayed:
             # Only its age is made up; it was reserved through the service like any other.

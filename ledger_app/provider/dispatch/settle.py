@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from ledger_app import faults
+from ledger_app import faults, sql_writes
 from ledger_app.charges.models import Charge, MovementStatus, ProviderMovement
 from ledger_app.charges.selectors import charge_for_update, charges_for_update
 from ledger_app.events import services as events
@@ -17,7 +17,6 @@ from ledger_app.events.selectors import live_endpoints
 from ledger_app.ledger.models import LedgerEntry
 from ledger_app.ledger.services import new_entry
 from ledger_app.provider.card_references import guarded_reference
-from ledger_app.refunds import sql_writes
 from ledger_app.refunds.models import Refund
 from ledger_app.refunds.selectors import locked_refund
 

@@ -1,12 +1,18 @@
-"""Writing the rows of one change with as few round trips and as little Python as it takes.
+"""The one place rows are written with raw SQL: the reserve's (refunds/services.py) and
+the settle's (provider/dispatch/settle.py), which every refund runs under its charge's
+row lock; everything else writes through the ORM.
 
-The reserve holds its charge's row lock from the check to the commit, so every round trip
-and every millisecond of ORM work between them is time no other refund of that charge can
-use. Here the rows are plain model instances built in Python, each table's INSERT is
-compiled once per process, and on PostgreSQL all of a change's statements go in one
-round trip as data-modifying CTEs (foreign keys are checked at commit, so rows may point
-at each other within it). On SQLite they run one after the other. Nothing here checks
-anything: callers write only after their last check passed, inside their transaction.
+The lock is held from the check to the commit, so every round trip and every millisecond
+of ORM work between them is time no other refund of that charge can use. Here the rows
+are plain model instances built in Python, each table's INSERT is compiled once per
+process, and on PostgreSQL all of a change's statements go in one round trip as
+data-modifying CTEs (foreign keys are checked at commit, so rows may point at each other
+within it). On SQLite they run one after the other. Nothing here checks anything:
+callers write only after their last check passed, inside their transaction.
+
+What save() would have run is not skipped: the models written here have no signal
+receivers and no save() of their own but the ledger's append-only guard, which concerns
+updates (tests/test_sql_writes.py checks both, and that the rows are the ORM's).
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ def _insert_sql(
 
 def insert(objs: Sequence[models.Model]) -> Statement | None:
     """The INSERT of these new instances of one model (None for none). Defaults and
-    auto_now values are filled in on the instances, which count as saved afterwards."""
+    auto_now values are filled in on the instances, which count as saved afterwards; an
+    auto id is not read back (the instance's pk stays None: nothing reads it after)."""
     if not objs:
         return None
     sql, fields = _insert_sql(type(objs[0]), len(objs))
