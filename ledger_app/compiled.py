@@ -136,7 +136,8 @@ class Precompiled(Generic[P, R]):
         fields = [f.attname for f in made.model._meta.concrete_fields]
         if [getattr(getattr(c, "target", None), "attname", None) for c in columns] != fields:
             raise TypeError(f"{self.factory.__qualname__} selects its model's own columns only")
-        found = self._found(sql, params, own, locks=bool(made.query.select_for_update))
+        locks = made.query.select_for_update and own.features.has_select_for_update
+        found = self._found(sql, params, own, locks=locks)
         converters = list(compiler.get_converters(columns).items())
         return replace(found, model=made.model, fields=fields, converters=converters)
 
