@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import DatabaseError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from ledger_app import faults
@@ -89,27 +91,51 @@ class LeaseLost(Exception):
     """The job's lease ran out under this run and another process claimed it."""
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How fast a run goes: `batch_size` rows per batch, a wait of `pause` times as long as
+    a batch took after each, and a lease of `lease_seconds` renewed with every batch."""
+
+    batch_size: int = BATCH_SIZE
+    pause: float = PAUSE
+    lease_seconds: float = LEASE_SECONDS
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One run's options, handed down its steps. No `lease`: a dry run."""
+
+    kinds: Sequence[str]
+    days: Mapping[str, int]
+    pace: Pace
+    should_stop: Callable[[], bool]
+    on_kind: Callable[[Purged], None]
+    lease: job_leases.Lease | None = None
+
+    @property
+    def dry_run(self) -> bool:
+        return self.lease is None
+
+
 def purge_expired(
     *,
     kinds: Sequence[str] = tuple(KINDS),
     dry_run: bool = False,
     days: Mapping[str, int] | None = None,
-    batch_size: int = BATCH_SIZE,
-    pause: float = PAUSE,
+    pace: Pace = Pace(),
     should_stop: Callable[[], bool] = lambda: False,
-    lease_seconds: float = LEASE_SECONDS,
     on_kind: Callable[[Purged], None] = lambda purged: None,
 ) -> PurgeResult:
     """Removes what has expired of each of `kinds` (all by default), each kind's tables in
-    batches of `batch_size` rows, oldest first by an indexed column: select the batch's ids,
-    delete them, commit; nothing else is held between batches, and the run waits `pause`
-    times as long as a batch took before the next. A kind is kept its setting's
-    number of days (`days` overrides some), counted back from the run's start.
+    batches of `pace.batch_size` rows, oldest first by an indexed column: select the
+    batch's ids, delete them, commit; nothing else is held between batches, and the run
+    waits `pace.pause` times as long as a batch took before the next. A kind is kept its
+    setting's number of days (`days` overrides some), counted back from the run's start.
 
     One run at a time over every process and machine: the run claims the job's lease
     (job_leases) and renews it in each batch's transaction; if another process holds it,
     nothing is done and `held_by` says who. A run that loses its lease (it stalled past
-    `lease_seconds` and another claimed the job) rolls its batch back and stops.
+    `pace.lease_seconds` and another claimed the job) rolls its batch back and stops.
     `should_stop` is asked before each batch. A whole run (every kind, the settings'
     days) that finishes is recorded, for the worker's daily schedule.
 
@@ -117,15 +143,21 @@ def purge_expired(
     lease: it changes nothing another run could trip on). `on_kind` hears each kind as it
     ends."""
     unknown = [kind for kind in kinds if kind not in KINDS]
-    if unknown or batch_size < 1 or pause < 0 or any(n < 1 for n in (days or {}).values()):
+    if (
+        unknown
+        or pace.batch_size < 1
+        or pace.pause < 0
+        or any(n < 1 for n in (days or {}).values())
+    ):
         raise ValueError(f"purge_expired: unknown kinds {unknown} or a bound below 1")
+    run = _Run(kinds, days or {}, pace, should_stop, on_kind)
     if dry_run:
-        return _run(kinds, days or {}, (batch_size, pause), should_stop, None, on_kind)
-    lease = job_leases.claim_lease(name=JOB, seconds=lease_seconds)
+        return _run(run)
+    lease = job_leases.claim_lease(name=JOB, seconds=pace.lease_seconds)
     if lease is None:
         return PurgeResult(dry_run=False, held_by=job_leases.lease_state(name=JOB))
     whole = set(kinds) == set(KINDS) and not days
-    return _run_under(lease, kinds, days or {}, (batch_size, pause), should_stop, on_kind, whole)
+    return _run_under(replace(run, lease=lease), whole=whole)
 
 
 def purge_expired_if_due(
@@ -155,118 +187,119 @@ def purge_expired_if_due(
     def stop() -> bool:
         return should_stop() or time.monotonic() >= deadline
 
-    return _run_under(lease, tuple(KINDS), {}, (BATCH_SIZE, PAUSE), stop, on_kind, True)
+    return _run_under(_Run(tuple(KINDS), {}, Pace(), stop, on_kind, lease), whole=True)
 
 
-def _run_under(
-    lease: job_leases.Lease,
-    kinds: Sequence[str],
-    days: Mapping[str, int],
-    pace: tuple[int, float],
-    should_stop: Callable[[], bool],
-    on_kind: Callable[[Purged], None],
-    whole: bool,
-) -> PurgeResult:
+def _run_under(run: _Run, *, whole: bool) -> PurgeResult:
+    """`run` under its lease, released at the end whatever happens; `whole`: a finished
+    run is recorded as the daily schedule's."""
+    assert run.lease is not None
     result = PurgeResult(dry_run=False)
     try:
-        result = _run(kinds, days, pace, should_stop, lease, on_kind)
+        result = _run(run)
     finally:
         try:
-            job_leases.release_lease(lease, finished=whole and result.finished)
+            job_leases.release_lease(run.lease, finished=whole and result.finished)
         except DatabaseError:  # the database went away: the lease runs out on its own
             log.warning("purge_expired: lease not released; it runs out", exc_info=True)
     return result
 
 
-def _run(
-    kinds: Sequence[str],
-    days: Mapping[str, int],
-    pace: tuple[int, float],
-    should_stop: Callable[[], bool],
-    lease: job_leases.Lease | None,
-    on_kind: Callable[[Purged], None],
-) -> PurgeResult:
-    """`pace`: the batch size, and the pause after each batch as a multiple of its time."""
+def _run(run: _Run) -> PurgeResult:
+    """Each kind in turn, until one stops before its end."""
     now = timezone.now()
     done: list[Purged] = []
-    for name in kinds:
-        kind = KINDS[name]
-        kept = days.get(name, retention_days(name))
-        if kept is None:  # rate counters: their module's clock says which windows ended
-            kind_now = cutoff = datetime.fromtimestamp(rate_counters.clock(), UTC)
-            rule = kind.rule
-        else:
-            kind_now, cutoff = now, now - timedelta(days=kept)
-            rule = f"older than {count_of(kept, 'day')}"
-        tallies: list[Tally] = []
-        finished = True
-        try:
-            for table in kind.tables:
-                counts, finished = _purge_table(table, kind_now, cutoff, pace, should_stop, lease)
-                tallies.append(Tally(table.noun, table.plural, counts[0]))
-                if table.dependents is not None:
-                    tallies.append(Tally(table.dependents.noun, table.dependents.plural, counts[1]))
-                if not finished:
-                    break
-        except LeaseLost:
-            log.warning("purge_expired: lease lost in %s; another process has the job", name)
-            purged = Purged(name, kind.label, rule, tuple(tallies), finished=False)
-            on_kind(purged)
-            return PurgeResult(dry_run=lease is None, purged=(*done, purged), lease_lost=True)
-        purged = Purged(name, kind.label, rule, tuple(tallies), finished=finished)
-        log.info("purge_expired: %s", purged.line(dry_run=lease is None))
-        on_kind(purged)
+    for name in run.kinds:
+        purged, lease_lost = _purge_kind(run, name, now)
+        run.on_kind(purged)
         done.append(purged)
-        if not finished:
-            return PurgeResult(dry_run=lease is None, purged=tuple(done))
-    return PurgeResult(dry_run=lease is None, purged=tuple(done), finished=True)
+        if lease_lost:
+            return PurgeResult(dry_run=run.dry_run, purged=tuple(done), lease_lost=True)
+        if not purged.finished:
+            return PurgeResult(dry_run=run.dry_run, purged=tuple(done))
+    return PurgeResult(dry_run=run.dry_run, purged=tuple(done), finished=True)
+
+
+def _purge_kind(run: _Run, name: str, now: datetime) -> tuple[Purged, bool]:
+    """One kind's tables in turn: what it lost, and whether the lease was lost in it."""
+    kind = KINDS[name]
+    kind_now, cutoff, rule = _kind_edge(run, name, now)
+    tallies: list[Tally] = []
+    finished = True
+    try:
+        for table in kind.tables:
+            counts, finished = _purge_table(run, table, kind_now, cutoff)
+            tallies.append(Tally(table.noun, table.plural, counts[0]))
+            if table.dependents is not None:
+                tallies.append(Tally(table.dependents.noun, table.dependents.plural, counts[1]))
+            if not finished:
+                break
+    except LeaseLost:
+        log.warning("purge_expired: lease lost in %s; another process has the job", name)
+        return Purged(name, kind.label, rule, tuple(tallies), finished=False), True
+    purged = Purged(name, kind.label, rule, tuple(tallies), finished=finished)
+    log.info("purge_expired: %s", purged.line(dry_run=run.dry_run))
+    return purged, False
+
+
+def _kind_edge(run: _Run, name: str, now: datetime) -> tuple[datetime, datetime, str]:
+    """The kind's clock, its cutoff, and its rule in words."""
+    kept = run.days.get(name, retention_days(name))
+    if kept is None:  # rate counters: their module's clock says which windows ended
+        at = datetime.fromtimestamp(rate_counters.clock(), UTC)
+        return at, at, KINDS[name].rule
+    return now, now - timedelta(days=kept), f"older than {count_of(kept, 'day')}"
 
 
 def _purge_table(
-    table: Table,
-    now: datetime,
-    cutoff: datetime,
-    pace: tuple[int, float],
-    should_stop: Callable[[], bool],
-    lease: job_leases.Lease | None,
+    run: _Run, table: Table, now: datetime, cutoff: datetime
 ) -> tuple[tuple[int, int], bool]:
     """(rows deleted, dependents deleted), and whether the table was taken to its end.
-    Without a lease: a dry run, which counts the same selection."""
+    A dry run counts the same selection."""
     expired = table.expired(now, cutoff)
-    if lease is None:
+    if run.lease is None:
         dependents = table.dependents.count(expired) if table.dependents else 0
         return (expired.count(), dependents), True
-    batch_size, pause = pace
     deleted = dependents_deleted = 0
     cursor = None
-    while not should_stop():
+    while not run.should_stop():
         began = time.monotonic()
-        with transaction.atomic(durable=True):
-            if not job_leases.renew_lease(lease):
-                raise LeaseLost()
-            rows = list(batch_select(table, expired, cursor, batch_size))
-            if not rows:
-                return (deleted, dependents_deleted), True
-            ids = list(dict.fromkeys(pk for pk, _ in rows))
-            if table.dependents is not None:
-                dependents_deleted += table.dependents.delete(ids)
-            # The rule again in the DELETE: a row that stopped matching it since the SELECT
-            # (a delivery resent, say) stays.
-            model = expired.model
-            removed = (
-                expired.filter(**{f"{table.by}__in": ids})
-                .only("pk")
-                .delete()[1]
-                .get(model._meta.label, 0)
-            )
+        batch = _delete_batch(run.lease, table, expired, cursor, run.pace.batch_size)
+        if batch is None:
+            return (deleted, dependents_deleted), True
+        removed, dependents, cursor = batch
         deleted += removed
-        # Rows of the batch's last instant may remain (ties past the limit); earlier ones
-        # are gone or kept by the rule, so the next batch starts there.
-        cursor = rows[-1][1]
+        dependents_deleted += dependents
         faults.checkpoint("purge.batch_committed")
         if removed == 0:  # selected yet not deleted: never loop on it
             log.warning("purge_expired: a batch of %s deleted nothing; next kind", table.plural)
             return (deleted, dependents_deleted), True
-        if pause:
-            time.sleep(pause * (time.monotonic() - began))
+        if run.pace.pause:
+            time.sleep(run.pace.pause * (time.monotonic() - began))
     return (deleted, dependents_deleted), False
+
+
+def _delete_batch(
+    lease: job_leases.Lease, table: Table, expired: QuerySet[Any], cursor: Any, batch_size: int
+) -> tuple[int, int, Any] | None:
+    """One batch in its own transaction, which renews the lease: (rows deleted, dependents
+    deleted, the next batch's cursor), or None when nothing is left."""
+    with transaction.atomic(durable=True):
+        if not job_leases.renew_lease(lease):
+            raise LeaseLost()
+        rows = list(batch_select(table, expired, cursor, batch_size))
+        if not rows:
+            return None
+        ids = list(dict.fromkeys(pk for pk, _ in rows))
+        dependents = table.dependents.delete(ids) if table.dependents is not None else 0
+        # The rule again in the DELETE: a row that stopped matching it since the SELECT
+        # (a delivery resent, say) stays.
+        removed = (
+            expired.filter(**{f"{table.by}__in": ids})
+            .only("pk")
+            .delete()[1]
+            .get(expired.model._meta.label, 0)
+        )
+    # Rows of the batch's last instant may remain (ties past the limit); earlier ones
+    # are gone or kept by the rule, so the next batch starts there.
+    return removed, dependents, rows[-1][1]

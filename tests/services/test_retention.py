@@ -28,7 +28,7 @@ from ledger_app.models import (
     WebhookDelivery,
 )
 from ledger_app.operations import job_leases, retention
-from ledger_app.operations.retention import purge_expired, purge_expired_if_due
+from ledger_app.operations.retention import Pace, purge_expired, purge_expired_if_due
 from ledger_app.provider.dispatch import process_pending_refunds
 from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
@@ -365,7 +365,7 @@ class TestBatches:
 
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(retention.faults, "checkpoint", lambda point: batches.append(point))
-            result = purge_expired(kinds=["provider_events"], batch_size=3)
+            result = purge_expired(kinds=["provider_events"], pace=Pace(batch_size=3))
 
         assert not ProviderEvent.objects.exists()
         assert removed(result, "provider_events") == {"provider events": 8}
@@ -375,7 +375,7 @@ class TestBatches:
         provider_event("evt_old", just_outside(90))
         for bad in (
             {"kinds": ["ledger_entries"]},
-            {"batch_size": 0},
+            {"pace": Pace(batch_size=0)},
             {"days": {"events": 0}},
         ):
             with pytest.raises(ValueError, match="purge_expired"):
@@ -422,7 +422,7 @@ class TestOneRunAtATime:
 
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(retention.faults, "checkpoint", between_batches)
-            purge_expired(kinds=["provider_events"], batch_size=1, lease_seconds=60)
+            purge_expired(kinds=["provider_events"], pace=Pace(batch_size=1, lease_seconds=60))
 
         assert len(seen) == 4
         assert seen == sorted(seen) and len(set(seen)) == 4  # pushed on at each batch
@@ -439,7 +439,7 @@ class TestOneRunAtATime:
 
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(retention.faults, "checkpoint", taken_over)
-            result = purge_expired(kinds=["provider_events"], batch_size=1)
+            result = purge_expired(kinds=["provider_events"], pace=Pace(batch_size=1))
 
         assert result.lease_lost and not result.finished
         assert ProviderEvent.objects.count() == 2  # the first batch only

@@ -7,7 +7,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger_app.operations.retention import BATCH_SIZE, PAUSE, Purged, PurgeResult, purge_expired
+from ledger_app.operations.retention import (
+    BATCH_SIZE,
+    PAUSE,
+    Pace,
+    Purged,
+    PurgeResult,
+    purge_expired,
+)
 
 
 class Command(BaseCommand):
@@ -49,7 +56,9 @@ class Command(BaseCommand):
     ) -> None:
         self.check_pace(batch_size, pause)
         result = purge_expired(
-            dry_run=dry_run, batch_size=batch_size, pause=pause, on_kind=self.say(dry_run)
+            dry_run=dry_run,
+            pace=Pace(batch_size=batch_size, pause=pause),
+            on_kind=self.say(dry_run),
         )
         self.finish(result)
 

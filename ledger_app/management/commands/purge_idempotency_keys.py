@@ -7,6 +7,7 @@ from django.conf import settings
 from django.core.management.base import CommandError
 
 from ledger_app.management.commands import purge_expired
+from ledger_app.operations.retention import Pace
 from ledger_app.operations.retention import purge_expired as purge
 
 
@@ -42,8 +43,7 @@ class Command(purge_expired.Command):
             kinds=["idempotency_keys"],
             days={"idempotency_keys": older_than},
             dry_run=dry_run,
-            batch_size=batch_size,
-            pause=pause,
+            pace=Pace(batch_size=batch_size, pause=pause),
             on_kind=self.say(dry_run),
         )
         self.finish(result)
