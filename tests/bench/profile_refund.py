@@ -7,7 +7,7 @@ in one process.
 
 The levers in docs/benchmarks.md were measured with it, one at a time: the counts do not
 depend on the machine's load, unlike the bench's rates. It loads the bench's main
-database (bench_refunds, run.py's loader) unless --reuse says it is loaded already.
+database (bench_refunds, databases.py's loader) unless --reuse says it is loaded already.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from urllib.parse import urlencode
 
+import databases
 import run
 
 
@@ -45,12 +46,12 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="bench_refunds is loaded already.")
     args = parser.parse_args()
 
-    server = run.server_args(args.url)
+    server = databases.server_args(args.url)
     if args.reuse:
-        url = run.db_url(server, run.MAIN_DB)
+        url = databases.db_url(server, databases.MAIN_DB)
     else:
-        url = run.fresh_database(server, run.MAIN_DB)
-        run.load_main(url, 100)
+        url = databases.fresh_database(server, databases.MAIN_DB)
+        databases.load_main(url, 100)
     # Inline sends in the request's own thread (no send pool), so the profiler and the
     # counters see them.
     os.environ["REFUND_INLINE_WAIT_SECONDS"] = "0"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import hashlib
 import json
 import multiprocessing
 import os
@@ -36,12 +35,9 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import columns
-import dj_database_url
 import expiry
 import psycopg
 import webhooks
@@ -52,25 +48,30 @@ from admin_load import (
     refund_form_round_trips,
     support_agent,
 )
+from databases import (
+    BIG_DB,
+    CHARGE_ROWS,
+    CHARGES_SQL,
+    GROWN,
+    HOT,
+    MAIN_DB,
+    PURGE_DB,
+    SMALL_DB,
+    SPREAD_CHARGES,
+    UNTOUCHED,
+    drop_databases,
+    fresh_database,
+    load_expired,
+    load_ledger,
+    load_main,
+    server_args,
+    slow_charge_ids,
+)
 from gunicorn_server import ConnectionWatch, CpuShare, Gunicorn, serving_model
 from http_load import Target, inline_slow_provider, percentile_ms
+from limit import LIMIT_SHAPES, raw_refund
 
 ROOT = Path(__file__).resolve().parents[2]
-# BENCH_DB_SUFFIX keeps runs sharing a server apart (make test gives its own, and its
-# quick run drops them when it ends).
-DB_SUFFIX = os.environ.get("BENCH_DB_SUFFIX", "")
-if not re.fullmatch(r"[a-z0-9_]{0,20}", DB_SUFFIX):
-    raise SystemExit(f"BENCH_DB_SUFFIX must be up to 20 of a-z, 0-9 and _: {DB_SUFFIX!r}")
-MAIN_DB, SMALL_DB, BIG_DB, PURGE_DB = (
-    f"bench_{name}{DB_SUFFIX}" for name in ("refunds", "small", "big", "purge")
-)
-SPREAD_CHARGES = 100_000
-HOT = "ch_benchHotCharge0000000001"
-GROWN = "ch_benchGrownCharge00000001"
-UNTOUCHED = "ch_benchNoPriorRefunds00001"  # only the growth measurement refunds it
-SLOW = "ch_slow_"  # charges whose refunds the simulated provider answers after its latency
-SLOW_METADATA = json.dumps({"simulate_refund": "slow"})
-CHARGE_ROWS = {"prefix": "ch_", "amount": 10**15, "refunded": 0, "metadata": "{}"}
 # The serving model's settings: recorded with the results when the environment sets them.
 SERVING_ENV = (
     "WEB_CONCURRENCY",
@@ -81,415 +82,6 @@ SERVING_ENV = (
     "DATABASE_POOL_MAX_SIZE",
     "DATABASE_CONN_MAX_AGE",
 )
-
-
-# --- databases -----------------------------------------------------------------------
-
-
-def server_args(url: str) -> dict:
-    cfg = dj_database_url.parse(url)
-    return {"host": cfg["HOST"], "port": cfg["PORT"], "user": cfg["USER"]}
-
-
-def db_url(server: dict, name: str) -> str:
-    return f"postgres://{server['user']}@{server['host']}:{server['port']}/{name}"
-
-
-def drop_databases(server: dict) -> None:
-    with psycopg.connect(dbname="postgres", autocommit=True, **server) as conn:
-        for name in (MAIN_DB, SMALL_DB, BIG_DB, PURGE_DB):
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-
-def fresh_database(server: dict, name: str) -> str:
-    with psycopg.connect(dbname="postgres", autocommit=True, **server) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {name}")
-    url = db_url(server, name)
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v0"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": url},
-        check=True,
-    )
-    return url
-
-
-# The loaders' INSERTs name what they give; every other column gets its model default
-# (columns.py), so a new column cannot break them.
-CHARGES_SQL = columns.insert(
-    "ledger_app.Charge",
-    {
-        "id": "%(prefix)s || lpad(i::text, 20, '0')",
-        "amount": "%(amount)s",
-        "amount_refunded": "%(refunded)s",
-        "currency": "'usd'",
-        "status": "'succeeded'",
-        "description": "'Order ' || i",
-        "customer": "'cus_' || (i %% 1000)",
-        "metadata": "%(metadata)s::jsonb",
-        "created_at": "now() - make_interval(secs => i)",
-    },
-    "FROM generate_series(1, %(rows)s) AS i",
-)
-ONE_CHARGE_SQL = columns.insert_values(
-    "ledger_app.Charge",
-    {
-        "id": "%(id)s",
-        "amount": "%(amount)s",
-        "amount_refunded": "%(refunded)s",
-        "currency": "'usd'",
-        "status": "'succeeded'",
-    },
-)
-REFUND_ID = "'re_' || %(prefix)s || lpad(i::text, 20, '0')"
-REFUNDS_SQL = columns.insert(
-    "ledger_app.Refund",
-    {
-        "id": REFUND_ID,
-        "charge_id": "%(charge)s",
-        "amount": "%(amount)s",
-        "currency": "'usd'",
-        "status": "'succeeded'",
-        "source": "'api'",
-        "actor": "'bench'",
-        "provider_idempotency_key": "'refund:' || " + REFUND_ID,
-        "dispatch_attempts": "1",
-        "created_at": "now() - make_interval(secs => i)",
-    },
-    "FROM generate_series(1, %(rows)s) AS i",
-)
-ENTRIES_SQL = columns.insert(
-    "ledger_app.LedgerEntry",
-    {
-        "charge_id": "charge_id",
-        "refund_id": "id",
-        "kind": "kind",
-        "amount": "amount",
-        "refunded_delta": "CASE kind WHEN 'refund_reserved' THEN amount ELSE 0 END",
-        "currency": "'usd'",
-        "actor": "'bench'",
-        "created_at": "created_at",
-    },
-    "FROM ledger_app_refund, (VALUES ('refund_reserved'), ('refund_succeeded')) AS k(kind)",
-)
-
-
-def load_main(url: str, slow_charges: int) -> None:
-    """100,000 charges for spread load, a hot charge, a charge with 10,000 refunds, and
-    `slow_charges` charges whose refunds the simulated provider answers slowly."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(CHARGES_SQL, {**CHARGE_ROWS, "rows": SPREAD_CHARGES})
-        conn.execute(
-            CHARGES_SQL,
-            {**CHARGE_ROWS, "prefix": SLOW, "metadata": SLOW_METADATA, "rows": slow_charges},
-        )
-        for charge, refunded in [(HOT, 0), (GROWN, 10_000), (UNTOUCHED, 0)]:
-            conn.execute(ONE_CHARGE_SQL, {"id": charge, "amount": 10**15, "refunded": refunded})
-        conn.execute(REFUNDS_SQL, {"prefix": "g", "charge": GROWN, "amount": 1, "rows": 10_000})
-        conn.execute(ENTRIES_SQL)
-        conn.execute("ANALYZE")
-
-
-def slow_charge_ids(count: int) -> list[str]:
-    return [f"{SLOW}{i:020d}" for i in range(1, count + 1)]
-
-
-def load_ledger(url: str, rows: int) -> None:
-    """`rows` charges, each with one succeeded refund and its two ledger entries."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            CHARGES_SQL,
-            {"prefix": "ch_", "amount": 10_000, "refunded": 500, "metadata": "{}", "rows": rows},
-        )
-        conn.execute(
-            REFUNDS_SQL.replace("%(charge)s", "'ch_' || lpad(i::text, 20, '0')"),
-            {"prefix": "b", "amount": 500, "rows": rows},
-        )
-        conn.execute(ENTRIES_SQL)
-        conn.execute("ANALYZE")
-
-
-# The purge phase's expired rows: charges and refunds of their own (final, so the rule
-# keeps none of their events), four events a refund (expiry.LIFE), one delivery each.
-EXPIRED = "x"  # ids: ch_x..., re_x..., evt_x...
-EXPIRED_EVENTS_SQL = expiry.events_sql(
-    event_id="'evt_x' || lpad(i::text, 20, '0')",
-    charge_id="'ch_x' || lpad(((i + 3) / 4)::text, 20, '0')",
-    refund_id="'re_x' || lpad(((i + 3) / 4)::text, 20, '0')",
-    # Oldest first, as a database fills: past the retention by a day, then a second apart.
-    created_at="now() - make_interval(days => %(days)s + 1, secs => %(rows)s - i)",
-    rest="FROM generate_series(1, %(rows)s) AS i, "
-    "LATERAL (SELECT (%(life)s::text[])[1 + (i - 1) %% 4] AS e_type) AS t",
-)
-EXPIRED_DELIVERIES_SQL = expiry.deliveries_sql("left(e.id, 5) = 'evt_x'")
-
-
-def load_expired(url: str, events: int, endpoint: str, days: int) -> None:
-    """`events` events older than `days` (EVENT_RETENTION_DAYS) with one delivered delivery
-    each to `endpoint`, on events / 4 refunded charges of their own whose books agree."""
-    refunds = (events + 3) // 4
-    sample = refund_object(expiry.REFUND_STAND_IN, expiry.CHARGE_STAND_IN, int(time.time()))
-    charge = {
-        "id": expiry.CHARGE_STAND_IN,
-        "amount": 10_000,
-        "currency": "usd",
-        "metadata": {},
-        "description": "Order 1",
-        "customer": "cus_1",
-        "created_at": datetime.now(UTC),
-    }
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            CHARGES_SQL,
-            {**CHARGE_ROWS, "prefix": f"ch_{EXPIRED}", "amount": 10_000, "refunded": 500}
-            | {"rows": refunds},
-        )
-        conn.execute(
-            REFUNDS_SQL.replace("%(charge)s", f"'ch_{EXPIRED}' || lpad(i::text, 20, '0')"),
-            {"prefix": EXPIRED, "amount": 500, "rows": refunds},
-        )
-        conn.execute(f"{ENTRIES_SQL} WHERE left(id, 4) = 're_{EXPIRED}'")
-        conn.execute(
-            EXPIRED_EVENTS_SQL,
-            {
-                "rows": events,
-                "days": days,
-                "life": list(expiry.LIFE),
-                "refund_json": json.dumps(sample),
-                "charge_json": json.dumps(charge_object(charge, 500, sample)),
-            },
-        )
-        conn.execute(EXPIRED_DELIVERIES_SQL, {"endpoints": [endpoint]})
-        # As autovacuum leaves a database: otherwise it comes for the million new rows
-        # in the middle of the windows measured (a first 1M run's baseline p99 was 55 ms).
-        # Then a checkpoint, so that writing out the load is not what the refunds without
-        # the purge wait on (a second run's baseline p99 was 208 ms).
-        conn.execute("VACUUM (ANALYZE)")
-        conn.execute("CHECKPOINT")
-
-
-# --- the limit: the refund's own SQL through raw psycopg --------------------------------
-
-# The statements create_refund sends for a keyed refund, in its order, in one transaction.
-# Named parameters: the column order is the models', so no statement relies on it.
-CLAIM_SQL = columns.insert_values(
-    "ledger_app.IdempotencyRecord",
-    {
-        "owner": "%(actor)s",  # the API key's own keys (services/idempotency.py owner_of)
-        "key": "%(key)s",
-        "operation": "'refund.create'",
-        "fingerprint": "%(fingerprint)s",
-        "request_params": "%(params)s",
-        "refund_id": "%(refund)s",
-        "charge_id": "NULL",
-    },
-    "ON CONFLICT (owner, key) DO NOTHING RETURNING id",
-)
-# The charge's row as the service's select_for_update reads it: every column.
-CHARGE_COLUMNS = ", ".join(columns.names("ledger_app.Charge"))  # the model's own names
-LOCK_SQL = f"SELECT {CHARGE_COLUMNS} FROM ledger_app_charge WHERE id = %(charge)s FOR UPDATE"  # noqa: S608
-REFUND_SQL = columns.insert_values(
-    "ledger_app.Refund",
-    {
-        "amount": "1",
-        "currency": "%(currency)s",
-        "status": "'pending'",
-        "id": "%(refund)s",
-        "charge_id": "%(charge)s",
-        "source": "'api'",
-        "actor": "%(actor)s",
-        "provider_idempotency_key": "%(provider_key)s",
-    },
-)
-UPDATE_SQL = (
-    "UPDATE ledger_app_charge SET updated_at = now(), amount_refunded = %(refunded)s "
-    "WHERE id = %(charge)s"
-)
-ENTRY_SQL = columns.insert_values(
-    "ledger_app.LedgerEntry",
-    {
-        "charge_id": "%(charge)s",
-        "refund_id": "%(refund)s",
-        "kind": "'refund_reserved'",
-        "amount": "1",
-        "refunded_delta": "1",
-        "currency": "%(currency)s",
-        "actor": "%(actor)s",
-    },
-    "RETURNING id",
-)
-EVENTS_SQL = columns.insert(
-    "ledger_app.Event",
-    {
-        "id": "e.id",
-        "type": "e.type",
-        "data_object": "e.data_object::jsonb",
-        "previous_attributes": "e.previous::jsonb",
-        "request_idempotency_key": "%(key)s",
-        "charge_id": "%(charge)s",
-        "refund_id": "e.refund",
-    },
-    "FROM (VALUES (%(refund_event)s, 'refund.created', %(refund_json)s, NULL, %(refund)s), "
-    "(%(charge_event)s, 'charge.refunded', %(charge_json)s, %(previous)s, NULL)) "
-    "AS e(id, type, data_object, previous, refund)",
-)
-ENDPOINTS_SQL = """
-SELECT id, url, enabled_events, description, metadata, status, secret, created_at, deleted_at
-FROM ledger_app_webhookendpoint WHERE deleted_at IS NULL AND status = 'enabled'
-ORDER BY created_at, id LIMIT 32
-"""  # WEBHOOK_ENDPOINTS_TOTAL's default: the service reads no more (selectors.live_endpoints)
-ACTOR = "api_key:sk_test_bench"
-NO_ADDRESS = dict.fromkeys(("city", "country", "line1", "line2", "postal_code", "state"))
-
-
-def refund_object(refund: str, charge: str, created: int) -> dict:
-    """A pending refund as the API (and its event) shows it: about 500 bytes of JSON."""
-    return {
-        "id": refund,
-        "object": "refund",
-        "amount": 1,
-        "balance_transaction": None,
-        "charge": charge,
-        "created": created,
-        "currency": "usd",
-        "customer": None,
-        "customer_account": None,
-        "destination_details": None,
-        "failure_reason": None,
-        "metadata": {},
-        "payment_intent": None,
-        "payment_method": None,
-        "reason": None,
-        "receipt_number": None,
-        "source_transfer_reversal": None,
-        "status": "pending",
-        "transfer_reversal": None,
-    }
-
-
-def charge_object(row: dict, refunded: int, refund: dict) -> dict:
-    """The charge as the API shows it, with the new refund in its list: about 1.9 KB."""
-    amount, currency, metadata = row["amount"], row["currency"], row["metadata"]
-    charge, description, customer = row["id"], row["description"], row["customer"]
-    created = int(row["created_at"].timestamp())
-    return {
-        "id": charge,
-        "object": "charge",
-        "amount": amount,
-        "amount_captured": amount,
-        "amount_refunded": refunded,
-        "application": None,
-        "application_fee": None,
-        "application_fee_amount": None,
-        "balance_transaction": None,
-        "billing_details": {
-            "address": NO_ADDRESS,
-            "email": None,
-            "name": None,
-            "phone": None,
-            "tax_id": None,
-        },
-        "calculated_statement_descriptor": None,
-        "captured": True,
-        "created": created,
-        "currency": currency,
-        "customer": customer or None,
-        "description": description or None,
-        "disputed": False,
-        "failure_balance_transaction": None,
-        "failure_code": None,
-        "failure_message": None,
-        "fraud_details": {},
-        "livemode": False,
-        "metadata": metadata,
-        "on_behalf_of": None,
-        "outcome": None,
-        "paid": True,
-        "payment_intent": None,
-        "payment_method": None,
-        "payment_method_details": None,
-        "receipt_email": None,
-        "receipt_number": None,
-        "receipt_url": None,
-        "refunded": refunded == amount,
-        "refunds": {
-            "object": "list",
-            "data": [refund],
-            "has_more": False,
-            "url": f"/v1/charges/{charge}/refunds",
-        },
-        "review": None,
-        "shipping": None,
-        "source": None,
-        "source_transfer": None,
-        "statement_descriptor": None,
-        "statement_descriptor_suffix": None,
-        "status": "succeeded",
-        "transfer_data": None,
-        "transfer_group": None,
-    }
-
-
-NEWEST_REFUNDS_SQL = """
-SELECT id, amount, currency, status, created_at FROM ledger_app_refund
-WHERE charge_id = %(charge)s ORDER BY created_at DESC, id DESC LIMIT 10
-"""
-# The two shapes --limit-shape chooses between (see raw_refund).
-LIMIT_SHAPES = ("statements", "batched")
-
-
-def raw_refund(conn, charge: str, shape: str = "statements") -> None:
-    """One keyed refund of 1 on `charge`, in one transaction, raw psycopg, plain execute.
-
-    statements: claim the key, lock the charge, insert the refund, update the charge,
-    insert the ledger entry, insert the two events (refund.created, charge.refunded) in one
-    statement, read the live webhook endpoints: one round trip each.
-    batched: as the service does it since it writes in one round trip: claim the key, read
-    the endpoints, lock the charge, read its newest refunds (for its snapshot), then the
-    refund, the charge, the entry and the events in one statement (data-modifying CTEs)."""
-    refund, key = "re_" + uuid.uuid4().hex[:24], uuid.uuid4().hex
-    params = json.dumps({"charge": charge, "amount": 1, "reason": "", "metadata": {}, "note": ""})
-    fingerprint = hashlib.sha256(params.encode()).hexdigest()
-    values = {
-        "key": key,
-        "fingerprint": fingerprint,
-        "params": params,
-        "refund": refund,
-        "charge": charge,
-        "actor": ACTOR,
-        "provider_key": f"refund:{refund}",
-    }
-    with conn.transaction():
-        conn.execute(CLAIM_SQL, values).fetchone()
-        if shape == "batched":
-            conn.execute(ENDPOINTS_SQL).fetchall()
-        cursor = conn.execute(LOCK_SQL, values)
-        row = dict(zip([c.name for c in cursor.description], cursor.fetchone(), strict=True))
-        before = row["amount_refunded"]
-        refund_json = refund_object(refund, charge, int(time.time()))
-        values.update(
-            currency=row["currency"],
-            refunded=before + 1,
-            refund_event="evt_" + uuid.uuid4().hex[:24],
-            refund_json=json.dumps(refund_json),
-            charge_event="evt_" + uuid.uuid4().hex[:24],
-            charge_json=json.dumps(charge_object(row, before + 1, refund_json)),
-            previous=json.dumps({"amount_refunded": before}),
-        )
-        writes = [REFUND_SQL, UPDATE_SQL, ENTRY_SQL, EVENTS_SQL]
-        if shape == "batched":
-            conn.execute(NEWEST_REFUNDS_SQL, values).fetchall()
-            *first, last = writes
-            ctes = ", ".join(f"w{n} AS ({sql})" for n, sql in enumerate(first))
-            conn.execute(f"WITH {ctes} {last}", values)
-        else:
-            for sql in writes:
-                conn.execute(sql, values)
-            conn.execute(ENDPOINTS_SQL).fetchall()
-
-
-# --- workers (each in its own process) -------------------------------------------------
 
 
 def charge_for(hot: bool, rng) -> str:
@@ -674,9 +266,6 @@ def throughput(gathered, seconds) -> tuple[float, list[float]]:
 
 def percentile(values, fraction) -> float:
     return percentile_ms(values, fraction)
-
-
-# --- measurements ----------------------------------------------------------------------
 
 
 def median_throughput(label, runs, make) -> dict:
@@ -1623,9 +1212,6 @@ PHASES = {
     "felt": measure_felt,
     "purge": measure_purge,
 }
-
-
-# --- the summary: one row per figure, with its target ----------------------------------
 
 
 def broken(res: dict) -> list[str]:

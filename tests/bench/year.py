@@ -223,7 +223,7 @@ def server_args(url: str) -> dict:
 def payloads() -> dict:
     """The API's JSON of a refund and of a charge that lists it (the bench's own shapes),
     with stand-ins for their ids."""
-    from run import charge_object, refund_object
+    from api_objects import charge_object, refund_object
 
     refund = refund_object(expiry.REFUND_STAND_IN, expiry.CHARGE_STAND_IN, int(time.time()))
     refund["status"] = "succeeded"
