@@ -230,51 +230,10 @@ def stripe_row(values: dict[str, str]) -> ChargeRow:
     exactly by the currency's exponent (JPY 0 decimals, USD 2, KWD 3): more decimals than
     the currency has is `invalid_amount`, never a rounding."""
     charge_id = _charge_id(values["id"])
-    said = values["status"]
-    if said.lower() in STRIPE_NO_CHARGE:
-        raise Skipped(said)
-    status = STRIPE_STATUSES.get(said.lower())
-    if status is None:
-        raise errors.InvalidChargeStatus(
-            f"Stripe status {said[:40]!r} is not one a charge is imported with (Paid, "
-            "Refunded, Failed, Blocked); import the payment once it has ended as one of them."
-        )
-    if status == Charge.Status.SUCCEEDED and values.get("captured", "").lower() == "false":
-        raise errors.InvalidChargeStatus(
-            f"Stripe says {said} but not captured: an authorization, not a charge. Capture "
-            "or cancel it at Stripe, then import it."
-        )
-    currency = normalize_currency(values["currency"])
-    if currency in SCALES_DIFFER:
-        raise errors.InvalidCurrency(
-            f"{currency.upper()}: Stripe and this back office count its minor units "
-            "differently, so its amounts cannot be converted safely; import it in our layout "
-            "with amounts in Stripe's API units.",
-            param="currency",
-        )
+    status = _stripe_status(values)
+    currency = _stripe_currency(values["currency"])
     amount = validate_within_ceiling(_major(values["amount"], currency, "Amount"), currency)
-    if not values["amount refunded"] and said.lower() != "refunded":
-        # A blank cell says nothing: reading it as 0 would make a refunded payment
-        # refundable again here.
-        raise errors.InvalidAmount(
-            "Amount Refunded is blank: say 0.00 when nothing was refunded.",
-            param="amount_refunded",
-        )
-    refunded = _major(values["amount refunded"], currency, "Amount Refunded", zero=True)
-    if said.lower() == "partially refunded" and not 0 < refunded < amount:
-        raise errors.InvalidAmount(
-            "Stripe status Partially refunded needs an Amount Refunded above 0 and below "
-            f"the Amount; it says {values['amount refunded'][:30]}.",
-            param="amount_refunded",
-        )
-    if said.lower() == "refunded":
-        if values["amount refunded"] and refunded != amount:
-            raise errors.InvalidAmount(
-                f"Stripe status Refunded means refunded in full, but Amount Refunded "
-                f"({values['amount refunded'][:30]}) is not the Amount ({values['amount'][:30]}).",
-                param="amount_refunded",
-            )
-        refunded = amount
+    refunded = _stripe_refunded(values, amount, currency)
     created = next((values[c] for c in STRIPE_CREATED if values.get(c)), "")
     return _checked(
         ChargeRow(
@@ -296,6 +255,67 @@ def stripe_row(values: dict[str, str]) -> ChargeRow:
             created_at=_created(created),
         )
     )
+
+
+def _stripe_status(values: dict[str, str]) -> str:
+    """The charge's status for Stripe's Status (and Captured) column; Skipped for a payment
+    that made no charge."""
+    said = values["status"]
+    if said.lower() in STRIPE_NO_CHARGE:
+        raise Skipped(said)
+    status = STRIPE_STATUSES.get(said.lower())
+    if status is None:
+        raise errors.InvalidChargeStatus(
+            f"Stripe status {said[:40]!r} is not one a charge is imported with (Paid, "
+            "Refunded, Failed, Blocked); import the payment once it has ended as one of them."
+        )
+    if status == Charge.Status.SUCCEEDED and values.get("captured", "").lower() == "false":
+        raise errors.InvalidChargeStatus(
+            f"Stripe says {said} but not captured: an authorization, not a charge. Capture "
+            "or cancel it at Stripe, then import it."
+        )
+    return status
+
+
+def _stripe_currency(text: str) -> str:
+    currency = normalize_currency(text)
+    if currency in SCALES_DIFFER:
+        raise errors.InvalidCurrency(
+            f"{currency.upper()}: Stripe and this back office count its minor units "
+            "differently, so its amounts cannot be converted safely; import it in our layout "
+            "with amounts in Stripe's API units.",
+            param="currency",
+        )
+    return currency
+
+
+def _stripe_refunded(values: dict[str, str], amount: int, currency: str) -> int:
+    """What was refunded before, from Amount Refunded, as Stripe's Status agrees with it:
+    above 0 and below the Amount when partly refunded, the Amount when Refunded."""
+    said = values["status"].lower()
+    if not values["amount refunded"] and said != "refunded":
+        # A blank cell says nothing: reading it as 0 would make a refunded payment
+        # refundable again here.
+        raise errors.InvalidAmount(
+            "Amount Refunded is blank: say 0.00 when nothing was refunded.",
+            param="amount_refunded",
+        )
+    refunded = _major(values["amount refunded"], currency, "Amount Refunded", zero=True)
+    if said == "partially refunded" and not 0 < refunded < amount:
+        raise errors.InvalidAmount(
+            "Stripe status Partially refunded needs an Amount Refunded above 0 and below "
+            f"the Amount; it says {values['amount refunded'][:30]}.",
+            param="amount_refunded",
+        )
+    if said == "refunded":
+        if values["amount refunded"] and refunded != amount:
+            raise errors.InvalidAmount(
+                f"Stripe status Refunded means refunded in full, but Amount Refunded "
+                f"({values['amount refunded'][:30]}) is not the Amount ({values['amount'][:30]}).",
+                param="amount_refunded",
+            )
+        refunded = amount
+    return refunded
 
 
 def _checked(row: ChargeRow) -> ChargeRow:

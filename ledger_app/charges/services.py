@@ -46,40 +46,48 @@ def create_charge(
     refuses a different one. An amount above the currency's ceiling
     (money.amount_ceiling) is refused with `amount_too_large` before the key is bound.
     """
-    validate_amount(amount)
-    currency = normalize_currency(currency)
-    validate_within_ceiling(amount, currency)
-    description = validate_text(description, errors.InvalidDescription)
-    metadata = validate_metadata(metadata)
+    request = {
+        "amount": amount,
+        "currency": _checked_money(amount, currency),
+        "description": validate_text(description, errors.InvalidDescription),
+        "metadata": validate_metadata(metadata),
+    }
     keyed = idempotency.keyed_request(
         idempotency_key,
         IdempotencyRecord.Operation.CHARGE_CREATE,
-        {"amount": amount, "currency": currency, "description": description, "metadata": metadata},
+        request,
         owner=idempotency.owner_of(actor),
     )
     charge_id = new_charge_id()
-
-    def write() -> Charge:
-        charge = Charge.objects.create(
-            id=charge_id,
-            amount=amount,
-            currency=currency,
-            status=Charge.Status.PENDING,
-            description=description,
-            metadata=metadata,
-            payment_intent=new_payment_intent_id(),
-            provider_idempotency_key=f"charge:{charge_id}",
-        )
-        faults.checkpoint("charge.create_locked")  # written, not yet committed
-        return charge
-
     legacy = idempotency.find_legacy_replay(keyed)  # a key from before keys had owners
     if legacy is not None:
         return legacy
+    write = partial(_write_pending, {**request, "id": charge_id})
     result = idempotency.create_once(keyed, new_id=charge_id, write=write)
     if result.replayed:
         return result
     return Created(_capture(result.item, actor), replayed=False)
+
+
+def _checked_money(amount: int, currency: str) -> str:
+    """The amount checked (an int of minor units, at most the currency's ceiling) and the
+    currency as it is stored (a known ISO 4217 code, lower-case)."""
+    validate_amount(amount)
+    currency = normalize_currency(currency)
+    validate_within_ceiling(amount, currency)
+    return currency
+
+
+def _write_pending(fields: dict[str, Any]) -> Charge:
+    """The new charge, pending with its own provider key, in create_once's transaction."""
+    charge = Charge.objects.create(
+        **fields,
+        status=Charge.Status.PENDING,
+        payment_intent=new_payment_intent_id(),
+        provider_idempotency_key=f"charge:{fields['id']}",
+    )
+    faults.checkpoint("charge.create_locked")  # written, not yet committed
+    return charge
 
 
 def _capture(charge: Charge, actor: str) -> Charge:
@@ -124,9 +132,7 @@ def record_charge(
     ceiling (`amount_too_large`), like a charge made through the API. It belongs to a
     new PaymentIntent unless `details` names one (`payment_intent`, "" for none).
     """
-    validate_amount(amount)
-    currency = normalize_currency(currency)
-    validate_within_ceiling(amount, currency)
+    currency = _checked_money(amount, currency)
     if status not in Charge.Status.values:
         raise errors.InvalidChargeStatus()
     payment_intent = details.get("payment_intent")
@@ -142,14 +148,19 @@ def record_charge(
             metadata=details.get("metadata") or {},
             created_at=details.get("created_at") or timezone.now(),
         )
-        if status == Charge.Status.SUCCEEDED:
-            append_entry(
-                charge=charge,
-                kind=LedgerEntry.Kind.CHARGE_SUCCEEDED,
-                amount=amount,
-                actor=actor,
-            )
-            events.record(EventType.CHARGE_SUCCEEDED, charge)
-        elif status == Charge.Status.FAILED:
-            events.record(EventType.CHARGE_FAILED, charge)
+        _record_outcome(charge, actor)
     return charge
+
+
+def _record_outcome(charge: Charge, actor: str) -> None:
+    """A recorded charge's ledger entry (when it succeeded) and its event."""
+    if charge.status == Charge.Status.SUCCEEDED:
+        append_entry(
+            charge=charge,
+            kind=LedgerEntry.Kind.CHARGE_SUCCEEDED,
+            amount=charge.amount,
+            actor=actor,
+        )
+        events.record(EventType.CHARGE_SUCCEEDED, charge)
+    elif charge.status == Charge.Status.FAILED:
+        events.record(EventType.CHARGE_FAILED, charge)
