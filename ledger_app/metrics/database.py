@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.db.models import Case, CharField, Count, Min, Q, Value, When
+from django.db.models import Case, CharField, Count, Min, Q, QuerySet, Value, When
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -91,38 +92,7 @@ def in_doubt_families(now: datetime) -> list[Metric]:
     stale pending (no sender holds it: what the reconciler treats as in doubt, past
     REFUND_DISPATCH_LEASE_SECONDS) and awaiting approval, and when the first approval
     expires (APPROVAL_EXPIRY_HOURS after its request). One grouped query."""
-    state = Case(
-        When(status=MovementStatus.UNKNOWN, then=Value(UNKNOWN)),
-        When(status=MovementStatus.AWAITING_APPROVAL, then=Value(AWAITING_APPROVAL)),
-        default=Value(STALE_PENDING),  # the filter lets nothing else through
-        output_field=CharField(),
-    )
-    rows = (
-        Refund.objects.filter(
-            in_doubt(now, settings.REFUND_DISPATCH_LEASE_SECONDS)
-            | Q(status=MovementStatus.AWAITING_APPROVAL)
-        )
-        .order_by()
-        .annotate(state=state, age=age_bucket(now))
-        .values("state", "age")
-        .annotate(
-            refunds=Count("pk"),
-            oldest=Min("created_at"),
-            # Read only from the awaiting_approval groups: a refund approved since keeps
-            # its expiry, and is pending now.
-            soonest_expiry=Min("approval_expires_at"),
-        )
-    )
-    counts = {(state, age): 0 for state in STATES for age, _ in AGE_BUCKETS}
-    oldest: dict[str, datetime] = {}
-    expiries: list[datetime] = []
-    for row in rows:
-        counts[row["state"], row["age"]] = row["refunds"]
-        if row["state"] not in oldest or row["oldest"] < oldest[row["state"]]:
-            oldest[row["state"]] = row["oldest"]
-        if row["state"] == AWAITING_APPROVAL and row["soonest_expiry"] is not None:
-            expiries.append(row["soonest_expiry"])
-
+    counts, oldest, expiries = _tally_in_doubt(_in_doubt_groups(now))
     by_bucket = GaugeMetricFamily(
         "ledger_refunds_in_doubt",
         "Refunds reserved without a final word, by state (unknown, stale_pending, "
@@ -148,6 +118,50 @@ def in_doubt_families(now: datetime) -> list[Metric]:
     if expiries:
         soonest_expiry.add_metric([], min(expiries).timestamp())
     return [by_bucket, oldest_age, soonest_expiry]
+
+
+def _in_doubt_groups(now: datetime) -> QuerySet[Refund, dict[str, Any]]:
+    """The refunds in doubt grouped by state and age bucket: how many, the oldest, and the
+    soonest approval expiry of each group."""
+    state = Case(
+        When(status=MovementStatus.UNKNOWN, then=Value(UNKNOWN)),
+        When(status=MovementStatus.AWAITING_APPROVAL, then=Value(AWAITING_APPROVAL)),
+        default=Value(STALE_PENDING),  # the filter lets nothing else through
+        output_field=CharField(),
+    )
+    return (
+        Refund.objects.filter(
+            in_doubt(now, settings.REFUND_DISPATCH_LEASE_SECONDS)
+            | Q(status=MovementStatus.AWAITING_APPROVAL)
+        )
+        .order_by()
+        .annotate(state=state, age=age_bucket(now))
+        .values("state", "age")
+        .annotate(
+            refunds=Count("pk"),
+            oldest=Min("created_at"),
+            # Read only from the awaiting_approval groups: a refund approved since keeps
+            # its expiry, and is pending now.
+            soonest_expiry=Min("approval_expires_at"),
+        )
+    )
+
+
+def _tally_in_doubt(
+    groups: Iterable[dict[str, Any]],
+) -> tuple[dict[tuple[str, str], int], dict[str, datetime], list[datetime]]:
+    """Counts by (state, age), every pair present (0 when none); the oldest by state; and
+    the awaiting approval groups' soonest expiries."""
+    counts = {(state, age): 0 for state in STATES for age, _ in AGE_BUCKETS}
+    oldest: dict[str, datetime] = {}
+    expiries: list[datetime] = []
+    for row in groups:
+        counts[row["state"], row["age"]] = row["refunds"]
+        if row["state"] not in oldest or row["oldest"] < oldest[row["state"]]:
+            oldest[row["state"]] = row["oldest"]
+        if row["state"] == AWAITING_APPROVAL and row["soonest_expiry"] is not None:
+            expiries.append(row["soonest_expiry"])
+    return counts, oldest, expiries
 
 
 def send_queue_families(now: datetime) -> list[Metric]:
