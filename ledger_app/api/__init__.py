@@ -1,0 +1,2 @@
+"""The REST API in Stripe's wire format: authentication, parameters, versions and one
+module of views per resource."""

@@ -1,5 +1,5 @@
 """API key authentication: `Authorization: Bearer sk_...`, or HTTP Basic with the key as
-the user name (what `curl -u sk_...:` sends)."""
+the user name (what curl's `-u` option sends)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Outbound webhooks, delivered: every pending WebhookDelivery (services/events.py writes
+"""Outbound webhooks, delivered: every pending WebhookDelivery (events/services.py writes
 them with their change) goes to its endpoint, signed as Stripe signs, at least once.
 
 A worker claims a batch of due deliveries in one short transaction (SKIP LOCKED on
@@ -141,32 +141,10 @@ def deliver_due(
         hand=SharedHand(hand or ItemInHand()),
     )
     tally = RunOutcomes()
-    first = run.claim_next(tally)
-    lanes = threads or settings.WEBHOOK_DELIVERY_THREADS
-    if not connection.features.has_select_for_update_skip_locked:
-        lanes = 1  # SQLite: one writer at a time, and claims that would wait on each other
-    helpers: list[tuple[threading.Thread, RunOutcomes]] = []
     try:
-        if first is not None and len(first[1]) >= batch_size:
-            for number in range(1, lanes):
-                helper_tally = RunOutcomes()
-                helper = threading.Thread(
-                    target=run.helper_lane, args=(helper_tally,), name=f"deliver-{number}"
-                )
-                helper.start()
-                helpers.append((helper, helper_tally))
-        claimed, first = first, None
-        run.lane(tally, claimed)
-    except BaseException:
-        run.halt.set()  # the other lanes take nothing new
-        if first is not None:  # claimed, never started: free again at once
-            _hand_back(first[1], first[0], tally)
-        raise
+        run.run_lanes(tally, threads or settings.WEBHOOK_DELIVERY_THREADS)
     finally:
-        for helper, _ in helpers:
-            helper.join()
-    for _, helper_tally in helpers:
-        tally.add_up(helper_tally)
+        run.join_helpers(tally)
     if run.crashed:
         raise run.crashed[0]
     return tally
@@ -192,6 +170,42 @@ class _Run:
         self._said = threading.Lock()
         self.crashed: list[BaseException] = []
         self.halt = threading.Event()
+        self.helpers: list[tuple[threading.Thread, RunOutcomes]] = []
+
+    def run_lanes(self, tally: RunOutcomes, lanes: int) -> None:
+        """This thread's lane, and `lanes` - 1 helper lanes beside it once the first claim
+        comes back full (a backlog), where SKIP LOCKED exists. If this lane raises, the
+        helpers take nothing new and a batch claimed but never started is handed back."""
+        first = self.claim_next(tally)
+        if not connection.features.has_select_for_update_skip_locked:
+            lanes = 1  # SQLite: one writer at a time, and claims that would wait on each other
+        try:
+            if first is not None and len(first[1]) >= self.batch_size:
+                self.start_helpers(lanes - 1)
+            claimed, first = first, None
+            self.lane(tally, claimed)
+        except BaseException:
+            self.halt.set()  # the other lanes take nothing new
+            if first is not None:  # claimed, never started: free again at once
+                _hand_back(first[1], first[0], tally)
+            raise
+
+    def start_helpers(self, count: int) -> None:
+        """`count` helper lanes, each in a thread of its own with a tally of its own."""
+        for number in range(1, count + 1):
+            helper_tally = RunOutcomes()
+            helper = threading.Thread(
+                target=self.helper_lane, args=(helper_tally,), name=f"deliver-{number}"
+            )
+            helper.start()
+            self.helpers.append((helper, helper_tally))
+
+    def join_helpers(self, tally: RunOutcomes) -> None:
+        """Wait for every helper lane to end, and add what each did to `tally`."""
+        for helper, _ in self.helpers:
+            helper.join()
+        for _, helper_tally in self.helpers:
+            tally.add_up(helper_tally)
 
     def stopping(self) -> bool:
         return self.halt.is_set() or self.should_stop()

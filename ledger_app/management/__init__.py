@@ -1,0 +1,1 @@
+"""The batch jobs and operators' tools, as manage.py commands."""
