@@ -147,8 +147,9 @@ def guarded_changelist(changelist_class: type) -> type:
 class LookupGuard(ModelAdminMixin):
     """Mixed into every registered admin (ReadOnlyAdmin, and the site's `register` for the
     rest: backoffice/admin_site.py): a list answers only the lookups its filters, date
-    hierarchy and `linked_lookups` use, and nothing reads a secret. Anything else gets Django's own answer to a bad filter, the list
-    without filters and "?e=1"; never a count, never a 500."""
+    hierarchy and `linked_lookups` use, and nothing reads a secret. Anything else gets
+    Django's own answer to a bad filter, the list without filters and "?e=1"; never a
+    count, never a 500."""
 
     # Lookups our own pages link to this list with, that no filter in its sidebar offers
     # (the charge page's "all refunds of this charge": charge__id__exact).
