@@ -215,30 +215,12 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Answ
     address = address_for(place)
     headers = {name: value for name, value in headers.items() if name.lower() != "host"}
     limits = urllib3.Timeout(total=timeout, connect=timeout, read=timeout)
-    pool: urllib3.PoolManager | urllib3.HTTPConnectionPool
-    if settings.WEBHOOK_PROXY_URL:
-        pool, target, host = _proxied_pool(place, address, limits)
-    else:
-        pool, target, host = _pinned_pool(place, address, limits), place.target, place.authority
+    pool, target, host = _pool_for(place, address, limits)
     headers["Host"] = host
     watched(pool)
     deadline = Deadline(timeout).start()
     try:
-        response = pool.urlopen(
-            "POST",
-            target,
-            body=body,
-            headers=headers,
-            redirect=False,
-            retries=False,
-            preload_content=False,
-            assert_same_host=False,
-        )
-        try:
-            excerpt = b"" if 200 <= response.status < 300 else _excerpt(response)
-        finally:
-            response.close()
-        return Answer(response.status, excerpt)
+        return _post_once(pool, target, body, headers)
     except NewConnectionError as exc:  # a subclass of the timeout, for old callers' sake
         raise NoAnswer(_why_no_answer(exc)) from None
     except Urllib3Timeout:
@@ -253,6 +235,36 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Answ
             pool.clear()
         else:
             pool.close()
+
+
+Pool = urllib3.PoolManager | urllib3.HTTPConnectionPool
+
+
+def _pool_for(place: Destination, address: str, limits: urllib3.Timeout) -> tuple[Pool, str, str]:
+    """The pool, the request target and the Host header: through WEBHOOK_PROXY_URL when
+    it is set, else straight to the checked address."""
+    if settings.WEBHOOK_PROXY_URL:
+        return _proxied_pool(place, address, limits)
+    return _pinned_pool(place, address, limits), place.target, place.authority
+
+
+def _post_once(pool: Pool, target: str, body: bytes, headers: dict[str, str]) -> Answer:
+    """One POST, its answer's status and (when not 2xx) the first bytes of its body."""
+    response = pool.urlopen(
+        "POST",
+        target,
+        body=body,
+        headers=headers,
+        redirect=False,
+        retries=False,
+        preload_content=False,
+        assert_same_host=False,
+    )
+    try:
+        excerpt = b"" if 200 <= response.status < 300 else _excerpt(response)
+    finally:
+        response.close()
+    return Answer(response.status, excerpt)
 
 
 def _proxied_pool(
