@@ -4,6 +4,7 @@ deliveries a worker may claim, the API's event list."""
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 
 from django.conf import settings
 from django.db.models import (
@@ -105,25 +106,34 @@ def events_listed(
     asked = [*(types or []), *([type_name] if type_name is not None else [])]
     if any(has_unstorable_characters(name) for name in asked):
         return events.none()  # no event has such a type (and PostgreSQL cannot compare it)
+    if version is not None:
+        recorded = list(EventType.values)
+        wanted = partial(_type_wanted, type_name=type_name, types=types)
+        chosen = api_versions.recorded_types(version, recorded, wanted)
+        if chosen != recorded:
+            return events.filter(type__in=chosen)
+    return _of_types(events, type_name, types)
 
-    def wanted(told: str) -> bool:
-        if types is not None and told not in types:
-            return False
-        if type_name is None or type_name == "*":
-            return True
-        if type_name.endswith(".*"):
-            return told.startswith(type_name[:-1])
-        return told == type_name
 
-    recorded = list(EventType.values)
-    chosen = recorded if version is None else api_versions.recorded_types(version, recorded, wanted)
-    if version is not None and chosen != recorded:
-        return events.filter(type__in=chosen)
+def _type_wanted(told: str, *, type_name: str | None, types: list[str] | None) -> bool:
+    """Whether events of a type, as the API version tells it, are among those asked for."""
+    if types is not None and told not in types:
+        return False
+    if type_name is None or type_name == "*":
+        return True
+    if type_name.endswith(".*"):
+        return told.startswith(type_name[:-1])
+    return told == type_name
+
+
+def _of_types(
+    events: QuerySet[Event], type_name: str | None, types: list[str] | None
+) -> QuerySet[Event]:
+    """`events` of the types asked for, as they are recorded."""
     if types is not None:
         events = events.filter(type__in=types)
-    if type_name is not None and type_name != "*":
-        if type_name.endswith(".*"):
-            events = events.filter(type__startswith=type_name[:-1])
-        else:
-            events = events.filter(type=type_name)
-    return events
+    if type_name is None or type_name == "*":
+        return events
+    if type_name.endswith(".*"):
+        return events.filter(type__startswith=type_name[:-1])
+    return events.filter(type=type_name)
