@@ -22,6 +22,7 @@ from ledger_app.rendering.fields import (
     Fixed,
     StripeList,
     StripeObject,
+    fixed_fields,
     shown_metadata,
     shown_status,
     unix,
@@ -132,56 +133,33 @@ def render_charge(charge: Charge, *, refunds: dict[str, Any] | None = None) -> d
     succeeded = status == Charge.Status.SUCCEEDED
     failed = status == Charge.Status.FAILED
     detail = charge.status_detail
-    shown: dict[str, Any] = {
-        "id": charge.id,
-        "object": "charge",
-        "amount": charge.amount,
-        "amount_captured": charge.amount if succeeded else 0,
-        "amount_refunded": charge.amount_refunded,
-        "application": None,
-        "application_fee": None,
-        "application_fee_amount": None,
-        "balance_transaction": None,
-        "billing_details": {**NO_BILLING_DETAILS, "address": dict(NO_ADDRESS)},
-        "calculated_statement_descriptor": None,
-        "captured": succeeded,
-        "created": unix(charge.created_at),
-        "currency": charge.currency,
-        "customer": charge.customer or None,
-        "description": charge.description or None,
-        "disputed": bool(charge.dispute_id),
-        "failure_balance_transaction": None,
-        # A failed charge's code from the provider (card_declined), when it gave one.
-        "failure_code": detail if failed and FAILURE_CODE.match(detail) else None,
-        "failure_message": (detail or None) if failed else None,
-        "fraud_details": {},
-        "livemode": False,
-        "metadata": shown_metadata(charge.metadata),
-        "on_behalf_of": None,
-        "outcome": None,
-        "paid": succeeded,
-        "payment_intent": charge.payment_intent or None,
-        "payment_method": None,
-        "payment_method_details": None,
-        "receipt_email": None,
-        "receipt_number": None,
-        "receipt_url": None,
-        "refunded": bool(charge.refunded),
-    }
-    if refunds is not None:
-        shown["refunds"] = refunds
+    shown = dict(CHARGE_FIELDS if refunds is not None else CHARGE_FIELDS_UNEMBEDDED)
     shown.update(
-        review=None,
-        shipping=None,
-        source=None,
-        source_transfer=None,
-        statement_descriptor=None,
-        statement_descriptor_suffix=None,
+        id=charge.id,
+        object="charge",
+        amount=charge.amount,
+        amount_captured=charge.amount if succeeded else 0,
+        amount_refunded=charge.amount_refunded,
+        billing_details={**NO_BILLING_DETAILS, "address": dict(NO_ADDRESS)},
+        captured=succeeded,
+        created=unix(charge.created_at),
+        currency=charge.currency,
+        customer=charge.customer or None,
+        description=charge.description or None,
+        disputed=bool(charge.dispute_id),
+        # A failed charge's code from the provider (card_declined), when it gave one.
+        failure_code=detail if failed and FAILURE_CODE.match(detail) else None,
+        failure_message=(detail or None) if failed else None,
+        fraud_details={},
+        metadata=shown_metadata(charge.metadata),
+        paid=succeeded,
+        payment_intent=charge.payment_intent or None,
+        refunded=bool(charge.refunded),
         status=str(shown_status(status)),
-        transfer_data=None,
-        transfer_group=None,
         ledger_status=str(status),
     )
+    if refunds is not None:
+        shown["refunds"] = refunds
     return shown
 
 
@@ -199,6 +177,11 @@ def refund_list(charge: Charge, refunds: list[Refund], size: int) -> dict[str, A
         "has_more": len(refunds) > size,
         "url": f"/v1/charges/{charge.id}/refunds",
     }
+
+
+# What render_charge starts from: ChargeSerializer's fields in order, the fixed ones set.
+CHARGE_FIELDS = fixed_fields(ChargeSerializer)
+CHARGE_FIELDS_UNEMBEDDED = {name: v for name, v in CHARGE_FIELDS.items() if name != "refunds"}
 
 
 class ChargeListSerializer(StripeList):

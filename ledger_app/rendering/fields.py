@@ -55,6 +55,19 @@ class Fixed(serializers.Field):
         return copy.deepcopy(self.value)
 
 
+def fixed_fields(serializer_class: type[serializers.Serializer]) -> dict[str, Any]:
+    """The serializer's fields in their declared order, each holding its Fixed value (the
+    same on every object) or None: a render function copies this and sets the object's
+    own values in place, so its answer keeps the order. A Fixed container (a list, a
+    dict) is None here too, so no two answers share one: the render sets a new one."""
+    return {
+        name: None
+        if not isinstance(field, Fixed) or isinstance(field.value, (dict, list))
+        else field.value
+        for name, field in serializer_class().fields.items()
+    }
+
+
 # Our statuses that Stripe's clients see as `pending`: money reserved, not final.
 SHOWN_AS_PENDING = frozenset(
     {MovementStatus.PENDING, MovementStatus.UNKNOWN, MovementStatus.AWAITING_APPROVAL}

@@ -19,6 +19,7 @@ from ledger_app.rendering.fields import (
     NULL_OBJECT,
     ExpandableId,
     Fixed,
+    fixed_fields,
     shown_metadata,
     unix,
 )
@@ -51,21 +52,7 @@ def _last_payment_error(charge: Charge) -> dict[str, Any] | None:
 def render_payment_intent(charge: Charge, *, charges: list[Charge] | None = None) -> dict[str, Any]:
     """The PaymentIntent of `charge` (its latest charge) in today's shape; `charges`
     (newest first, EMBEDDED_CHARGES + 1 at most) for the versions that carry them."""
-    succeeded = charge.status == Charge.Status.SUCCEEDED
-    shown: dict[str, Any] = {
-        "id": charge.payment_intent,
-        "object": "payment_intent",
-        "allowed_payment_method_types": None,
-        "amount": charge.amount,
-        "amount_capturable": 0,
-        "amount_received": charge.amount if succeeded else 0,
-        "application": None,
-        "application_fee_amount": None,
-        "automatic_payment_methods": None,
-        "canceled_at": None,
-        "cancellation_reason": None,
-        "capture_method": "automatic",
-    }
+    shown = dict(INTENT_FIELDS if charges is None else INTENT_FIELDS_WITH_CHARGES)
     if charges is not None:
         shown["charges"] = {
             "object": "list",
@@ -73,38 +60,20 @@ def render_payment_intent(charge: Charge, *, charges: list[Charge] | None = None
             "has_more": len(charges) > EMBEDDED_CHARGES,
             "url": f"/v1/charges?payment_intent={charge.payment_intent}",
         }
+    succeeded = charge.status == Charge.Status.SUCCEEDED
     shown.update(
-        client_secret=None,
-        confirmation_method="automatic",
+        id=charge.payment_intent,
+        amount=charge.amount,
+        amount_received=charge.amount if succeeded else 0,
         created=unix(charge.created_at),
         currency=charge.currency,
         customer=charge.customer or None,
-        customer_account=None,
         description=charge.description or None,
-        excluded_payment_method_types=None,
         last_payment_error=_last_payment_error(charge),
         latest_charge=charge.id,
-        livemode=False,
-        managed_payments=None,
         metadata=shown_metadata(charge.metadata),
-        next_action=None,
-        on_behalf_of=None,
-        payment_method=None,
-        payment_method_configuration_details=None,
-        payment_method_options=None,
         payment_method_types=["card"],
-        payment_record=None,
-        processing=None,
-        receipt_email=None,
-        review=None,
-        setup_future_usage=None,
-        shipping=None,
-        source=None,
-        statement_descriptor=None,
-        statement_descriptor_suffix=None,
         status=INTENT_STATUS[charge.status],
-        transfer_data=None,
-        transfer_group=None,
     )
     return shown
 
@@ -181,3 +150,16 @@ class PaymentIntentSerializer(serializers.Serializer):
 
     def to_representation(self, instance: Charge) -> dict[str, Any]:
         return render_payment_intent(instance)
+
+
+def _with_charges(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with `charges` where the versions before 2022-11-15 show it (by name, as
+    Stripe orders its fields: after capture_method)."""
+    names = list(fields)
+    at = names.index("capture_method") + 1
+    return {name: fields.get(name) for name in [*names[:at], "charges", *names[at:]]}
+
+
+# What render_payment_intent starts from: the serializer's fields in order, the fixed ones set.
+INTENT_FIELDS = fixed_fields(PaymentIntentSerializer)
+INTENT_FIELDS_WITH_CHARGES = _with_charges(INTENT_FIELDS)
