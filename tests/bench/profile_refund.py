@@ -62,7 +62,7 @@ def main() -> None:
 
     from django.db import connection
 
-    from ledger_app.refunds.services import create_refund
+    from ledger_app.refunds.services import RefundRequest, create_refund
 
     rng = random.Random(7)
     statements = {"sql": 0, "commits": 0}
@@ -73,10 +73,12 @@ def main() -> None:
 
     def refund() -> None:
         create_refund(
-            charge_id=run.charge_for(args.hot, rng),
-            amount=1,
-            idempotency_key=uuid.uuid4().hex,
-            source="api",
+            RefundRequest(
+                charge_id=run.charge_for(args.hot, rng),
+                amount=1,
+                idempotency_key=uuid.uuid4().hex,
+                source="api",
+            )
         )
 
     if args.http:

@@ -142,16 +142,21 @@ def service_worker(url, hot, seconds, gate: Gate, dispatch):
     import random
 
     django_setup(url, dispatch)
-    from ledger_app.refunds.services import create_refund
+    from ledger_app.refunds.services import RefundRequest, create_refund
 
     rng = random.Random()
-    create_refund(charge_id=charge_for(hot, rng), amount=1, source="api")  # warm up
+    create_refund(RefundRequest(charge_id=charge_for(hot, rng), amount=1, source="api"))  # warm up
     gate.barrier.wait()
     done, latencies, deadline = 0, [], time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         began = time.perf_counter()
         create_refund(
-            charge_id=charge_for(hot, rng), amount=1, idempotency_key=uuid.uuid4().hex, source="api"
+            RefundRequest(
+                charge_id=charge_for(hot, rng),
+                amount=1,
+                idempotency_key=uuid.uuid4().hex,
+                source="api",
+            )
         )
         latencies.append(time.perf_counter() - began)
         done += 1
@@ -167,10 +172,12 @@ def paced_worker(url, rate, offset, pacing: Pacing):
     import random
 
     django_setup(url, "inline")
-    from ledger_app.refunds.services import create_refund
+    from ledger_app.refunds.services import RefundRequest, create_refund
 
     rng = random.Random()
-    create_refund(charge_id=charge_for(False, rng), amount=1, source="api")  # warm up
+    create_refund(
+        RefundRequest(charge_id=charge_for(False, rng), amount=1, source="api")
+    )  # warm up
     pacing.ready.put(os.getpid())
     pacing.go.wait()
     interval = 1 / rate if rate else 0.0
@@ -180,10 +187,12 @@ def paced_worker(url, rate, offset, pacing: Pacing):
             time.sleep(wait)
         started = due if rate else time.monotonic()
         create_refund(
-            charge_id=charge_for(False, rng),
-            amount=1,
-            idempotency_key=uuid.uuid4().hex,
-            source="api",
+            RefundRequest(
+                charge_id=charge_for(False, rng),
+                amount=1,
+                idempotency_key=uuid.uuid4().hex,
+                source="api",
+            )
         )
         ended = time.monotonic()
         samples.append((started, ended - started))
@@ -327,18 +336,22 @@ def _in_django(url, func_name, args, results):
 
 
 def replay_and_growth(count: int) -> dict:
-    from ledger_app.refunds.services import create_refund
+    from ledger_app.refunds.services import RefundRequest, create_refund
 
     def per_op(charge, keyed_replay=False):
         key = uuid.uuid4().hex
-        create_refund(charge_id=charge, amount=1, idempotency_key=key, source="api")
+        create_refund(RefundRequest(charge_id=charge, amount=1, idempotency_key=key, source="api"))
         began = time.perf_counter()
         for _ in range(count):
             if keyed_replay:
-                create_refund(charge_id=charge, amount=1, idempotency_key=key, source="api")
+                create_refund(
+                    RefundRequest(charge_id=charge, amount=1, idempotency_key=key, source="api")
+                )
             else:
                 create_refund(
-                    charge_id=charge, amount=1, idempotency_key=uuid.uuid4().hex, source="api"
+                    RefundRequest(
+                        charge_id=charge, amount=1, idempotency_key=uuid.uuid4().hex, source="api"
+                    )
                 )
         return (time.perf_counter() - began) / count * 1000
 
