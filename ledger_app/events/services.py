@@ -9,7 +9,7 @@ they are there. Nothing is sent here; `deliver_webhooks` sends the deliveries.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -89,20 +89,8 @@ def build_many(
     delivery for each endpoint that wants one, not yet written. `endpoints` lets a caller
     read the live endpoints before it takes a lock; `newest_refunds` (by charge id) the
     refunds a charge's snapshot embeds, when the caller has them."""
-    given = newest_refunds or {}
-    rendered: dict[tuple[type, str], dict[str, Any]] = {}
     endpoints = capped(live_endpoints() if endpoints is None else endpoints)
-    embed = {event_type for event_type, _, _ in changes if embeds_refunds(endpoints, event_type)}
-
-    def snapshot(obj: Charge | Refund, event_type: EventType) -> dict[str, Any]:
-        if not isinstance(obj, Charge):
-            return rendered.setdefault((Refund, obj.pk), object_snapshot(obj))
-        embedded = event_type in embed
-        return rendered.setdefault(
-            (Charge, f"{obj.pk}:{embedded}"),
-            object_snapshot(obj, newest_refunds=given.get(obj.pk), embed_refunds=embedded),
-        )
-
+    snapshot = _snapshots(changes, endpoints, newest_refunds or {})
     events = [
         Event(
             type=event_type,
@@ -126,6 +114,29 @@ def build_many(
         if endpoint.wants(event.type)
     ]
     return events, deliveries
+
+
+def _snapshots(
+    changes: Sequence[Change],
+    endpoints: list[WebhookEndpoint],
+    newest_refunds: dict[str, list[Refund]],
+) -> Callable[[Charge | Refund, EventType], dict[str, Any]]:
+    """How build_many renders an object for an event of a type: each object once (a
+    charge once with its refunds, for the types an endpoint on an older version gets, and
+    once without)."""
+    rendered: dict[tuple[type, str], dict[str, Any]] = {}
+    embed = {event_type for event_type, _, _ in changes if embeds_refunds(endpoints, event_type)}
+
+    def snapshot(obj: Charge | Refund, event_type: EventType) -> dict[str, Any]:
+        if not isinstance(obj, Charge):
+            return rendered.setdefault((Refund, obj.pk), object_snapshot(obj))
+        embedded = event_type in embed
+        return rendered.setdefault(
+            (Charge, f"{obj.pk}:{embedded}"),
+            object_snapshot(obj, newest_refunds=newest_refunds.get(obj.pk), embed_refunds=embedded),
+        )
+
+    return snapshot
 
 
 def capped(endpoints: list[WebhookEndpoint]) -> list[WebhookEndpoint]:

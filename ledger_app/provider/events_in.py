@@ -197,14 +197,7 @@ def _apply_dispute(obj: dict[str, Any]) -> Applied:
             return Applied(f"ignored: its dispute's {field} {_shown(value)} is not an id", True)
     if status not in DISPUTE_STATUSES:
         return Applied(f"ignored: dispute {dispute_id}'s status {_shown(status)} is not one", True)
-    # A charge's amount and currency never change, so they are checked before its lock.
-    found = (
-        Charge.objects.filter(
-            Q(provider_charge_id=charge_ref) | Q(pk=charge_ref, provider_charge_id="")
-        )
-        .values_list("pk", "amount", "currency")
-        .first()
-    )
+    found = _disputed_charge(charge_ref)
     if found is None:
         return Applied(f"unknown charge {charge_ref} of dispute {dispute_id}")
     pk, charge_amount, charge_currency = found
@@ -228,6 +221,13 @@ def _apply_dispute(obj: dict[str, Any]) -> Applied:
             [(EventType.CHARGE_UPDATED, charge, {"disputed": False})], endpoints=endpoints
         )
     return Applied(f"charge {charge.pk}: dispute {dispute_id} {before} -> {status}")
+
+
+def _disputed_charge(charge_ref: str) -> tuple[str, int, str] | None:
+    """The pk, amount and currency of the charge the provider knows as `charge_ref`, read
+    before its lock: a charge's amount and currency never change."""
+    by_ref = Q(provider_charge_id=charge_ref) | Q(pk=charge_ref, provider_charge_id="")
+    return Charge.objects.filter(by_ref).values_list("pk", "amount", "currency").first()
 
 
 def _candidate(kind: Kind, provider_id: str, named: str | None) -> tuple[str, str] | str | None:

@@ -146,6 +146,27 @@ class Command(BaseCommand):
     help = "Load demo charges and refunds once, and create the admin user (safe to re-run)."
 
     def handle(self, *args, **options):
+        created = self._demo_charges()
+        self._stale_pending_refund()
+        self._refund_awaiting_approval()
+        created += self._month_of_history()
+        self.stdout.write(charges_said(created))
+        self.stdout.write(
+            f"The {len(DEMO_CHARGES)} that show each case (the other {len(history_rows())} "
+            "are a month of settled refunds for the home page's chart):"
+        )
+        for charge in Charge.objects.filter(pk__in=[row[0] for row in DEMO_CHARGES]):
+            self.stdout.write(
+                f"  {charge.id}  {charge.status:<9}  "
+                f"{format_money(charge.amount, charge.currency):>12} charged, "
+                f"{format_money(charge.amount_refunded, charge.currency):>12} refunded"
+            )
+        self._ensure_admin()
+        self._ensure_api_key()
+        self._second_factor_notice()
+
+    def _demo_charges(self) -> int:
+        """The charges that show each case, each with its refunds; the charges it made."""
         created = 0
         for charge_id, amount, currency, status, description, refunds, extra in DEMO_CHARGES:
             if not Charge.objects.filter(pk=charge_id).exists():
@@ -172,23 +193,7 @@ class Command(BaseCommand):
                         source=Refund.Source.CLI,
                     )
                 )
-        self._stale_pending_refund()
-        self._refund_awaiting_approval()
-        created += self._month_of_history()
-        self.stdout.write(charges_said(created))
-        self.stdout.write(
-            f"The {len(DEMO_CHARGES)} that show each case (the other {len(history_rows())} "
-            "are a month of settled refunds for the home page's chart):"
-        )
-        for charge in Charge.objects.filter(pk__in=[row[0] for row in DEMO_CHARGES]):
-            self.stdout.write(
-                f"  {charge.id}  {charge.status:<9}  "
-                f"{format_money(charge.amount, charge.currency):>12} charged, "
-                f"{format_money(charge.amount_refunded, charge.currency):>12} refunded"
-            )
-        self._ensure_admin()
-        self._ensure_api_key()
-        self._second_factor_notice()
+        return created
 
     def _refund_awaiting_approval(self) -> None:
         """The agents' demo limits, and one refund over them that a lead (the admin) can

@@ -99,12 +99,8 @@ def settle_locked_refund(
     previous = _move(refund, outcome, REVERSIBLE if reversal else FORWARD)
     noted = ["destination_reference"] if _note_reference(refund, outcome) else []
     if previous is None:
-        if noted:  # the reference alone: not a move, so no ledger entry; refund.updated
-            refund.charge = charge  # tells of its destination_details, as Stripe's
-            given = [(EventType.REFUND_UPDATED, refund, {"destination_reference": ""})]
-            sql_writes.execute_together(
-                [sql_writes.update(refund, noted), *events.event_writes(given, endpoints=endpoints)]
-            )
+        if noted:
+            _write_reference(refund, charge, endpoints)
         return refund
     refund.charge = charge
     statements: list[sql_writes.Statement | None] = [
@@ -124,6 +120,19 @@ def settle_locked_refund(
     statements += events.event_writes(told, endpoints=endpoints)
     sql_writes.execute_together(statements)  # one round trip on PostgreSQL
     return refund
+
+
+def _write_reference(refund: Refund, charge: Charge, endpoints: list[WebhookEndpoint]) -> None:
+    """The reference alone: not a move, so no ledger entry; refund.updated tells of its
+    destination_details, as Stripe's does."""
+    refund.charge = charge
+    given = [(EventType.REFUND_UPDATED, refund, {"destination_reference": ""})]
+    sql_writes.execute_together(
+        [
+            sql_writes.update(refund, ["destination_reference"]),
+            *events.event_writes(given, endpoints=endpoints),
+        ]
+    )
 
 
 def _note_reference(refund: Refund, outcome: Outcome) -> bool:
