@@ -7,8 +7,11 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import TextIO
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
@@ -83,22 +86,7 @@ class Command(BaseCommand):
             "--dry-run", action="store_true", help="Check every row, write nothing."
         )
         parser.add_argument("--report", type=Path, help="Write one line per row to this CSV.")
-        parser.add_argument(
-            "--repeat-window",
-            type=repeat_window,
-            default=DEFAULT_REPEAT_WINDOW,
-            metavar="TIME",
-            help=(
-                "A row whose charge was refunded the same amount within this long by another "
-                "batch or person is refused as repeat_of_earlier, naming it (default 7d; "
-                "days, or 36h, 7d)."
-            ),
-        )
-        parser.add_argument(
-            "--allow-repeats",
-            action="store_true",
-            help="Refund rows even when they repeat an earlier refund (no repeat check).",
-        )
+        add_repeat_options(parser)
         parser.add_argument(
             "--requested-by",
             metavar="USERNAME",
@@ -108,21 +96,7 @@ class Command(BaseCommand):
                 "Without it the rows are the operator's (cli:<login>), which no limit holds."
             ),
         )
-        parser.add_argument(
-            "--jobs",
-            type=job_count,
-            default=1,
-            metavar="N",
-            help=(
-                f"Refund in N processes at once (1 to {MAX_JOBS}; default 1), each row still "
-                "through create_refund. Every row of one charge goes to the same job, in "
-                "file order, so every row ends as it would with --jobs 1; the report stays "
-                "in row order. PostgreSQL only: on SQLite (one writer at a time) and with "
-                "--dry-run (which counts what earlier rows would take) it runs as one job. "
-                "SIGINT/SIGTERM: each job finishes its row in hand, the rows done are "
-                "reported, and a re-run with the same --batch-id does the rest."
-            ),
-        )
+        add_jobs_option(parser)
 
     def run_from_argv(self, argv):
         try:
@@ -156,35 +130,36 @@ class Command(BaseCommand):
         if jobs == 1:
             summary = self.run_batch(file, batch_id=batch_id, dry_run=dry_run, report=report)
         else:
-            with stop_requests(self.stderr.write, "row of each job") as stopping:
-                summary = self.run_batch(
-                    file,
-                    batch_id=batch_id,
-                    dry_run=False,
-                    report=report,
-                    jobs=jobs,
-                    should_stop=lambda: bool(stopping),
-                )
-            if summary.stopped:
-                name = signal.Signals(stopping[0]).name
-                self.stderr.write(
-                    summary_line(summary, prefix=f"bulk_refund stopped by {name}")
-                    + f" (of {count_of(self.total_rows, 'row')}). Each job finished its row in "
-                    f"hand; run it again with --batch-id {batch_id} to do the rest (rows done "
-                    "replay)."
-                )
-                raise Stopped(stopping[0])
+            summary = self.run_jobs(file, batch_id=batch_id, report=report, jobs=jobs)
         self.stdout.write(summary_line(summary, dry_run=dry_run))
         if summary.repeats_by:
-            self.stderr.write(
-                f"{count_of(sum(summary.repeats_by.values()), 'row')} repeat earlier refunds "
-                f"({repeats_told(summary)}) and {'would be' if dry_run else 'were'} not "
-                "refunded: is this file running again under a new --batch-id? If these are "
-                "new refunds, run it with --allow-repeats."
-            )
+            self.stderr.write(repeats_warning(summary, dry_run=dry_run))
         if summary.refused:
             were = "was" if summary.refused == 1 else "were"
             raise CommandError(f"{count_of(summary.refused, 'row')} {were} refused", returncode=1)
+
+    def run_jobs(self, file: Path, *, batch_id: str, report: Path | None, jobs: int) -> BulkSummary:
+        """run_batch in several jobs at once until SIGINT or SIGTERM: then each job finishes
+        its row in hand, the rows done are told and reported, and Stopped is raised."""
+        with stop_requests(self.stderr.write, "row of each job") as stopping:
+            summary = self.run_batch(
+                file,
+                batch_id=batch_id,
+                dry_run=False,
+                report=report,
+                jobs=jobs,
+                should_stop=lambda: bool(stopping),
+            )
+        if summary.stopped:
+            name = signal.Signals(stopping[0]).name
+            self.stderr.write(
+                summary_line(summary, prefix=f"bulk_refund stopped by {name}")
+                + f" (of {count_of(self.total_rows, 'row')}). Each job finished its row in "
+                f"hand; run it again with --batch-id {batch_id} to do the rest (rows done "
+                "replay)."
+            )
+            raise Stopped(stopping[0])
+        return summary
 
     def usable_jobs(self, jobs: int, *, dry_run: bool) -> int:
         """--jobs, or 1 (and why, on stderr) where more than one job cannot help."""
@@ -219,40 +194,26 @@ class Command(BaseCommand):
             self.total_rows = rows
             progress.set_total(rows)
 
-        report_file = report.open("w", newline="", encoding="utf-8") if report else None
-        # Its cells are the file's own text too (charge ids, messages naming them): defused.
-        writer = csv_writer(report_file) if report_file else None
-        if writer:
-            writer.writerow(REPORT_COLUMNS)
+        report_file, write_line = open_report(report)
 
         def on_row(result: BulkRowResult) -> None:
             progress.step()
             self.warn_if_key_reused(result)
-            if writer:
-                writer.writerow(report_line(result))
+            if write_line:
+                write_line(report_line(result))
 
+        run = BulkRun(
+            batch_id=batch_id,
+            actor=self.actor,
+            dry_run=dry_run,
+            jobs=jobs,
+            repeat_window=self.repeat_window,
+        )
         try:
-            return run_bulk_refund(
-                file,
-                BulkRun(
-                    batch_id=batch_id,
-                    actor=self.actor,
-                    dry_run=dry_run,
-                    jobs=jobs,
-                    repeat_window=self.repeat_window,
-                ),
-                should_stop=should_stop,
-                on_start=on_start,
-                on_row=on_row,
-            )
-        except UnusableFile as exc:
-            raise CommandError(f"unusable file: {exc}; nothing was written", returncode=2) from None
-        except JobFailed as exc:
-            raise CommandError(
-                f"{exc}\nThe rows done are reported; once the cause is fixed, run it again "
-                f"with --batch-id {batch_id} to do the rest (rows done replay).",
-                returncode=1,
-            ) from None
+            with exit_codes(batch_id):
+                return run_bulk_refund(
+                    file, run, should_stop=should_stop, on_start=on_start, on_row=on_row
+                )
         finally:
             progress.close()
             if report_file:
@@ -273,6 +234,73 @@ class Stopped(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+def add_repeat_options(parser: argparse.ArgumentParser) -> None:
+    """--repeat-window and --allow-repeats: which rows are refused as repeats."""
+    parser.add_argument(
+        "--repeat-window",
+        type=repeat_window,
+        default=DEFAULT_REPEAT_WINDOW,
+        metavar="TIME",
+        help=(
+            "A row whose charge was refunded the same amount within this long by another "
+            "batch or person is refused as repeat_of_earlier, naming it (default 7d; "
+            "days, or 36h, 7d)."
+        ),
+    )
+    parser.add_argument(
+        "--allow-repeats",
+        action="store_true",
+        help="Refund rows even when they repeat an earlier refund (no repeat check).",
+    )
+
+
+def add_jobs_option(parser: argparse.ArgumentParser) -> None:
+    """--jobs: how many processes refund at once."""
+    parser.add_argument(
+        "--jobs",
+        type=job_count,
+        default=1,
+        metavar="N",
+        help=(
+            f"Refund in N processes at once (1 to {MAX_JOBS}; default 1), each row still "
+            "through create_refund. Every row of one charge goes to the same job, in "
+            "file order, so every row ends as it would with --jobs 1; the report stays "
+            "in row order. PostgreSQL only: on SQLite (one writer at a time) and with "
+            "--dry-run (which counts what earlier rows would take) it runs as one job. "
+            "SIGINT/SIGTERM: each job finishes its row in hand, the rows done are "
+            "reported, and a re-run with the same --batch-id does the rest."
+        ),
+    )
+
+
+def open_report(report: Path | None) -> tuple[TextIO | None, Callable[[list], object] | None]:
+    """The --report file and what writes a line to it, the header written; (None, None)
+    without one. Its cells are the file's own text too (charge ids, messages naming them):
+    defused."""
+    if report is None:
+        return None, None
+    report_file = report.open("w", newline="", encoding="utf-8")
+    writer = csv_writer(report_file)
+    writer.writerow(REPORT_COLUMNS)
+    return report_file, writer.writerow
+
+
+@contextmanager
+def exit_codes(batch_id: str) -> Iterator[None]:
+    """An unusable file as exit 2 (nothing was written) and a failed job as exit 1, each
+    told what to do next."""
+    try:
+        yield
+    except UnusableFile as exc:
+        raise CommandError(f"unusable file: {exc}; nothing was written", returncode=2) from None
+    except JobFailed as exc:
+        raise CommandError(
+            f"{exc}\nThe rows done are reported; once the cause is fixed, run it again "
+            f"with --batch-id {batch_id} to do the rest (rows done replay).",
+            returncode=1,
+        ) from None
 
 
 def job_count(value: str) -> int:
@@ -319,6 +347,16 @@ def repeat_window(value: str) -> timedelta:
         raise argparse.ArgumentTypeError("must be a positive whole number of days, or 36h, 7d")
     number, unit = int(found[1]), found[2] or "d"
     return timedelta(hours=number) if unit == "h" else timedelta(days=number)
+
+
+def repeats_warning(summary: BulkSummary, *, dry_run: bool) -> str:
+    """What stderr says when rows repeat earlier refunds, and what to do about it."""
+    return (
+        f"{count_of(sum(summary.repeats_by.values()), 'row')} repeat earlier refunds "
+        f"({repeats_told(summary)}) and {'would be' if dry_run else 'were'} not "
+        "refunded: is this file running again under a new --batch-id? If these are "
+        "new refunds, run it with --allow-repeats."
+    )
 
 
 def repeats_told(summary: BulkSummary) -> str:
