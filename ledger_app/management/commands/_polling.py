@@ -31,6 +31,23 @@ def retry_after(failed_in_a_row: int) -> float:
     return min(RETRY_FIRST_SECONDS * 2 ** min(failed_in_a_row - 1, 30), RETRY_MOST_SECONDS)
 
 
+def _stop_seconds(options) -> float:
+    """--stop-seconds, else WORKER_STOP_SECONDS: more than 0 and at most an hour."""
+    bound = options.get("stop_seconds")
+    if bound is None:
+        bound = float(getattr(settings, "WORKER_STOP_SECONDS", STOP_SECONDS))
+    if not 0 < bound <= 3600:
+        raise CommandError("--stop-seconds must be more than 0 and at most 3600")
+    return bound
+
+
+def _wait(stop: StopRequest, seconds: float) -> None:
+    """Sleep `seconds` between passes, ending at once on a stop request."""
+    deadline = time.monotonic() + seconds
+    while not stop and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 class PollingWorker(BaseCommand):
     """A worker command: one pass over what is due (`--once`, the default) or passes
     until SIGTERM/SIGINT (`--loop`), finishing the item in hand before it stops (see
@@ -83,11 +100,7 @@ class PollingWorker(BaseCommand):
         """One pass (`one_pass(batch_size=, lease_seconds=, should_stop=, hand=,
         **arguments)`), or passes until stopped with --loop; the summed tally. Stopped by a
         signal, it says what it finished and what it left leased, on stderr."""
-        bound = options.get("stop_seconds")
-        if bound is None:
-            bound = float(getattr(settings, "WORKER_STOP_SECONDS", STOP_SECONDS))
-        if not 0 < bound <= 3600:
-            raise CommandError("--stop-seconds must be more than 0 and at most 3600")
+        bound = _stop_seconds(options)
         hand = self.hand_type()
         total = RunOutcomes()
         nouns = (self.noun, self.plural)
@@ -108,16 +121,11 @@ class PollingWorker(BaseCommand):
                     tally = self._pass_interrupted(failed_in_a_row, options["loop"])
                 else:
                     failed_in_a_row = 0
-                total.statuses.update(tally.statuses)
-                total.errors += tally.errors
-                total.handed_back += tally.handed_back
-                total.left_leased += tally.left_leased
+                total.add_up(tally)
                 if not options["loop"] or stop:
                     break
                 pause = retry_after(failed_in_a_row) if failed_in_a_row else options["poll_seconds"]
-                deadline = time.monotonic() + pause
-                while not stop and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                _wait(stop, pause)
             if stop:
                 self._say_stopped(stop, tally)
         return total
