@@ -24,7 +24,7 @@ from collections.abc import Callable
 from urllib.parse import urlencode
 
 import databases
-import run
+import workers
 
 
 def main() -> None:
@@ -58,7 +58,7 @@ def main() -> None:
     # The refunds go back to back from one client: the API's own limit (100 a second per
     # process by default) would answer some of them 429 and stop the count.
     os.environ.setdefault("API_RATE_LIMIT", "1000000/second")
-    run.django_setup(url, args.dispatch)
+    workers.django_setup(url, args.dispatch)
 
     from django.db import connection
 
@@ -74,7 +74,7 @@ def main() -> None:
     def refund() -> None:
         create_refund(
             RefundRequest(
-                charge_id=run.charge_for(args.hot, rng),
+                charge_id=workers.charge_for(args.hot, rng),
                 amount=1,
                 idempotency_key=uuid.uuid4().hex,
                 source="api",
@@ -139,7 +139,7 @@ def _http_refund(hot: bool, rng: random.Random) -> Callable[[], None]:
     def refund() -> None:
         answer = client.post(
             "/v1/refunds",
-            urlencode({"charge": run.charge_for(hot, rng), "amount": "1"}),
+            urlencode({"charge": workers.charge_for(hot, rng), "amount": "1"}),
             content_type="application/x-www-form-urlencoded",
             HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex,
         )

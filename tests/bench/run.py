@@ -26,17 +26,12 @@ import json
 import multiprocessing
 import os
 import platform
-import queue
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import expiry
 import psycopg
@@ -52,13 +47,10 @@ from databases import (
     BIG_DB,
     CHARGE_ROWS,
     CHARGES_SQL,
-    GROWN,
-    HOT,
     MAIN_DB,
     PURGE_DB,
     SMALL_DB,
     SPREAD_CHARGES,
-    UNTOUCHED,
     drop_databases,
     fresh_database,
     load_expired,
@@ -68,8 +60,21 @@ from databases import (
     slow_charge_ids,
 )
 from gunicorn_server import ConnectionWatch, CpuShare, Gunicorn, serving_model
-from http_load import Target, inline_slow_provider, percentile_ms
-from limit import LIMIT_SHAPES, raw_refund
+from http_load import Target, inline_slow_provider
+from in_django import measure_in_django
+from limit import LIMIT_SHAPES
+from manage_commands import api_key, bulk_has_jobs, bulk_rows_per_second, timed_subprocess
+from phases_common import Run, cpu_text, median_throughput, percentile, ratio, throughput
+from workers import (
+    Pacing,
+    gather,
+    http_worker,
+    paced_worker,
+    raw_worker,
+    run_processes,
+    service_worker,
+    wait_ready,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 # The serving model's settings: recorded with the results when the environment sets them.
@@ -82,417 +87,6 @@ SERVING_ENV = (
     "DATABASE_POOL_MAX_SIZE",
     "DATABASE_CONN_MAX_AGE",
 )
-
-
-def charge_for(hot: bool, rng) -> str:
-    return HOT if hot else f"ch_{rng.randint(1, SPREAD_CHARGES):020d}"
-
-
-@dataclass
-class Gate:
-    """What run_processes' processes share: a barrier all start from, a queue for results."""
-
-    barrier: Any
-    results: Any
-
-
-@dataclass
-class Pacing:
-    """What paced_worker's processes share with the parent: each says it is `ready`, starts
-    at `go`, stops at `stop`, and puts its samples on `results`."""
-
-    ready: Any
-    go: Any
-    stop: Any
-    results: Any
-
-
-def raw_worker(url, hot, seconds, gate: Gate, shape="statements"):
-    """The refund's exact SQL shape, straight through psycopg: PostgreSQL's own limit."""
-    import random
-
-    rng = random.Random()
-    conn = psycopg.connect(url)
-    raw_refund(conn, charge_for(hot, rng), shape)  # warm up, as the service workers do
-    gate.barrier.wait()
-    done, latencies, deadline = 0, [], time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        began = time.perf_counter()
-        raw_refund(conn, charge_for(hot, rng), shape)
-        latencies.append(time.perf_counter() - began)
-        done += 1
-    conn.close()
-    gate.results.put((done, latencies))
-
-
-def django_setup(url: str, dispatch: str) -> None:
-    os.environ.update(
-        DATABASE_URL=url,
-        REFUND_DISPATCH=dispatch,
-        DJANGO_SETTINGS_MODULE="backoffice.settings",
-        SIMULATED_GATEWAY_LATENCY_MS="0",
-    )
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-
-
-def service_worker(url, hot, seconds, gate: Gate, dispatch):
-    import random
-
-    django_setup(url, dispatch)
-    from ledger_app.refunds.services import RefundRequest, create_refund
-
-    rng = random.Random()
-    create_refund(RefundRequest(charge_id=charge_for(hot, rng), amount=1, source="api"))  # warm up
-    gate.barrier.wait()
-    done, latencies, deadline = 0, [], time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        began = time.perf_counter()
-        create_refund(
-            RefundRequest(
-                charge_id=charge_for(hot, rng),
-                amount=1,
-                idempotency_key=uuid.uuid4().hex,
-                source="api",
-            )
-        )
-        latencies.append(time.perf_counter() - began)
-        done += 1
-    gate.results.put((done, latencies))
-
-
-def paced_worker(url, rate, offset, pacing: Pacing):
-    """create_refund (inline, as production runs: sent and settled before it returns, the
-    simulated provider answering at once) on spread charges at `rate` a second until
-    `stop`, each due `offset` seconds into its interval after `go`; 0: back to back. Each sample is
-    (due, seconds from due to done): a refund that started late because the one before it
-    was slow counts its wait, as a client on a schedule would feel it."""
-    import random
-
-    django_setup(url, "inline")
-    from ledger_app.refunds.services import RefundRequest, create_refund
-
-    rng = random.Random()
-    create_refund(
-        RefundRequest(charge_id=charge_for(False, rng), amount=1, source="api")
-    )  # warm up
-    pacing.ready.put(os.getpid())
-    pacing.go.wait()
-    interval = 1 / rate if rate else 0.0
-    due, samples = time.monotonic() + offset, []
-    while not pacing.stop.is_set():
-        if (wait := due - time.monotonic()) > 0:
-            time.sleep(wait)
-        started = due if rate else time.monotonic()
-        create_refund(
-            RefundRequest(
-                charge_id=charge_for(False, rng),
-                amount=1,
-                idempotency_key=uuid.uuid4().hex,
-                source="api",
-            )
-        )
-        ended = time.monotonic()
-        samples.append((started, ended - started))
-        due = due + interval if rate else ended
-    pacing.results.put(samples)
-
-
-def http_worker(base, key, seconds, gate: Gate):
-    """POST /v1/refunds back to back on one kept-alive connection. The client is Python's
-    own http.client rather than requests: the clients share the server's two cores, and
-    requests spent about 2.8 ms of CPU a request (a quarter of the machine at 100/s) that
-    a real client would spend on its own machine; http.client spends a fraction of it."""
-    import http.client
-    import random
-    from urllib.parse import urlencode, urlsplit
-
-    rng = random.Random()
-    address = urlsplit(base)
-    conn = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
-    headers = {
-        "Authorization": f"Bearer {key}",
-        "Content-Type": "application/x-www-form-urlencoded",
-    }
-
-    def post(idempotency_key: str | None) -> int:
-        body = urlencode({"charge": charge_for(False, rng), "amount": "1"})
-        sent = dict(headers, **({"Idempotency-Key": idempotency_key} if idempotency_key else {}))
-        conn.request("POST", "/v1/refunds", body=body, headers=sent)
-        response = conn.getresponse()
-        response.read()
-        return response.status
-
-    for _ in range(10):  # warm every worker's imports and connections before measuring
-        post(None)
-    gate.barrier.wait()
-    done, latencies, errors, deadline = 0, [], 0, time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        began = time.perf_counter()
-        status = post(uuid.uuid4().hex)
-        latencies.append(time.perf_counter() - began)
-        if status != 200:
-            errors += 1
-        done += 1
-    conn.close()
-    gate.results.put((done, latencies, errors))
-
-
-def run_processes(target, count, *args, tail=()):
-    """Start `count` processes of target(*args, gate, *tail); gather results."""
-    ctx = multiprocessing.get_context("spawn")
-    gate = Gate(ctx.Barrier(count), ctx.Queue())
-    procs = [ctx.Process(target=target, args=(*args, gate, *tail)) for _ in range(count)]
-    for proc in procs:
-        proc.start()
-    return gather(gate.results, procs, target.__name__)
-
-
-def gather(results, procs, name: str, timeout: float = 900) -> list:
-    """One result from each process; fails fast if one of them dies without its result."""
-    gathered, deadline = [], time.monotonic() + timeout
-    while len(gathered) < len(procs):
-        try:
-            gathered.append(results.get(timeout=1))
-        except queue.Empty:
-            failed = [proc.exitcode for proc in procs if proc.exitcode not in (None, 0)]
-            if failed or time.monotonic() > deadline:
-                for proc in procs:
-                    proc.kill()
-                raise RuntimeError(f"{name}: processes failed ({failed})") from None
-    for proc in procs:
-        proc.join(60)
-    return gathered
-
-
-def throughput(gathered, seconds) -> tuple[float, list[float]]:
-    total = sum(g[0] for g in gathered)
-    latencies = [lat for g in gathered for lat in g[1]]
-    return total / seconds, latencies
-
-
-def percentile(values, fraction) -> float:
-    return percentile_ms(values, fraction)
-
-
-def median_throughput(label, runs, make) -> dict:
-    rates, latencies = [], []
-    for _ in range(runs):
-        rate, lats = make()
-        rates.append(rate)
-        latencies += lats
-    result = {
-        "per_second": statistics.median(rates),
-        "runs": rates,
-        "p50_ms": percentile(latencies, 0.50),
-        "p99_ms": percentile(latencies, 0.99),
-    }
-    print(
-        f"  {label:<40} {result['per_second']:>9.0f}/s  p50 {result['p50_ms']:6.1f} ms  "
-        f"p99 {result['p99_ms']:6.1f} ms",
-        flush=True,
-    )
-    return result
-
-
-# Runs a command as its only child, then prints that child's peak RSS: the bench's own
-# RUSAGE_CHILDREN would also count gunicorn's workers and every earlier command.
-PEAK_RSS = (
-    "import resource, subprocess, sys; subprocess.run(sys.argv[1:]); "
-    "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
-    "file=sys.stderr)"
-)
-
-
-def timed_subprocess(args, url) -> tuple[float, int, str]:
-    """Seconds and peak RSS (KB) of a manage.py command."""
-    began = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", PEAK_RSS, sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "DATABASE_URL": url},
-    )
-    elapsed = time.perf_counter() - began
-    peak = int(done.stderr.rsplit("peak_rss_kb", 1)[1].split()[0])
-    return elapsed, peak, done.stdout + done.stderr
-
-
-def measure_in_django(url, func_name, *args):
-    """Run one of the functions below in a fresh process with Django on `url`."""
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    proc = ctx.Process(target=_in_django, args=(url, func_name, args, results))
-    proc.start()
-    return gather(results, [proc], func_name)[0]
-
-
-def _in_django(url, func_name, args, results):
-    django_setup(url, "worker")
-    results.put(globals()[func_name](*args))
-
-
-def replay_and_growth(count: int) -> dict:
-    from ledger_app.refunds.services import RefundRequest, create_refund
-
-    def per_op(charge, keyed_replay=False):
-        key = uuid.uuid4().hex
-        create_refund(RefundRequest(charge_id=charge, amount=1, idempotency_key=key, source="api"))
-        began = time.perf_counter()
-        for _ in range(count):
-            if keyed_replay:
-                create_refund(
-                    RefundRequest(charge_id=charge, amount=1, idempotency_key=key, source="api")
-                )
-            else:
-                create_refund(
-                    RefundRequest(
-                        charge_id=charge, amount=1, idempotency_key=uuid.uuid4().hex, source="api"
-                    )
-                )
-        return (time.perf_counter() - began) / count * 1000
-
-    fresh = "ch_" + f"{SPREAD_CHARGES:020d}"
-    create_ms = statistics.median(per_op(fresh) for _ in range(3))
-    replay_ms = statistics.median(per_op(fresh, keyed_replay=True) for _ in range(3))
-    # Not HOT: by now the throughput runs have made thousands of refunds on it.
-    none_ms = statistics.median(per_op(UNTOUCHED) for _ in range(3))
-    grown_ms = statistics.median(per_op(GROWN) for _ in range(3))
-    return {
-        "create_ms": create_ms,
-        "replay_ms": replay_ms,
-        "no_prior_refunds_ms": none_ms,
-        "10k_prior_refunds_ms": grown_ms,
-    }
-
-
-def changelist_ms() -> dict:
-    from django.contrib.auth import get_user_model
-    from django.test import Client
-    from django.test.utils import setup_test_environment
-
-    setup_test_environment()
-    user, _ = get_user_model().objects.get_or_create(
-        username="bench", defaults={"is_staff": True, "is_superuser": True}
-    )
-    client = Client()
-    client.force_login(user)
-    pages = {
-        "charges": ("/admin/ledger_app/charge/", {}),
-        "charges_filtered": ("/admin/ledger_app/charge/", {"refunded": "partial"}),
-        "charges_by_id": ("/admin/ledger_app/charge/", {"q": "ch_" + f"{7:020d}"}),
-        "refunds": ("/admin/ledger_app/refund/", {}),
-    }
-    timings = {}
-    for label, (path, params) in pages.items():
-        client.get(path, params)
-        runs = []
-        for _ in range(5):
-            began = time.perf_counter()
-            assert client.get(path, params).status_code == 200
-            runs.append((time.perf_counter() - began) * 1000)
-        timings[label] = statistics.median(runs)
-    return timings
-
-
-def webhook_endpoint(url: str = "https://hooks.example.com/bench") -> str:
-    """An enabled endpoint for every event: the refund load's events get a delivery each,
-    as the expired ones have (the secret is encrypted by the model's field)."""
-    from ledger_app.models import WebhookEndpoint
-
-    endpoint = WebhookEndpoint.objects.create(url=url, enabled_events=["*"], secret="whsec_bench")
-    return endpoint.pk
-
-
-def purge_batch_plans() -> list[dict]:
-    """One batch of purge_expired's events, through the service itself (it stops after
-    one), with every statement it sent to the event and delivery tables, its time, and its
-    plan: EXPLAIN ANALYZE for a SELECT (run again: it reads the next batch), EXPLAIN for a
-    DELETE (its rows are gone by then; the plan is what it was)."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    from ledger_app.operations import retention
-
-    asked = []
-
-    def after_one_batch() -> bool:
-        asked.append(1)
-        return len(asked) > 1
-
-    with CaptureQueriesContext(connection) as seen:
-        retention.purge_expired(kinds=["events"], should_stop=after_one_batch)
-    plans = []
-    with connection.cursor() as cursor:
-        for query in seen.captured_queries:
-            sql = query["sql"]
-            verb = sql.split(None, 1)[0].upper()
-            tables = ("ledger_app_event", "ledger_app_webhookdelivery")
-            if verb not in ("SELECT", "DELETE") or not any(t in sql for t in tables):
-                continue
-            explain = "EXPLAIN (ANALYZE, BUFFERS) " if verb == "SELECT" else "EXPLAIN "
-            cursor.execute(explain + sql)
-            # The statement and its plan with their 1,000 ids shortened, for reading.
-            plan = "\n".join(row[0] for row in cursor.fetchall())
-            plan = re.sub(r"'\{[^}]{100,}\}'", "'{...}'", plan)
-            shown = re.sub(r"IN \(('[^']*'(, )?){3,}\)", "IN (...)", sql)
-            plans.append({"sql": shown, "ms": float(query["time"]) * 1000, "plan": plan})
-    return plans
-
-
-def bulk_has_jobs(url: str) -> bool:
-    """Whether bulk_refund takes --jobs yet (it is being added alongside this bench)."""
-    shown = subprocess.run(
-        [sys.executable, "manage.py", "bulk_refund", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "DATABASE_URL": url},
-    )
-    return "--jobs" in shown.stdout
-
-
-def bulk_rows_per_second(url: str, rows: int, workdir: Path, jobs: int | None = None) -> float:
-    """`manage.py bulk_refund` over `rows` rows of spread charges, worker mode: rows/s.
-    `jobs` None runs it without --jobs (one process, as before --jobs existed)."""
-    path = workdir / f"bench-bulk-{jobs or 0}.csv"
-    offset = 0 if jobs is None else SPREAD_CHARGES // 2  # other charges than the first run
-    # An amount no other phase refunds, one per run: the rows are new refunds, so the repeat
-    # check (same charge, same amount, another batch) runs for each and finds none.
-    amount = 2 if jobs is None else 3
-    with path.open("w") as handle:
-        handle.write("charge,amount,reason,note\n")
-        for n in range(rows):
-            handle.write(f"ch_{1 + (offset + n) % SPREAD_CHARGES:020d},{amount},duplicate,\n")
-    command = [sys.executable, "manage.py", "bulk_refund", str(path)]
-    command += ["--batch-id", uuid.uuid4().hex]
-    if jobs is not None:
-        command += ["--jobs", str(jobs)]
-    env = {**os.environ, "DATABASE_URL": url, "REFUND_DISPATCH": "worker"}
-    began = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - began
-    if done.returncode != 0:
-        raise RuntimeError(f"bulk_refund exited {done.returncode}:\n{done.stderr[-2000:]}")
-    return rows / elapsed
-
-
-def ratio(value: float, base: float) -> float:
-    return value / base if base else 0.0
-
-
-def api_key(url: str) -> str:
-    return subprocess.run(
-        [sys.executable, "manage.py", "create_api_key", "bench"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "DATABASE_URL": url},
-    ).stdout.strip()
 
 
 def parse_args() -> argparse.Namespace:
@@ -616,26 +210,6 @@ def parse_args() -> argparse.Namespace:
         args.single_requests, args.slow_charges, args.form_refunds = 20, 1_000, 5
         args.purge_events, args.purge_baseline, args.purge_warm = 20_000, 2, 0.5
     return args
-
-
-@dataclass
-class Run:
-    """What every phase of one bench run shares."""
-
-    args: argparse.Namespace
-    server: dict
-    url: str = ""
-    key: str = ""
-    slow: list[str] = field(default_factory=list)
-    workdir: Path = Path()
-    results: dict = field(default_factory=dict)
-    started: float = field(default_factory=time.perf_counter)
-
-    def section(self, title: str) -> None:
-        """A phase's heading, with the time so far and the machine's 1-minute load average
-        (above the core count, something else is sharing the machine)."""
-        elapsed, load = time.perf_counter() - self.started, os.getloadavg()[0]
-        print(f"{title}  [{elapsed:.0f} s, load {load:.1f}]", flush=True)
 
 
 def main() -> None:
@@ -916,17 +490,6 @@ def measure_admin(run: Run) -> None:
     )
 
 
-def cpu_text(cores: dict) -> str:
-    if not cores:
-        return "CPU not measured"
-    return (
-        f"CPU busy {cores['machine_busy_cores']:.2f} of {cores['machine_cores']} cores: "
-        f"gunicorn {cores['gunicorn_cores']:.2f}, PostgreSQL (bench db) "
-        f"{cores['postgres_cores']:.2f}, client {cores['client_cores']:.2f}, everything else "
-        f"{cores['other_cores']:.2f}"
-    )
-
-
 def measure_single(run: Run) -> None:
     count = run.args.single_requests
     run.section(f"single requests (ms each, median of 3 x {count})")
@@ -1183,22 +746,6 @@ def plan_line(plan: dict) -> str:
         plan["plan"],
     )
     return f"{head}: {', '.join(dict.fromkeys(scans))}"
-
-
-def wait_ready(ready, procs, timeout: float = 300) -> None:
-    """Until each of `procs` has said it is ready (they keep running: gather would join
-    them); fails fast if one dies first."""
-    count, deadline = 0, time.monotonic() + timeout
-    while count < len(procs):
-        try:
-            ready.get(timeout=1)
-            count += 1
-        except queue.Empty:
-            failed = [proc.exitcode for proc in procs if proc.exitcode not in (None, 0)]
-            if failed or time.monotonic() > deadline:
-                for proc in procs:
-                    proc.kill()
-                raise RuntimeError(f"paced_worker: processes failed ({failed})") from None
 
 
 def expired_rows(conn, days: int) -> dict:
