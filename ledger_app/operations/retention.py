@@ -142,14 +142,7 @@ def purge_expired(
     `dry_run`: counts what would go, through the same selections, and writes nothing (no
     lease: it changes nothing another run could trip on). `on_kind` hears each kind as it
     ends."""
-    unknown = [kind for kind in kinds if kind not in KINDS]
-    if (
-        unknown
-        or pace.batch_size < 1
-        or pace.pause < 0
-        or any(n < 1 for n in (days or {}).values())
-    ):
-        raise ValueError(f"purge_expired: unknown kinds {unknown} or a bound below 1")
+    _check_bounds(kinds, days or {}, pace)
     run = _Run(kinds, days or {}, pace, should_stop, on_kind)
     if dry_run:
         return _run(run)
@@ -158,6 +151,13 @@ def purge_expired(
         return PurgeResult(dry_run=False, held_by=job_leases.lease_state(name=JOB))
     whole = set(kinds) == set(KINDS) and not days
     return _run_under(replace(run, lease=lease), whole=whole)
+
+
+def _check_bounds(kinds: Sequence[str], days: Mapping[str, int], pace: Pace) -> None:
+    """ValueError for a kind that does not exist, or a batch size or days below 1."""
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if unknown or pace.batch_size < 1 or pace.pause < 0 or any(n < 1 for n in days.values()):
+        raise ValueError(f"purge_expired: unknown kinds {unknown} or a bound below 1")
 
 
 def purge_expired_if_due(

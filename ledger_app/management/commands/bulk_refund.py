@@ -202,13 +202,7 @@ class Command(BaseCommand):
             if write_line:
                 write_line(report_line(result))
 
-        run = BulkRun(
-            batch_id=batch_id,
-            actor=self.actor,
-            dry_run=dry_run,
-            jobs=jobs,
-            repeat_window=self.repeat_window,
-        )
+        run = self.bulk_run(batch_id, dry_run=dry_run, jobs=jobs)
         try:
             with exit_codes(batch_id):
                 return run_bulk_refund(
@@ -218,6 +212,16 @@ class Command(BaseCommand):
             progress.close()
             if report_file:
                 report_file.close()
+
+    def bulk_run(self, batch_id: str, *, dry_run: bool, jobs: int) -> BulkRun:
+        """The run of the file: its batch id, requester, mode, jobs and repeat window."""
+        return BulkRun(
+            batch_id=batch_id,
+            actor=self.actor,
+            dry_run=dry_run,
+            jobs=jobs,
+            repeat_window=self.repeat_window,
+        )
 
     def warn_if_key_reused(self, result: BulkRowResult) -> None:
         if result.code == IdempotencyKeyReused.code:
