@@ -145,6 +145,11 @@ class BulkRefundAction(ReadOnlyAdminMixin):
         line = f"{charge.pk} {amount_text} ({refund.id})"
         if result.replayed:
             return BulkOutcome.REPLAYED, line, None
+        self._log_bulk_refund(request, charge, refund, amount_text)
+        return BulkOutcome(refund.status), line, refund
+
+    def _log_bulk_refund(self, request, charge: Charge, refund: Refund, amount_text: str) -> None:
+        """The charge's change log: the refund made, or asked for when it awaits approval."""
         if refund.status == Refund.Status.AWAITING_APPROVAL:
             self.log_change(
                 request,
@@ -156,7 +161,6 @@ class BulkRefundAction(ReadOnlyAdminMixin):
             self.log_change(
                 request, charge, f"Refunded {amount_text} as {refund.id} in a bulk refund."
             )
-        return BulkOutcome(refund.status), line, refund
 
 
 class BulkOutcome(models.TextChoices):

@@ -12,7 +12,7 @@ from itertools import chain
 
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup, DisallowedModelAdminToField
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.contrib.admin.views.main import ERROR_FLAG, PAGE_VAR
+from django.contrib.admin.views.main import ERROR_FLAG, PAGE_VAR, ChangeList
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.db import DatabaseError, models
@@ -88,10 +88,26 @@ class CsvExport(ModelAdminMixin):
     def _export(self, request, alias: str | None) -> HttpResponseBase:
         """The response; the first rows are read here, so a replica that fails at once is
         read around (stale_ok). One that fails later cuts the download short."""
+        changelist = self._export_changelist(request, alias)
+        if isinstance(changelist, HttpResponse):
+            return changelist
+        lookups, cells = export_plan(self.model, self.export_columns)
+        rows = changelist.queryset.values_list(*lookups).iterator(chunk_size=self.export_chunk_size)
+        try:
+            first = next(rows, None)
+        except (DatabaseError, ValueError, IndexError, TypeError):
+            # A lookup the database or Django cannot run (id__regex=[, amount__range=1).
+            return refused("These filters cannot be read.")
+        fetched = rows if first is None else chain([first], rows)
+        return self._csv_download(request, cells, fetched)
+
+    def _export_changelist(self, request, alias: str | None) -> ChangeList | HttpResponse:
+        """The list as the person's filters, search and ordering make it (read from `alias`
+        when given), or the refusal of filters that do not apply to it."""
         if alias is not None:
             request.ledger_list_alias = alias  # ListsFromReplica.get_queryset reads it
         try:
-            changelist = self.get_changelist_instance(request)
+            return self.get_changelist_instance(request)
         except (
             IncorrectLookupParameters,
             DisallowedModelAdminLookup,
@@ -105,14 +121,10 @@ class CsvExport(ModelAdminMixin):
         finally:
             if alias is not None:
                 del request.ledger_list_alias
-        lookups, cells = export_plan(self.model, self.export_columns)
-        rows = changelist.queryset.values_list(*lookups).iterator(chunk_size=self.export_chunk_size)
-        try:
-            first = next(rows, None)
-        except (DatabaseError, ValueError, IndexError, TypeError):
-            # A lookup the database or Django cannot run (id__regex=[, amount__range=1).
-            return refused("These filters cannot be read.")
-        fetched = rows if first is None else chain([first], rows)
+
+    def _csv_download(self, request, cells: list[Cell], rows: Iterator[tuple]) -> HttpResponseBase:
+        """The rows streamed as a CSV file named after the list and the time, logged as it
+        starts."""
         name = slugify(str(self.opts.verbose_name_plural))
         log.info(
             "csv export started: user=%s list=%s query=%r",
@@ -121,7 +133,7 @@ class CsvExport(ModelAdminMixin):
             request.GET.urlencode(),
         )
         response = StreamingHttpResponse(
-            csv_lines(self.export_columns, cells, fetched, name),
+            csv_lines(self.export_columns, cells, rows, name),
             content_type="text/csv; charset=utf-8",
         )
         stamp = timezone.now().astimezone(UTC).strftime("%Y-%m-%dT%H%MZ")
