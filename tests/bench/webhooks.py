@@ -1,5 +1,5 @@
-"""The bench's webhook receiver and its deliver_webhooks workers (run.py's webhooks phase):
-do deliveries keep up with the refunds the HTTP API makes?"""
+"""The bench's webhook receiver and its deliver_webhooks workers (the webhooks phase,
+phases_http.py): do deliveries keep up with the refunds the HTTP API makes?"""
 
 from __future__ import annotations
 
