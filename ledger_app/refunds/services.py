@@ -153,7 +153,7 @@ def _lock_and_check(request: CheckedRequest) -> _Locked:
 
 @precompiled  # every refund takes this lock: its SQL is compiled once per connection
 def _locked_charge(pk: str) -> QuerySet[Charge]:
-    return Charge.objects.select_for_update().filter(pk=pk)
+    return Charge.objects.select_for_update().filter(pk=pk).order_by()  # one row: no sort
 
 
 def _lock_charge(charge_id: str) -> Charge:
