@@ -1,7 +1,7 @@
 """Run calls at the same moment from real threads, one database connection each."""
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import connection
@@ -9,7 +9,7 @@ from django.db import connection
 from tests import tally
 
 
-def run_at_once(calls: list[Callable[[], Any]], timeout: float = 60) -> list[Any]:
+def run_at_once(calls: Sequence[Callable[[], Any]], timeout: float = 60) -> list[Any]:
     """Run every call in its own thread, released together by a barrier.
 
     Returns each call's result, or the exception it raised, in the order given. Each

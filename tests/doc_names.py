@@ -43,7 +43,18 @@ OUTSIDE = {
 
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 SPAN = re.compile(r"`([^`\n]+(?:\n[^`\n]+)?)`")  # a span may wrap once
-EXTENSIONS = (".py", ".md", ".yml", ".yaml", ".json", ".txt", ".in", ".env", ".conf", ".toml")
+EXTENSIONS: tuple[str, ...] = (
+    ".py",
+    ".md",
+    ".yml",
+    ".yaml",
+    ".json",
+    ".txt",
+    ".in",
+    ".env",
+    ".conf",
+    ".toml",
+)
 EXTENSIONS += (".html", ".csv", ".sh", ".js", ".cfg", ".ini", ".sql", ".png", ".lock")
 APPLICATION = PACKAGES[:4]
 UPPER = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
@@ -313,7 +324,7 @@ def check_dotted(token: str) -> str | None:
 @functools.cache
 def code_strings() -> frozenset[str]:
     """Every string constant of the application's code (not the tests')."""
-    strings = set()
+    strings: set[str] = set()
     for path in checkout_files():
         if path.endswith(".py") and path.split("/")[0] in APPLICATION:
             tree = parsed(path)
@@ -327,12 +338,18 @@ def code_strings() -> frozenset[str]:
 def permissions() -> frozenset[str]:
     """`app_label.codename` of every permission the installed models declare."""
     from django.apps import apps
-    from django.contrib.auth.management import _get_all_permissions
+    from django.contrib.auth import get_permission_codename
 
     return frozenset(
         f"{model._meta.app_label}.{codename}"
         for model in apps.get_models()
-        for codename, _name in _get_all_permissions(model._meta)
+        for codename in [
+            *(
+                get_permission_codename(action, model._meta)
+                for action in model._meta.default_permissions
+            ),
+            *(custom for custom, _name in model._meta.permissions),
+        ]
     )
 
 
@@ -367,7 +384,7 @@ def code_words() -> frozenset[str]:
 @functools.cache
 def defined_anywhere() -> frozenset[str]:
     """Every function and class the application defines, at any depth."""
-    names = set()
+    names: set[str] = set()
     for path in checkout_files():
         if path.endswith(".py") and path.split("/")[0] in APPLICATION:
             tree = parsed(path)
@@ -421,7 +438,7 @@ def environment_names() -> frozenset[str]:
     that reads it, a subscript of os.environ or a test `in` it, in any Python module (a
     test's own setenv is not a read), and `$NAME`, `${NAME}`, `$(NAME)` in the Makefile and
     the scripts."""
-    names = set()
+    names: set[str] = set()
     for path in checkout_files():
         if path.endswith(".py"):
             names.update(python_reads(path))
@@ -443,8 +460,10 @@ def python_reads(path: str) -> set[str]:
 
 def read_by(path: str, node: ast.AST) -> str | None:
     """The environment variable `node` reads, if it is such a read."""
+    name: ast.expr | None
+    reader: ast.expr
     if isinstance(node, ast.Call):
-        name, reader = (node.args or [None])[0], node
+        name, reader = (node.args[0] if node.args else None), node
     elif isinstance(node, ast.Subscript):
         name, reader = node.slice, node.value
     elif isinstance(node, ast.Compare):
@@ -468,7 +487,7 @@ def read_by(path: str, node: ast.AST) -> str | None:
 def settings_names() -> frozenset[str]:
     """The settings backoffice/settings.py sets, and the constants the application defines
     at module or class level (OPEN_STATUSES, ...)."""
-    names = set()
+    names: set[str] = set()
     for path in checkout_files():
         if path.endswith(".py") and path.split("/")[0] in PACKAGES:
             tree = parsed(path)

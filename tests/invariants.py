@@ -20,13 +20,16 @@ def assert_ledger_invariants() -> None:
     for record in IdempotencyRecord.objects.select_related("refund", "charge"):
         params = record.request_params
         if record.operation == "refund.create":
+            refund = record.refund
+            assert refund is not None, record.key
             if params["charge"] is not None or "payment_intent" not in params:
-                assert record.refund.charge_id == params["charge"], record.key
+                assert refund.charge_id == params["charge"], record.key
             if "payment_intent" in params:  # a refund named by its charge's PaymentIntent
-                assert record.refund.charge.payment_intent == params["payment_intent"]
+                assert refund.charge.payment_intent == params["payment_intent"]
             if params["amount"] is not None:
-                assert record.refund.amount == params["amount"], record.key
+                assert refund.amount == params["amount"], record.key
         else:
+            assert record.charge is not None, record.key
             assert record.charge.amount == params["amount"], record.key
 
     duplicates = (

@@ -43,7 +43,7 @@ def _run_the_migrations(using: str) -> None:
     migrated = MigrationLoader(connections[using], ignore_no_migrations=True).project_state()
     for module, function in _migrations():
         getattr(module, function)(migrated.apps, None)
-    names = set()
+    names: set[str] = set()
     for module, _ in _migrations():  # each names its group (GROUP) or groups (GROUPS)
         names.update(getattr(module, "GROUPS", []), [getattr(module, "GROUP", "")])
     names.discard("")

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import requests
@@ -88,11 +89,14 @@ def start_command(*args: str, **env: str) -> subprocess.Popen:
     )
 
 
-def run_command(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+def run_command(
+    *args: str, timeout: float = 60, env: Mapping[str, str] | None = None, **more_env: str
+) -> subprocess.CompletedProcess:
+    """`env` and `more_env`: the variables to set (a dict of them is given as `env`)."""
     return subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), *args],
         cwd=ROOT,
-        env=command_env(**env),
+        env=command_env(**(env or {}), **more_env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -103,6 +107,7 @@ def run_command(*args: str, timeout: float = 60, **env: str) -> subprocess.Compl
 def kill_at(point: str, *args: str, **env: str) -> subprocess.Popen:
     """Run a manage.py command until it reaches the fault point `point`, then SIGKILL it."""
     process = start_command(*args, LEDGER_FAULT_HANG_AT=point, **env)
+    assert process.stderr is not None  # start_command pipes it
     try:
         said = []  # log lines the command wrote before it reached the point
         while True:
@@ -179,14 +184,22 @@ class GunicornServer(ServerProcess):
     name = "gunicorn"
 
     def __init__(
-        self, tmp_path: Path, *, workers: int, threads: int, own_group: bool = False, **env: str
+        self,
+        tmp_path: Path,
+        *,
+        workers: int,
+        threads: int,
+        own_group: bool = False,
+        env: Mapping[str, str] | None = None,
+        **more_env: str,
     ) -> None:
         """`own_group`: in a process group of its own, so kill() takes master and workers
-        down at once, as a machine that loses power would."""
+        down at once, as a machine that loses power would. `env` and `more_env`: the
+        variables to set (a dict of them is given as `env`)."""
         self.port = free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__(tmp_path / "gunicorn.stderr")
-        environment = gunicorn_env(self.port, workers, threads, **env)
+        environment = gunicorn_env(self.port, workers, threads, **(env or {}), **more_env)
         self.process = subprocess.Popen(
             [
                 sys.executable,

@@ -72,7 +72,7 @@ def formulas_in(text: str) -> dict[str, list[str]]:
     }
 
 
-NO_FORMULAS = {separator: [] for separator in SEPARATORS}
+NO_FORMULAS: dict[str, list[str]] = {separator: [] for separator in SEPARATORS}
 
 
 def rows_of(response) -> list[dict[str, str]]:

@@ -47,7 +47,7 @@ def write_report(lines: list[str]) -> None:
     path = os.environ.get("LEDGER_TALLY_FILE")
     if not path:
         return
-    existing = {}
+    existing: dict[str, dict[str, int]] = {}
     if os.path.exists(path):
         with open(path) as f:
             existing = json.load(f)

@@ -1,9 +1,9 @@
 """Ids are not guessable: a prefix and 24 characters drawn uniformly from 62."""
 
+import secrets
 from collections import Counter
 from unittest import mock
 
-from ledger_app import models
 from ledger_app.models import ID_ALPHABET, ID_RANDOM_LENGTH, new_id, new_refund_id
 
 
@@ -33,7 +33,7 @@ def test_bytes_that_would_favour_some_characters_are_dropped():
     # 248 to 255 would map onto the first eight characters a second time: never used.
     uneven_then_even = [bytes([248, 255] * 16), bytes(range(32))]
 
-    with mock.patch.object(models.secrets, "token_bytes", side_effect=uneven_then_even):
+    with mock.patch.object(secrets, "token_bytes", side_effect=uneven_then_even):
         made = new_id("x_")
 
     assert made == "x_" + ID_ALPHABET[:ID_RANDOM_LENGTH]

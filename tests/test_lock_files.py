@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from packaging.markers import Marker
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import NormalizedName, canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PIN = re.compile(r"^([A-Za-z0-9_.\[\],-]+)==([^ ;\\]+)\s*(?:;\s*([^\\]+?))?\s*\\?$")
@@ -23,9 +23,9 @@ PIN = re.compile(r"^([A-Za-z0-9_.\[\],-]+)==([^ ;\\]+)\s*(?:;\s*([^\\]+?))?\s*\\
 pytestmark = pytest.mark.layout
 
 
-def pins(path: Path) -> dict[str, tuple[str, str | None, int]]:
+def pins(path: Path) -> dict[NormalizedName, tuple[str, str | None, int]]:
     """{name: (version, marker or None, number of hashes)} of a lock file."""
-    found: dict[str, tuple[str, str | None, int]] = {}
+    found: dict[NormalizedName, tuple[str, str | None, int]] = {}
     name = None
     for line in path.read_text().splitlines():
         pinned = PIN.match(line)

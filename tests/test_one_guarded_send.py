@@ -93,7 +93,7 @@ def test_inside_the_sender_provider_calls_sit_only_in_helpers_only_the_guarded_s
         and isinstance(node.func, ast.Attribute)
         and node.func.attr in PROVIDER_METHODS
     }
-    uses = {}
+    uses: dict[str, set[str]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             uses.setdefault(node.id, set()).add(owner[node])

@@ -42,6 +42,7 @@ def test_seed_demo_loads_once_and_prints_the_password_once(capsys):
     ]
     assert [statuses.count(s) for s in ("failed", "pending", "unknown")] == [1, 1, 1]
     waiting = Refund.objects.get(status="awaiting_approval")
+    assert waiting.created_by is not None
     assert waiting.created_by.username == "ana" and waiting.amount == 45_000
     assert (Charge.objects.count(), Refund.objects.count(), LedgerEntry.objects.count()) == counts
     assert "Admin login: admin / " in first

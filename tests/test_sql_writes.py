@@ -3,6 +3,8 @@ have the ORM's effect: the same rows as save() and bulk_create write, the instan
 as the ORM leaves them, and nothing that save() would have run skipped (no signal
 receivers, no save() of the models' own but the ledger's append-only guard)."""
 
+from typing import TypeVar
+
 import pytest
 from django.db import models, transaction
 from django.db.models.signals import m2m_changed, post_save, pre_save
@@ -17,6 +19,9 @@ from ledger_app.models import Charge, Refund
 from ledger_app.refunds.models import new_refund_id
 from tests.factories import ChargeFactory
 
+M = TypeVar("M", bound=models.Model)
+Reserved = Refund | Charge | LedgerEntry  # the rows of a reserve: the refund, the charge, the entry
+
 pytestmark = pytest.mark.django_db
 
 WRITTEN = [Refund, Charge, LedgerEntry, Event, WebhookDelivery]
@@ -26,14 +31,15 @@ OWN = {"id", "charge_id", "refund_id", "event_id", "created_at", "updated_at", "
 OWN |= {"provider_idempotency_key", "payment_intent"}
 
 
-def stored(obj: models.Model) -> models.Model:
+def stored(obj: M) -> M:
     """The row written for `obj`. sql_writes does not read an auto id back (nothing reads
     it after the change): the ledger entry and the delivery are found by what they hold."""
+    rows = type(obj)._default_manager
     if isinstance(obj, LedgerEntry) and obj.pk is None:
-        return LedgerEntry.objects.get(refund_id=obj.refund_id)
+        return rows.get(refund_id=obj.refund_id)
     if isinstance(obj, WebhookDelivery) and obj.pk is None:
-        return WebhookDelivery.objects.get(event_id=obj.event_id)
-    return type(obj).objects.get(pk=obj.pk)
+        return rows.get(event_id=obj.event_id)
+    return rows.get(pk=obj.pk)
 
 
 def fields_of(obj) -> dict:
@@ -44,7 +50,7 @@ def fields_of(obj) -> dict:
     }
 
 
-def reserve(charge_id: str, way: str) -> list[models.Model]:
+def reserve(charge_id: str, way: str) -> tuple[Reserved, Reserved, Reserved]:
     """A reserve's rows (the refund, the charge's balance, the entry), written one way."""
     with transaction.atomic():
         charge = Charge.objects.select_for_update().get(pk=charge_id)
@@ -62,7 +68,9 @@ def reserve(charge_id: str, way: str) -> list[models.Model]:
             provider_idempotency_key=f"refund:{refund_id}",
         )
         charge.amount_refunded += refund.amount
-        entry = new_entry(charge=charge, refund=refund, kind="refund_reserved", amount=250)
+        entry = new_entry(
+            charge=charge, refund=refund, kind=LedgerEntry.Kind.REFUND_RESERVED, amount=250
+        )
         if way == "sql_writes":
             sql_writes.execute_together(
                 [
@@ -75,7 +83,7 @@ def reserve(charge_id: str, way: str) -> list[models.Model]:
             refund.save(force_insert=True)
             charge.save(update_fields=["amount_refunded", "updated_at"])
             entry.save()
-    return [refund, charge, entry]
+    return refund, charge, entry
 
 
 def test_a_reserve_written_raw_is_the_orms_row_for_row():
@@ -96,7 +104,8 @@ def test_a_reserve_written_raw_is_the_orms_row_for_row():
         after = Charge.objects.get(pk=charge.pk)
         assert after.amount_refunded == before[way].amount_refunded + 250
         assert after.updated_at > before[way].updated_at
-        assert after.updated_at == made[way][1].updated_at
+        written = made[way][1]
+        assert isinstance(written, Charge) and after.updated_at == written.updated_at
 
 
 def test_events_and_deliveries_written_raw_are_what_bulk_create_writes():
@@ -104,7 +113,7 @@ def test_events_and_deliveries_written_raw_are_what_bulk_create_writes():
     WebhookEndpoint(
         url="https://hooks.example.com/a", enabled_events=["*"], secret=new_secret()
     ).save(force_insert=True)
-    written = {}
+    written: dict[str, list[models.Model]] = {}
 
     for way in ("sql_writes", "orm"):
         with transaction.atomic():
@@ -121,10 +130,10 @@ def test_events_and_deliveries_written_raw_are_what_bulk_create_writes():
 
     assert [type(obj) for obj in written["orm"]] == [Event, WebhookDelivery]
     for raw, orm in zip(written["sql_writes"], written["orm"], strict=True):
-        rows = [stored(raw), stored(orm)]
-        assert fields_of(rows[0]) == fields_of(rows[1])
-        assert raw.pk == rows[0].pk or (raw.pk is None and type(raw) in AUTO_IDS)
-        for obj, row in zip((raw, orm), rows, strict=True):
+        found = [stored(raw), stored(orm)]
+        assert fields_of(found[0]) == fields_of(found[1])
+        assert raw.pk == found[0].pk or (raw.pk is None and type(raw) in AUTO_IDS)
+        for obj, row in zip((raw, orm), found, strict=True):
             assert obj._state.adding is False
             assert fields_of(obj) == fields_of(row)
 

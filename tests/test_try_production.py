@@ -42,8 +42,9 @@ def code_from(secret: str) -> str:
     """The code, computed as the recipe says: its one-line command, split as a shell
     would, with the secret as printed (in groups of four)."""
     readme = (ROOT / "docs" / "operating" / "production.md").read_text()
-    command = re.search(r"^\.venv/bin/python -c 'import base64.*' ", readme, re.M).group(0)
-    argv = [*shlex.split(command), *secret.split()]
+    found = re.search(r"^\.venv/bin/python -c 'import base64.*' ", readme, re.M)
+    assert found, "production.md's command for the code"
+    argv = [*shlex.split(found.group(0)), *secret.split()]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=True)
     code = done.stdout.strip()
     assert re.fullmatch(r"[0-9]{6}", code), done
@@ -51,11 +52,15 @@ def code_from(secret: str) -> str:
 
 
 def csrf(page: requests.Response) -> str:
-    return re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert found, page.text
+    return found.group(1)
 
 
 def field(page: requests.Response, name: str) -> str:
-    return re.search(rf'name="{name}" value="([^"]*)"', page.text).group(1)
+    found = re.search(rf'name="{name}" value="([^"]*)"', page.text)
+    assert found, page.text
+    return found.group(1)
 
 
 @pytest.fixture
@@ -66,8 +71,10 @@ def served(tmp_path):
         assert done.returncode == 0, done.stderr
     agent = manage_alone("create_support_agent", "sam", env=env)
     assert agent.returncode == 0, agent.stderr
-    password = re.search(r"Support agent: sam / (\S+)", agent.stdout).group(1)
-    secret = re.search(r"secret:\s+([A-Z2-7 ]+?)\s+\(TOTP", agent.stdout).group(1)
+    password_found = re.search(r"Support agent: sam / (\S+)", agent.stdout)
+    secret_found = re.search(r"secret:\s+([A-Z2-7 ]+?)\s+\(TOTP", agent.stdout)
+    assert password_found and secret_found, agent.stdout
+    password, secret = password_found.group(1), secret_found.group(1)
     log = (tmp_path / "gunicorn.log").open("w")
     server = subprocess.Popen(
         [str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", "backoffice.wsgi"],
