@@ -12,7 +12,9 @@ def refund_url(charge):
 
 def hidden(response, name: str) -> str:
     pattern = rb'name="' + name.encode() + rb'" value="([^"]*)"'
-    return re.search(pattern, response.content).group(1).decode()
+    found = re.search(pattern, response.content)
+    assert found, f"no hidden {name} on the page"
+    return found.group(1).decode()
 
 
 def form_key(response) -> str:

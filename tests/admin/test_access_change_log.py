@@ -48,7 +48,9 @@ def access_log(caplog):
 
 
 def last_entry() -> LogEntry:
-    return LogEntry.objects.order_by("-pk").first()
+    entry = LogEntry.objects.order_by("-pk").first()
+    assert entry is not None, "no admin log entry"
+    return entry
 
 
 class TestLimits:

@@ -19,7 +19,9 @@ def test_the_admin_site_is_a_back_office_admin_site_with_nothing_patched_on_it()
     assert isinstance(admin.site, BackOfficeAdminSite)
     assert "backoffice.admin_site.BackOfficeAdminConfig" in settings.INSTALLED_APPS
     assert "django.contrib.admin" not in settings.INSTALLED_APPS
-    instance_attributes = vars(admin.site._wrapped)  # what was assigned on the instance
+    # What was assigned on the instance. django-stubs type admin.site as the AdminSite, not
+    # the LazyObject (DefaultAdminSite) around it that it is.
+    instance_attributes = vars(admin.site._wrapped)  # type: ignore[attr-defined]
     assert "has_permission" not in instance_attributes
     assert {"site_header", "site_title", "index_title"}.isdisjoint(instance_attributes)
 

@@ -96,9 +96,9 @@ def refund_form(client, charge):
 
 
 def hidden(response, name: str) -> str:
-    return re.search(rb'name="' + name.encode() + rb'" value="([^"]*)"', response.content)[
-        1
-    ].decode()
+    found = re.search(rb'name="' + name.encode() + rb'" value="([^"]*)"', response.content)
+    assert found, f"no hidden {name} on the page"
+    return found[1].decode()
 
 
 class TestTheRefundForm:

@@ -6,6 +6,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.utils import quote
 from django.contrib.auth import get_user_model
 from django.db import models, transaction
+from django.db.models import ForeignObjectRel
 from django.test import Client
 from django.urls import reverse
 
@@ -86,15 +87,16 @@ def test_every_user_reference_in_the_ledger_protects_its_user():
     references = [
         rel
         for rel in User._meta.get_fields(include_hidden=True)  # created_by is related_name="+"
-        if rel.is_relation
+        if isinstance(rel, ForeignObjectRel)  # a foreign key's other end
+        and rel.is_relation
         and rel.auto_created
-        and rel.related_model._meta.app_label == "ledger_app"
-        and (rel.related_model.__name__, rel.field.name) not in NOT_AUDIT
+        and rel.field.model._meta.app_label == "ledger_app"  # the model holding the key
+        and (rel.field.model.__name__, rel.field.name) not in NOT_AUDIT
     ]
 
     assert references, "Refund.created_by should be found"
     for rel in references:
-        assert rel.on_delete is models.PROTECT, f"{rel.related_model.__name__}.{rel.field.name}"
+        assert rel.on_delete is models.PROTECT, f"{rel.field.model.__name__}.{rel.field.name}"
 
 
 @pytest.mark.parametrize("who", ["refunder", "historian", "veteran"])

@@ -18,6 +18,7 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 
 from ledger_app.access.api_keys import create_api_key
+from ledger_app.admin.base import ReadOnlyAdmin
 from ledger_app.admin.second_factor import FRESH_AT
 from ledger_app.approvals.services import approve_refund
 from ledger_app.models import Charge, LedgerEntry, Refund, RefundLimit
@@ -251,6 +252,7 @@ class TestTheGuards:
         request.user = admin_user
 
         assert ACTION in model_admin.get_actions(request)
+        assert isinstance(model_admin, ReadOnlyAdmin)
         assert ACTION in model_admin.money_actions
 
     def test_a_refund_no_longer_awaiting_approval_is_refused_with_a_message(

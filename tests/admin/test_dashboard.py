@@ -254,20 +254,26 @@ class TestIndexPage:
         assert "Work waiting" in page
         assert 'Refunds today <span class="refund-zone">(UTC)</span>' in page
         assert "¥1,234" in page
-        svg = re.search(r"<svg class=\"refund-chart-svg\".*?</svg>", page, re.S).group()
+        found = re.search(r"<svg class=\"refund-chart-svg\".*?</svg>", page, re.S)
+        assert found, page
+        svg = found.group()
         assert '<title id="refund-chart-title">' in svg and '<desc id="refund-chart-desc">' in svg
         titles = re.findall(r"<title>([^<]*)</title>", svg)
         day = today.created_at.astimezone(UTC)
         assert f"{day:%a} {day.day} {day:%b}, Duplicate: 1 refund" in titles
         assert len(titles) == 2  # one segment per day and reason with refunds
-        legend = re.search(r'<ul class="refund-chart-legend">.*?</ul>', page, re.S).group()
+        found = re.search(r'<ul class="refund-chart-legend">.*?</ul>', page, re.S)
+        assert found, page
+        legend = found.group()
         assert re.findall(r"</span>([^<]+)</li>", legend) == [
             "Duplicate",
             "Fraudulent",
             "Requested by customer",
             "No reason",
         ]
-        table = re.search(r'<details class="refund-chart-data">.*?</details>', page, re.S).group()
+        found = re.search(r'<details class="refund-chart-data">.*?</details>', page, re.S)
+        assert found, page
+        table = found.group()
         assert table.count('<th scope="row">') == CHART_DAYS
 
     def test_every_figure_on_the_page_links_to_as_many_refunds_as_it_says(

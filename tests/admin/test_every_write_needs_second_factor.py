@@ -138,10 +138,14 @@ def staff_request(user):
     return request
 
 
-def object_ids(user) -> dict[tuple[str, str], str]:
+# (app_label, model_name): Options.model_name is typed optional; a model's is never None.
+ModelKey = tuple[str, str | None]
+
+
+def object_ids(user) -> dict[ModelKey, str]:
     """(app_label, model_name) of each registered admin: the id of a row it shows."""
     request = staff_request(user)
-    ids = {}
+    ids: dict[ModelKey, str] = {}
     for model, model_admin in admin.site._registry.items():
         row = model_admin.get_queryset(request).first()
         assert row is not None, f"no {model._meta.label} row for its admin's object pages"
@@ -149,7 +153,7 @@ def object_ids(user) -> dict[tuple[str, str], str]:
     return ids
 
 
-def concrete(route: str, ids: dict[tuple[str, str], str]) -> str:
+def concrete(route: str, ids: dict[ModelKey, str]) -> str:
     """A route with real ids, app labels and paths filled in."""
     path = "/" + route
     if "(?P<app_label>" in route:  # the site's app index
@@ -160,6 +164,7 @@ def concrete(route: str, ids: dict[tuple[str, str], str]) -> str:
         return reverse("admin:index") + "ledger_app/charge/%00/change/"
     if "content_type_id>" in route:  # view on site
         charge = Charge.objects.first()
+        assert charge is not None
         content_type = ContentType.objects.get_for_model(Charge)
         return reverse("admin:view_on_site", args=[content_type.pk, quote(charge.pk)])
     if "<" in route:
@@ -323,8 +328,10 @@ def refund_through_the_form(client, charge, amount: str) -> Refund:
     """What the agent does: open the charge's refund form, type the amount, submit."""
     url = reverse("admin:ledger_app_charge_refund", args=[quote(charge.pk)])
     page = client.get(url, follow=True).content
-    key = re.search(rb'name="idempotency_key" value="([^"]+)"', page).group(1).decode()
-    state = re.search(rb'name="charge_state" value="([^"]+)"', page).group(1).decode()
+    key_found = re.search(rb'name="idempotency_key" value="([^"]+)"', page)
+    state_found = re.search(rb'name="charge_state" value="([^"]+)"', page)
+    assert key_found and state_found, page
+    key, state = key_found.group(1).decode(), state_found.group(1).decode()
     done = client.post(
         url,
         {"amount": amount, "reason": "duplicate", "idempotency_key": key, "charge_state": state},
@@ -382,6 +389,7 @@ class TestWithACode:
 
     def test_a_webhook_delivery_is_resent(self, root, rows):
         delivery = WebhookDelivery.objects.first()
+        assert delivery is not None
         WebhookDelivery.objects.filter(pk=delivery.pk).update(status="delivered")
 
         root.post(

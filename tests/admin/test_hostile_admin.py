@@ -39,12 +39,12 @@ def drawn_form(client, charge_id: str) -> dict[str, str]:
     assert page.status_code == 200
     if b'id="refund-form"' not in page.content:  # nothing to refund: a form made by hand
         return {"idempotency_key": new_form_key(), "charge_state": str(charge_state(charge_id))}
-    return {
+    found = {
         name: re.search(rb'name="' + name.encode() + rb'" value="([^"]*)"', page.content)
-        .group(1)
-        .decode()
         for name in ("idempotency_key", "charge_state")
     }
+    assert all(found.values()), page.content
+    return {name: match.group(1).decode() for name, match in found.items() if match}
 
 
 def encode(pairs: list[tuple[str, str]]) -> bytes:

@@ -50,9 +50,9 @@ def told(response) -> list[str]:
 
 
 def hidden(response, name: str) -> str:
-    return re.search(rb'name="' + name.encode() + rb'" value="([^"]*)"', response.content)[
-        1
-    ].decode()
+    found = re.search(rb'name="' + name.encode() + rb'" value="([^"]*)"', response.content)
+    assert found, f"no hidden {name} on the page"
+    return found[1].decode()
 
 
 class TestLabels:

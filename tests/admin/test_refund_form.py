@@ -93,7 +93,8 @@ class TestRefundForm:
         assert response.status_code == 302
         charge.refresh_from_db()
         assert charge.amount_refunded == 5_000
-        assert Refund.objects.filter(charge=charge).order_by("created_at").last().amount == 4_000
+        last = Refund.objects.filter(charge=charge).order_by("created_at").last()
+        assert last is not None and last.amount == 4_000
 
     def test_an_amount_and_the_box_together_are_refused(self, agent_client):
         charge = ChargeFactory(amount=5_000)
@@ -236,7 +237,9 @@ class TestRefundForm:
 
         entry = LogEntry.objects.get()
         refund = Refund.objects.get()
-        assert entry.object_id == charge.pk and entry.user.username == "agent"
+        assert entry.object_id == charge.pk
+        # django-stubs declare LogEntry.user a ForeignKey to no model: a user of no type.
+        assert entry.user.username == "agent"  # type: ignore[attr-defined]
         assert refund.id in entry.get_change_message() and "$2.50" in entry.get_change_message()
         page = agent_client.get(reverse("admin:ledger_app_charge_change", args=[quote(charge.pk)]))
         assert refund.id in page.content.decode()
@@ -400,8 +403,11 @@ def test_create_support_agent_makes_a_staff_user_who_may_refund(capsys, client):
     call_command("create_support_agent", "sam")
 
     out = capsys.readouterr().out
-    password = re.search(r"Support agent: sam / (\S+)", out).group(1)
-    secret = b32decode(re.search(r"secret: +([A-Z2-7 ]+)", out).group(1).replace(" ", ""))
+    password_found = re.search(r"Support agent: sam / (\S+)", out)
+    secret_found = re.search(r"secret: +([A-Z2-7 ]+)", out)
+    assert password_found and secret_found, out
+    password = password_found.group(1)
+    secret = b32decode(secret_found.group(1).replace(" ", ""))
     assert "otpauth://totp/" in out
     signed_in = client.post(
         reverse("admin:login"), {"username": "sam", "password": password, "next": "/admin/"}

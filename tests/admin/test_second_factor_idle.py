@@ -57,7 +57,9 @@ def open_form(client, charge):
 
 
 def hidden(page, name: str) -> str:
-    return re.search(rb'name="' + name.encode() + rb'" value="([^"]*)"', page.content)[1].decode()
+    found = re.search(rb'name="' + name.encode() + rb'" value="([^"]*)"', page.content)
+    assert found, f"no hidden {name} on the page"
+    return found[1].decode()
 
 
 def submit(client, url, page, amount: str, **more):

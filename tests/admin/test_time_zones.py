@@ -55,7 +55,7 @@ def refund_at_a_known_moment() -> Refund:
     return refund
 
 
-def pages_of(client, refund: Refund) -> dict[str, object]:
+def pages_of(client, refund: Refund) -> dict[str, HttpResponse]:
     return {
         "refund list": client.get(reverse("admin:ledger_app_refund_changelist")),
         "refund page": client.get(
