@@ -35,7 +35,7 @@ EXPANDED_REFUNDS = 100  # with expand[]=refunds
 # A failed charge's status_detail that is a provider's code (card_declined), not prose.
 FAILURE_CODE = re.compile(r"^[a-z][a-z0-9_]{0,99}\Z")
 NO_ADDRESS = dict.fromkeys(("city", "country", "line1", "line2", "postal_code", "state"))
-NO_BILLING_DETAILS = {
+NO_BILLING_DETAILS: dict[str, Any] = {
     "address": NO_ADDRESS,
     "email": None,
     "name": None,

@@ -22,7 +22,7 @@ REFERENCE = json.loads(
     (Path(__file__).parent / "stripe_reference" / "stripe_fields_2026.json").read_text()
 )
 SCHEMAS: dict[str, dict[str, Any]] = REFERENCE["schemas"]
-PARAMS: dict[str, list[str]] = SCHEMAS["params"]  # type: ignore[assignment]
+PARAMS: dict[str, list[str]] = SCHEMAS["params"]
 
 # Fields of our own, beside Stripe's (docs/api.md, "Fields of our own"), and Stripe's own
 # fields newer than this file (stripe_fields_2026-11-18.json has them: stripe_fields.py).

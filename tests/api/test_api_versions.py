@@ -27,7 +27,7 @@ LEGACY, LATEST = api_versions.LEGACY, api_versions.LATEST
 
 
 def keyed_client(version: str | None = None) -> Client:
-    secret = create_api_key(name="versioned", **({"api_version": version} if version else {}))[1]
+    secret = create_api_key(name="versioned", api_version=version)[1]
     return Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
 
 

@@ -53,7 +53,7 @@ class Bad:
     message_contains: str | None = None
 
 
-def refund(body: str, status: int = 400, **kw: Any) -> dict:
+def refund(body: str | bytes, status: int = 400, **kw: Any) -> dict:
     return {"method": "post", "path": "/v1/refunds", "body": body, "status": status, **kw}
 
 

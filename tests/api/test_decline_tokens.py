@@ -32,6 +32,7 @@ def test_a_declining_token_declines_with_its_codes(stripe_client, token, decline
         stripe_client.v1.charges.create(params=params)
 
     error = raised.value
+    assert error.error is not None
     assert (error.http_status, error.code, error.error.decline_code) == (402, code, decline)
     charge = Charge.objects.get(pk=error.error.charge)
     assert (charge.status, charge.status_detail, charge.amount_refunded) == ("failed", decline, 0)

@@ -197,7 +197,7 @@ def test_deeply_nested_json_is_a_400_and_writes_nothing(api, path, caplog):
         )
 
         error = response.json()["error"]
-        answer = (response.status_code, error["code"])
+        answer: tuple[object, ...] = (response.status_code, error["code"])
         if len(body.encode()) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
             expected = (413, "body_too_large")
         else:
@@ -226,6 +226,7 @@ def test_json_nested_up_to_the_limit_is_parsed(api, path):
     response = api.post(path, body, content_type="application/json")
 
     error = assert_envelope(response, "POST", path)
+    assert error is not None
     assert (response.status_code, error["code"]) == (400, "parameter_invalid")
     assert Refund.objects.count() == 0 and Charge.objects.count() == 1
 

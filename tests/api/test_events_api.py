@@ -168,13 +168,15 @@ class TestEventsOfApiRequests:
         events = caused_by(stripe_client, request_id)
 
         created, refunded = events["refund.created"], events["charge.refunded"]
+        assert created.request is not None and refunded.request is not None
         assert created.request.idempotency_key == "order-9-refund-1"
         assert refunded.request.idempotency_key == "order-9-refund-1"
         assert created.data.object.id == refund.id
         assert created.data.object.status == "pending"  # as it was when it was created
         assert refunded.data.object.id == charge.id
         assert refunded.data.object.amount_refunded == 2_500
-        assert refunded.data.previous_attributes.to_dict() == {"amount_refunded": 0}
+        previous = refunded.data.previous_attributes
+        assert previous is not None and previous.to_dict() == {"amount_refunded": 0}
         assert "refunds" not in refunded.data.object  # the current API version's charge
 
     def test_settled_after_dispatch_shows_the_status_it_had(
@@ -212,16 +214,16 @@ class TestEventsOfApiRequests:
         again = stripe.Refund.modify(refund.id, metadata={"ticket": ""})
 
         assert changed.metadata.to_dict() == {"ticket": "T-1", "agent": "ana"}
-        assert again.metadata.to_dict() == {"agent": "ana"}
+        assert again.metadata is not None and again.metadata.to_dict() == {"agent": "ana"}
+        assert again.last_response is not None
         first = caused_by(stripe_client, changed.last_response.headers["Request-Id"])
         second = caused_by(stripe_client, again.last_response.headers["Request-Id"])
         assert set(first) == set(second) == {"refund.updated"}
-        assert first["refund.updated"].data.previous_attributes.to_dict() == {
-            "metadata": {"ticket": "T-1"}
-        }
-        assert second["refund.updated"].data.previous_attributes.to_dict() == {
-            "metadata": {"ticket": "T-1", "agent": "ana"}
-        }
+        before_first = first["refund.updated"].data.previous_attributes
+        before_second = second["refund.updated"].data.previous_attributes
+        assert before_first is not None and before_second is not None
+        assert before_first.to_dict() == {"metadata": {"ticket": "T-1"}}
+        assert before_second.to_dict() == {"metadata": {"ticket": "T-1", "agent": "ana"}}
         assert second["refund.updated"].data.object.metadata.to_dict() == {"agent": "ana"}
 
     def test_an_update_that_changes_nothing_appends_no_event(self, stripe_client, charge):

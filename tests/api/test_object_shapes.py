@@ -98,12 +98,13 @@ class TestValuesOfFieldsThatMeanNothingHere:
         with pytest.raises(stripe.CardError) as replayed:
             stripe_client.v1.charges.create(params=params, options={"idempotency_key": "c-1"})
 
-        error = raised.value
+        error, again = raised.value, replayed.value
+        assert error.error is not None and again.error is not None and again.headers is not None
         assert (error.http_status, error.code) == (402, "card_declined")
         assert error.error.decline_code == "simulated_decline"
-        assert error.error.charge.startswith("ch_")
-        assert replayed.value.error.charge == error.error.charge  # the same charge, once
-        assert replayed.value.headers.get("idempotent-replayed") == "true"
+        assert error.error.charge is not None and error.error.charge.startswith("ch_")
+        assert again.error.charge == error.error.charge  # the same charge, once
+        assert again.headers.get("idempotent-replayed") == "true"
         assert Charge.objects.count() == 1
         declined = stripe_client.v1.charges.retrieve(error.error.charge)
         assert declined.status == "failed" and declined.paid is False

@@ -53,7 +53,7 @@ def charge_in(status: str, detail: str, dispute: str | None) -> Charge:
         description="Order 42" if detail else "",
         metadata={"order": "42"},
         payment_intent="pi_1" if dispute else "",
-        dispute_id=dispute,
+        dispute_id=dispute or "",
         created_at=MOMENT,
     )
 

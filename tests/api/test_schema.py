@@ -137,11 +137,10 @@ def _fill(value, ids):
 @pytest.mark.parametrize("known", KNOWN, ids=lambda known: known.id)
 def test_known_requests_match_the_schema(known, api_key, succeeded_charge):
     create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=1_000))  # so a refund exists
-    ids = {
-        "charge": succeeded_charge.id,
-        "refund": Refund.objects.order_by("-created_at").first().id,
-        "event": Event.objects.order_by("-created_at").first().id,
-    }
+    refund = Refund.objects.order_by("-created_at").first()
+    event = Event.objects.order_by("-created_at").first()
+    assert refund is not None and event is not None
+    ids = {"charge": succeeded_charge.id, "refund": refund.id, "event": event.id}
     headers = {}
     if known.auth == "key":
         headers["Authorization"] = f"Bearer {api_key}"

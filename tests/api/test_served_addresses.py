@@ -14,6 +14,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def conf():
     spec = importlib.util.spec_from_file_location("gunicorn_conf", ROOT / "gunicorn.conf.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
