@@ -191,11 +191,11 @@ class TestDailyLimitRace:
 
             results = run_at_once(
                 [
-                    lambda a=agent, c=first: create_refund(
-                        RefundRequest(charge_id=c.id, amount=600, actor=a)
+                    partial(
+                        create_refund, RefundRequest(charge_id=first.id, amount=600, actor=agent)
                     ),
-                    lambda a=agent, c=second: create_refund(
-                        RefundRequest(charge_id=c.id, amount=600, actor=a)
+                    partial(
+                        create_refund, RefundRequest(charge_id=second.id, amount=600, actor=agent)
                     ),
                 ]
             )
@@ -215,7 +215,7 @@ class TestDailyLimitRace:
 
         results = run_at_once(
             [
-                lambda c=c: create_refund(RefundRequest(charge_id=c.id, amount=300, actor=agent))
+                partial(create_refund, RefundRequest(charge_id=c.id, amount=300, actor=agent))
                 for c in charges
             ]
         )

@@ -17,9 +17,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from ledger_app import faults
 from ledger_app.models import Event, LedgerEntry, ProviderEvent, Refund
 from ledger_app.provider import events_in as provider_events
-from ledger_app.provider.dispatch import settle
 from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.card_network import acquirer_reference
 from simulated_provider.models import ProviderRefund
@@ -254,7 +254,7 @@ def test_two_words_at_once_record_one_reference_under_the_refunds_lock(monkeypat
             paused.set()
             time.sleep(0.5)  # the lock is held; the other word arrives meanwhile
 
-    monkeypatch.setattr(settle.faults, "checkpoint", pause_the_first)
+    monkeypatch.setattr(faults, "checkpoint", pause_the_first)
 
     def word(reference: str, event_id: str, wait: float):
         def apply() -> str:

@@ -326,7 +326,7 @@ class TestSettle:
         assert provider_requests(refund) == ["succeeded"]
 
 
-def run_scenario(mode: str) -> dict:
+def run_scenario(mode: str) -> list[tuple[int, list[tuple[int, str]], list[tuple[int, str]]]]:
     """The same refunds in one dispatch mode; returns, per charge, what the ledger and the
     provider hold afterwards (without ids, so two runs compare)."""
     plan = [("succeed", [300, 200]), ("decline", [500]), ("apply_then_timeout", [400])]

@@ -10,11 +10,13 @@ import urllib.request
 
 import pytest
 from django.core.management import call_command
+from django.db.models import QuerySet
 from django.test import Client
 
 from ledger_app import errors
 from ledger_app.access.api_keys import create_api_key
 from ledger_app.approvals.services import approve_refund, reject_refund
+from ledger_app.charges.selectors import charges_for_update
 from ledger_app.events.delivery import signature_header
 from ledger_app.models import Charge, Event, ProviderEvent, Refund, RefundLimit
 from ledger_app.provider import events_in as provider_events
@@ -118,10 +120,12 @@ class TestInboundDisputes:
     ):
         charge = ChargeFactory(amount=5_000)
         locks = []  # nothing that does not fit waits for the charge's lock
-        real_lock = provider_events.charges_for_update
-        monkeypatch.setattr(
-            provider_events, "charges_for_update", lambda: locks.append(1) or real_lock()
-        )
+
+        def counted_lock() -> QuerySet[Charge]:
+            locks.append(1)
+            return charges_for_update()
+
+        monkeypatch.setattr(provider_events, "charges_for_update", counted_lock)
 
         answer = post_event(
             client, event_of("evt_d9", "charge.dispute.created", dispute(charge, **changes))

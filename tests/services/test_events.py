@@ -108,7 +108,8 @@ class TestRefundEvents:
             PENDING_BEFORE,
             {"metadata": {"a": "1"}},
         ]
-        assert updates.last().data_object["metadata"] == {"b": "2"}
+        last = updates.last()
+        assert last is not None and last.data_object["metadata"] == {"b": "2"}
 
 
 class TestChargeEvents:

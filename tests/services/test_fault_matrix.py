@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 import psycopg
@@ -96,9 +97,9 @@ def test_refund_process_killed_at_every_step(inline_dispatch, point):
     assert_ledger_invariants()
 
     time.sleep(1.1)  # the dead process's lease runs out
-    restarted = run_command("process_refunds", "--once", "--lease-seconds", "1", **INLINE)
-    reconciled = run_command("reconcile", **INLINE)
-    retried = run_command(*request, **INLINE)  # the client asks again with its key
+    restarted = run_command("process_refunds", "--once", "--lease-seconds", "1", env=INLINE)
+    reconciled = run_command("reconcile", env=INLINE)
+    retried = run_command(*request, env=INLINE)  # the client asks again with its key
 
     assert [restarted.returncode, reconciled.returncode] == [0, 0], restarted.stderr
     assert retried.returncode == 0, retried.stderr
@@ -188,10 +189,12 @@ def cut_connection(monkeypatch):
             if when == "mid_transaction":
                 terminate_backend(pid)
                 return
-            original = connection._commit
+            # The wrapper's private _commit, which django-stubs do not describe.
+            wrapper: Any = connection
+            original = wrapper._commit
 
             def commit():
-                del connection._commit  # once only
+                del wrapper._commit  # once only
                 if when == "before_commit":
                     terminate_backend(pid)
                     return original()
@@ -199,7 +202,7 @@ def cut_connection(monkeypatch):
                 terminate_backend(pid)
                 raise OperationalError("server closed the connection unexpectedly")
 
-            connection._commit = commit
+            wrapper._commit = commit
 
         monkeypatch.setattr(faults, "checkpoint", checkpoint)
         return fired

@@ -2,6 +2,8 @@
 to an account: each API key owns its own, and the back office (admin forms, commands,
 bulk files) one set, so a file re-run by another operator still replays."""
 
+from functools import partial
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -146,12 +148,11 @@ def test_many_requests_of_three_owners_with_one_key_make_one_refund_per_owner():
     owners = [key_label("a"), key_label("b"), "cli:ops"]
     per_owner = 5
     calls = [
-        (
-            lambda actor=actor: create_refund(
-                RefundRequest(
-                    charge_id=charge.pk, amount=1_000, idempotency_key="k-shared", actor=actor
-                )
-            )
+        partial(
+            create_refund,
+            RefundRequest(
+                charge_id=charge.pk, amount=1_000, idempotency_key="k-shared", actor=actor
+            ),
         )
         for actor in owners
         for _ in range(per_owner)

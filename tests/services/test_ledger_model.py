@@ -111,14 +111,14 @@ class Crash(BaseException):  # not an error the application may handle
 
 
 @contextlib.contextmanager
-def crash_at(point: str):
-    """While active, reaching `point` kills the (simulated) process."""
+def crash_at(fatal: str):
+    """While active, reaching the point `fatal` kills the (simulated) process."""
     real = faults.checkpoint
 
-    def checkpoint(name: str) -> None:
-        if name == point:
-            raise Crash(point)
-        real(name)
+    def checkpoint(point: str) -> None:  # faults.checkpoint's signature
+        if point == fatal:
+            raise Crash(fatal)
+        real(point)
 
     faults.checkpoint = checkpoint
     try:

@@ -115,6 +115,7 @@ class TestPerRefundLimit:
         assert ProviderRequest.objects.count() == requests_before
         hours = timedelta(hours=settings.APPROVAL_EXPIRY_HOURS)
         assert settings.APPROVAL_EXPIRY_HOURS == 72
+        assert refund.approval_expires_at is not None
         assert before + hours <= refund.approval_expires_at <= timezone.now() + hours
 
     def test_the_wait_lasts_approval_expiry_hours(self, awaiting, agent, settings):
@@ -126,6 +127,7 @@ class TestPerRefundLimit:
         ).item
 
         expires = refund.approval_expires_at
+        assert expires is not None
         assert before + timedelta(hours=2) <= expires <= timezone.now() + timedelta(hours=2)
 
     def test_what_it_reserves_cannot_be_refunded_again_while_it_waits(self, awaiting):
@@ -551,6 +553,7 @@ class TestApprove:
         stored = Refund.objects.get(pk=awaiting.pk)
         assert refund.status == stored.status == Refund.Status.SUCCEEDED
         assert (stored.decided_by, stored.decision_note) == ("user:lead", "order checked")
+        assert stored.decided_at is not None
         assert before <= stored.decided_at <= timezone.now()
         assert provider_contact(stored) == ["refund"]
         sent = ProviderRefund.objects.get(idempotency_key=stored.provider_idempotency_key)

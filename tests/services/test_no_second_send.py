@@ -175,7 +175,9 @@ def test_worker_reconciler_and_both_buttons_at_once_make_one_lookup_and_no_resen
     for process in processes:
         process.wait(60)
 
-    assert [p.returncode for p in processes] == [0, 0, 0], [p.stderr.read() for p in processes]
+    assert [p.returncode for p in processes] == [0, 0, 0], [
+        p.stderr and p.stderr.read() for p in processes
+    ]
     assert len(pages) == 2 and all(p.status_code == 200 for p in pages)
     assert_one_refund_and_asked_before_any_resend(refund)
     # The lease let exactly one of the five ask; the others found it held or settled.

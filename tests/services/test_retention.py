@@ -13,6 +13,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
 from django.utils import timezone
 
+from ledger_app import faults
 from ledger_app.events import services as events
 from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import (
@@ -85,7 +86,7 @@ def refund_in_doubt(state: str, charge: Charge, settings, django_user_model) -> 
     """A refund of `charge` that is not final: `pending` (reserved, the worker has not sent
     it yet), `unknown` (sent, no answer: the amount stays reserved) or `awaiting_approval`
     (over its requester's limit, waiting for another person). Keyed `k-<state>`."""
-    made = {"charge_id": charge.pk, "amount": 100, "idempotency_key": f"k-{state}"}
+    agent = None
     if state == "pending":
         settings.REFUND_DISPATCH = "worker"
     elif state == "unknown":
@@ -134,6 +135,7 @@ class TestEvents:
     def test_never_removes_a_delivery_still_pending_nor_its_event(self, endpoint, attempts):
         refund = delivered_refund()
         waiting = WebhookDelivery.objects.filter(event__refund=refund).first()
+        assert waiting is not None
         WebhookDelivery.objects.filter(pk=waiting.pk).update(
             status=PENDING, attempts=attempts, next_attempt_at=timezone.now() + timedelta(hours=1)
         )
@@ -312,7 +314,7 @@ class TestNeverRemoved:
             (ProviderCharge, "created_at"),
             (ProviderRefund, "created_at"),
         ]:
-            dated(model.objects.all(), field, long_ago)
+            dated(model._default_manager.all(), field, long_ago)
         kept = {
             model: model.objects.count()
             for model in (Charge, Refund, LedgerEntry, LogEntry, ProviderCharge, ProviderRefund)
@@ -339,8 +341,10 @@ class TestDryRun:
         rate_counter("ended", datetime.now(UTC) - timedelta(seconds=1))
         sign_in_records("old", just_outside(90))
         provider_request("old", just_outside(7))
-        tables = (Event, WebhookDelivery, IdempotencyRecord, ProviderEvent, RateCounter)
-        tables += (AccessAttempt, AccessLog, AccessFailureLog, ProviderRequest)
+        tables = (
+            *(Event, WebhookDelivery, IdempotencyRecord, ProviderEvent, RateCounter),
+            *(AccessAttempt, AccessLog, AccessFailureLog, ProviderRequest),
+        )
         before = {model: model.objects.count() for model in tables}
 
         dry = purge_expired(dry_run=True)
@@ -364,7 +368,7 @@ class TestBatches:
         batches = []
 
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(retention.faults, "checkpoint", lambda point: batches.append(point))
+            patch.setattr(faults, "checkpoint", lambda point: batches.append(point))
             result = purge_expired(kinds=["provider_events"], pace=Pace(batch_size=3))
 
         assert not ProviderEvent.objects.exists()
@@ -388,16 +392,18 @@ class TestOneRunAtATime:
     def test_a_run_while_another_holds_the_job_does_nothing_and_says_who(self):
         provider_event("evt_old", just_outside(90))
         other = job_leases.claim_lease(name=retention.JOB, seconds=300)
+        assert other is not None
 
         result = purge_expired()
 
         assert not result.ran and result.purged == ()
-        assert result.held_by.holder == other.holder
+        assert result.held_by is not None and result.held_by.holder == other.holder
         assert ProviderEvent.objects.exists()
 
     def test_a_lease_whose_process_died_runs_out_and_the_next_run_takes_the_job(self):
         provider_event("evt_old", just_outside(90))
         dead = job_leases.claim_lease(name=retention.JOB, seconds=300)
+        assert dead is not None
         # as if five minutes passed without its renewing it
         JobLease.objects.filter(pk=retention.JOB).update(
             leased_until=timezone.now() - timedelta(seconds=1)
@@ -414,14 +420,16 @@ class TestOneRunAtATime:
     def test_the_lease_is_renewed_with_every_batch_so_nobody_else_can_claim_it(self):
         for n in range(4):
             provider_event(f"evt_{n}", just_outside(90 + n))
-        seen = []
+        seen: list[datetime] = []
 
-        def between_batches(point):
-            seen.append(JobLease.objects.get(pk=retention.JOB).leased_until)
+        def between_batches(point: str) -> None:
+            until = JobLease.objects.get(pk=retention.JOB).leased_until
+            assert until is not None  # held
+            seen.append(until)
             assert job_leases.claim_lease(name=retention.JOB, seconds=300) is None
 
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(retention.faults, "checkpoint", between_batches)
+            patch.setattr(faults, "checkpoint", between_batches)
             purge_expired(kinds=["provider_events"], pace=Pace(batch_size=1, lease_seconds=60))
 
         assert len(seen) == 4
@@ -438,7 +446,7 @@ class TestOneRunAtATime:
             )
 
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(retention.faults, "checkpoint", taken_over)
+            patch.setattr(faults, "checkpoint", taken_over)
             result = purge_expired(kinds=["provider_events"], pace=Pace(batch_size=1))
 
         assert result.lease_lost and not result.finished
@@ -455,6 +463,7 @@ class TestDailySchedule:
         assert result is not None and result.finished
         assert not ProviderEvent.objects.exists()
         finished_at = JobLease.objects.get(pk=retention.JOB).last_finished_at
+        assert finished_at is not None
         assert timezone.now() - finished_at < timedelta(seconds=30)
 
     def test_does_not_run_again_within_a_day_of_the_last_whole_run(self):
