@@ -47,10 +47,12 @@ def receivers(hits: list[dict], own: tuple[str, ...] = ()) -> list[http.server.T
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):  # http.server's name
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            bound = self.server.server_address
+            assert isinstance(bound, tuple)  # an IP socket's (host, port)
             hits.append(
                 {
-                    "address": self.server.server_address[0],
-                    "port": self.server.server_address[1],
+                    "address": bound[0],
+                    "port": bound[1],
                     "path": self.path,
                     "host": self.headers.get("Host", ""),
                     "signature": self.headers.get("Stripe-Signature", ""),

@@ -65,6 +65,7 @@ def test_a_refused_loopback_receiver_is_its_own_outcome_with_the_way_out(
     assert "no answer" not in lines[0] and "retrying" not in lines[0]
     assert lines[-1] == "deliver_webhooks: 2 refused"
     delivery = WebhookDelivery.objects.first()
+    assert delivery is not None
     assert (delivery.status, delivery.attempts, delivery.last_status_code) == ("pending", 1, None)
     assert delivery.last_error == (
         "refused: address 127.0.0.1 is loopback (set WEBHOOK_ALLOW_PRIVATE_URLS=true to allow it)"
@@ -105,8 +106,8 @@ def test_a_failing_receiver_is_exit_0_and_bad_arguments_exit_1(endpoint, receive
     receiver.behaviour = lambda event_id, nth: Answer(status=500)
     record_events(1)
 
-    ran = run_command("deliver_webhooks", "--once", **LOOPBACK)
-    refused = run_command("deliver_webhooks", "--batch-size", "0", **LOOPBACK)
+    ran = run_command("deliver_webhooks", "--once", env=LOOPBACK)
+    refused = run_command("deliver_webhooks", "--batch-size", "0", env=LOOPBACK)
 
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.splitlines()[-1] == "deliver_webhooks: 2 retrying"

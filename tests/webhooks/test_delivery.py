@@ -5,9 +5,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from ledger_app.errors import DeliveryNotResendable
 from ledger_app.events import delivery as webhook_delivery
 from ledger_app.events.delivery import (
-    DeliveryNotResendable,
     backoff,
     claim,
     deliver_due,
@@ -16,6 +16,7 @@ from ledger_app.events.delivery import (
 )
 from ledger_app.events.endpoints import EndpointChanges, delete_endpoint, update_endpoint
 from ledger_app.models import WebhookDelivery
+from ledger_app.worker_parts import RunOutcomes
 from tests.webhooks.conftest import record_events
 from tests.webhooks.receiver import Answer, Receiver
 
@@ -28,7 +29,9 @@ def answering(receiver: Receiver, **answer) -> None:
 
 def only_delivery() -> WebhookDelivery:
     """The one delivery of a test that recorded one event (the charge's own goes first)."""
-    return WebhookDelivery.objects.order_by("-id").first()
+    delivery = WebhookDelivery.objects.order_by("-id").first()
+    assert delivery is not None
+    return delivery
 
 
 def test_a_2xx_is_delivered_once(endpoint, receiver):
@@ -93,7 +96,7 @@ def test_due_again_after_backoff_then_delivered(endpoint, receiver, settings):
     receiver.behaviour = lambda event_id, nth: Answer(status=500 if nth < 3 else 204)
     record_events(1)
 
-    runs = []
+    runs: list[RunOutcomes] = []
     while WebhookDelivery.objects.filter(status="pending").exists() and len(runs) < 50:
         runs.append(deliver_due())
 

@@ -73,7 +73,7 @@ def test_n_slow_receivers_are_served_at_once_never_more(allow_private, lanes, ar
     try:
         ran = run_command(
             "deliver_webhooks", "--once", "--batch-size", "1", *args, timeout=120,
-            **LOOPBACK, **env,
+            env={**LOOPBACK, **env},
         )  # fmt: skip
     finally:
         for receiver in receivers:
@@ -128,7 +128,7 @@ def test_lanes_keep_backoff_and_other_workers_leases(endpoint, receiver):
     held = {d.pk for d in theirs}
     untouched = WebhookDelivery.objects.filter(pk__in=held)
     assert set(untouched.values_list("attempts", flat=True)) == {0}
-    assert all(d.leased_until > timezone.now() for d in untouched)
+    assert all(d.leased_until is not None and d.leased_until > timezone.now() for d in untouched)
     assert not {r.event_id for r in receiver.received} & {d.event_id for d in theirs}
     failing = {
         e

@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from ledger_app.events import delivery as webhook_delivery
-from ledger_app.events import egress
+from ledger_app.events import egress, egress_addresses
 from tests.conftest import IN_CI
 
 PUBLIC = "93.184.215.14"
@@ -115,8 +115,8 @@ class TestTheSpecialPurposeRegistries:
         monkeypatch.setattr(ipaddress.IPv4Address, "is_global", property(lambda self: True))
         monkeypatch.setattr(ipaddress.IPv4Address, "is_private", property(lambda self: True))
 
-        assert egress.not_public(ipaddress.ip_address("192.0.0.8")) is not None
-        assert egress.not_public(ipaddress.ip_address("192.0.0.9")) is None
+        assert egress_addresses.not_public(ipaddress.ip_address("192.0.0.8")) is not None
+        assert egress_addresses.not_public(ipaddress.ip_address("192.0.0.9")) is None
 
 
 def _ip_addresses() -> set[str]:
@@ -136,7 +136,7 @@ def _ip_addresses() -> set[str]:
 
 class TestThisMachinesOwnAddresses:
     def test_own_addresses_are_every_address_of_every_interface(self):
-        assert {str(a) for a in egress.own_addresses()} == _ip_addresses()
+        assert {str(a) for a in egress_addresses.own_addresses()} == _ip_addresses()
 
     def test_its_non_loopback_addresses_are_refused_at_check_and_delivery(self, monkeypatch):
         """With the registry table out of the way (every address public to it), a
@@ -173,7 +173,7 @@ class TestThisMachinesOwnAddresses:
         """The check asks own_addresses() every time; that it lists an address added to an
         interface a moment ago is proven in test_egress_namespace.py."""
         added: set = set()
-        real = egress.own_addresses
+        real = egress_addresses.own_addresses
         monkeypatch.setattr(egress, "own_addresses", lambda: real() | added)
         egress.check(url_of(PUBLIC))
 
@@ -185,7 +185,7 @@ class TestThisMachinesOwnAddresses:
     def test_nat64_of_its_own_public_ipv4_is_refused(self, monkeypatch, no_connection):
         """64:ff9b::/96 is globally reachable, but 64:ff9b::<our IPv4> leaves by the NAT64
         gateway and comes back to this machine."""
-        real = egress.own_addresses
+        real = egress_addresses.own_addresses
         monkeypatch.setattr(
             egress, "own_addresses", lambda: real() | {ipaddress.ip_address(PUBLIC)}
         )
@@ -231,7 +231,7 @@ class TestThisMachinesOwnAddresses:
     def test_listing_them_is_safe_from_many_threads(self):
         results: list = []
         threads = [
-            threading.Thread(target=lambda: results.append(egress.own_addresses()))
+            threading.Thread(target=lambda: results.append(egress_addresses.own_addresses()))
             for _ in range(8)
         ]
         for thread in threads:

@@ -36,6 +36,7 @@ def _missing() -> str | None:
     if not (SOCKET_DIRECTORY / f".s.PGSQL.{connection.settings_dict['PORT'] or 5432}").exists():
         return f"PostgreSQL has no Unix socket in {SOCKET_DIRECTORY}"
     unshare, ip = shutil.which("unshare"), shutil.which("ip")
+    assert unshare and ip  # both found above
     probe = subprocess.run([unshare, "-n", ip, "link", "set", "lo", "up"], capture_output=True)
     if probe.returncode:
         return f"`unshare -n` is not allowed here (needs root): {probe.stderr.decode()[:200]}"
@@ -60,8 +61,10 @@ def in_namespace(*args: str, **env: str) -> dict:
     over_socket = f"postgres://{db['USER']}@{str(SOCKET_DIRECTORY).replace('/', '%2F')}"
     port = f":{db['PORT']}" if db["PORT"] else ""
     script = 'ip link set lo up && exec "$0" -m tests.webhooks.namespace_delivery "$@"'
+    unshare = shutil.which("unshare")
+    assert unshare, _missing()
     ran = subprocess.run(
-        [shutil.which("unshare"), "-n", "/bin/sh", "-c", script, sys.executable, *args],
+        [unshare, "-n", "/bin/sh", "-c", script, sys.executable, *args],
         cwd=ROOT,
         env=command_env(DATABASE_URL=f"{over_socket}{port}/{db['NAME']}", **env),
         capture_output=True,

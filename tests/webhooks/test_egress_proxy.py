@@ -72,6 +72,7 @@ class TestANonCheckingProxy:
         proxy = Proxy(the_proxys_resolver, {}, checking=False)
         try:
             upstream = proxy.dial(NAME, internal.port)
+            assert isinstance(upstream, socket.socket), upstream
             upstream.close()
         finally:
             proxy.close()

@@ -112,7 +112,7 @@ class TestWithTheStripeClient:
         finally:
             stripe.api_key, stripe.api_base = None, "https://api.stripe.com"
 
-        assert made.secret.startswith("whsec_")
+        assert made.secret is not None and made.secret.startswith("whsec_")
         assert (enabled.status, enabled.description) == ("enabled", "x")
         assert [e.id for e in listed.data] == [made.id]
         assert gone.deleted is True
@@ -251,9 +251,9 @@ class TestOnTheWire:
 
     def test_deleting_cancels_pending_deliveries_and_keeps_delivered_ones(self, api, endpoint):
         record_events(3)
-        WebhookDelivery.objects.filter(pk=WebhookDelivery.objects.order_by("pk").first().pk).update(
-            status="delivered"
-        )
+        first = WebhookDelivery.objects.order_by("pk").first()
+        assert first is not None
+        WebhookDelivery.objects.filter(pk=first.pk).update(status="delivered")
 
         response = api.delete(f"/v1/webhook_endpoints/{endpoint.id}")
         again = api.delete(f"/v1/webhook_endpoints/{endpoint.id}")

@@ -44,5 +44,5 @@ def test_a_refund_completes_while_a_receiver_hangs(
 
     assert refund.status == "succeeded"
     assert took < 3, f"the refund took {took:.1f} s"
-    assert run_command("deliver_webhooks", "--once", **WORKER_ENV).returncode == 0
+    assert run_command("deliver_webhooks", "--once", env=WORKER_ENV).returncode == 0
     assert set(receiver.acknowledged()) == set(Event.objects.values_list("id", flat=True))

@@ -5,10 +5,10 @@ import socket
 
 import pytest
 
+from ledger_app.errors import InvalidWebhookUrl
 from ledger_app.events.delivery import deliver_due
 from ledger_app.events.endpoints import (
     EndpointChanges,
-    InvalidWebhookUrl,
     check_url,
     create_endpoint,
     update_endpoint,
