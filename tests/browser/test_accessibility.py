@@ -16,6 +16,7 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 from django.utils.http import urlencode
+from playwright.sync_api import Page
 
 from ledger_app.models import Charge, Refund
 from tests.browser.admin_lists import LISTS
@@ -60,7 +61,9 @@ def described(found: list[dict]) -> str:
 
 
 def largest_charge() -> Charge:
-    return Charge.objects.filter(currency="usd", amount_refunded__gt=0).order_by("pk").first()
+    charge = Charge.objects.filter(currency="usd", amount_refunded__gt=0).order_by("pk").first()
+    assert charge is not None, "the demo data has a partly refunded USD charge"
+    return charge
 
 
 def charge_page(page) -> None:
@@ -87,7 +90,7 @@ def refund_form_with_errors(page) -> None:
     page.wait_for_selector(".errorlist")
 
 
-def action_page(model: str, action: str, pick: Callable[[], str]) -> Callable[[object], None]:
+def action_page(model: str, action: str, pick: Callable[[], str]) -> Callable[[Page], None]:
     """The confirmation page an action draws for one selected row."""
 
     def open_it(page) -> None:
@@ -114,11 +117,14 @@ def index_page(page) -> None:
     page.goto(reverse("admin:index"))
 
 
-def list_page(url_name: str) -> Callable[[object], None]:
-    return lambda page: page.goto(reverse(url_name))
+def list_page(url_name: str) -> Callable[[Page], None]:
+    def open_it(page: Page) -> None:
+        page.goto(reverse(url_name))
+
+    return open_it
 
 
-PAGES: dict[str, Callable[[object], None]] = {
+PAGES: dict[str, Callable[[Page], None]] = {
     "index": index_page,
     **{f"list-{lst.model}": list_page(f"admin:{lst.model}_changelist") for lst in LISTS},
     "charge": charge_page,

@@ -360,8 +360,8 @@ def test_a_double_click_on_refund_issues_exactly_one_refund(agent_page, how):
     # A slow provider (the simulated one answers after SIMULATED_GATEWAY_LATENCY_MS) is
     # when people double-click: the first request is still running at the second click.
     charge = new_charge(metadata={"simulate_refund": "slow"})
-    posts = []
-    page.on("request", lambda r: r.method == "POST" and posts.append(r.url))
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
 
     page.goto(refund_url(charge))
     if how == "typed-amount":
@@ -498,8 +498,8 @@ def test_a_double_click_on_the_bulk_confirmation_refunds_each_charge_once(agent_
         new_charge(amount=2_500, metadata={"simulate_refund": "slow"}),
         new_charge(amount=1_050, metadata={"simulate_refund": "slow"}),
     ]
-    posts = []
-    page.on("request", lambda r: r.method == "POST" and posts.append(r.url))
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
     choose_bulk_refund(page, chosen)
     page.select_option("#id_reason", "duplicate")
     page.fill("#id_note", "Charged twice by the checkout bug.")

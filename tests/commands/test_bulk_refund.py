@@ -30,7 +30,8 @@ class TestBulkRefund:
         code, out, _ = bulk(file, "--batch-id", "b1", "--report", tmp_path / "report.csv")
 
         assert code == 0
-        a.refresh_from_db(), b.refresh_from_db()
+        a.refresh_from_db()
+        b.refresh_from_db()
         assert (a.amount_refunded, b.amount_refunded) == (5_000, 500)
         assert [r["outcome"] for r in report_rows(tmp_path / "report.csv")] == ["refunded"] * 3
         assert [r["idempotency_key"] for r in report_rows(tmp_path / "report.csv")] == [

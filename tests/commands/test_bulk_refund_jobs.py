@@ -30,7 +30,7 @@ HEADER = ("charge", "amount", "reason", "note", "idempotency_key")
 
 
 def run_bulk(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return run_command("bulk_refund", *map(str, args), timeout=timeout, **WORKER)
+    return run_command("bulk_refund", *map(str, args), timeout=timeout, env=WORKER)
 
 
 def start_bulk(*args: str) -> subprocess.Popen:

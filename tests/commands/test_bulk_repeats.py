@@ -19,7 +19,7 @@ YESTERDAY, TODAY = "2026-12-01-outage", "2026-12-02-outage"
 
 
 def bulk_process(*args, **env):
-    return run_command("bulk_refund", *map(str, args), timeout=120, **{**QUICK, **env})
+    return run_command("bulk_refund", *map(str, args), timeout=120, env={**QUICK, **env})
 
 
 def twenty_partial_refunds(tmp_path):

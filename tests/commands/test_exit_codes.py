@@ -34,7 +34,7 @@ def charge_that(behaviour: str, amount: int = 5_000) -> Charge:
 
 
 def refund_process(charge: Charge, *args: str, env=INLINE) -> subprocess.CompletedProcess:
-    return run_command("refund", charge.pk, "--amount", "1200", *args, **env)
+    return run_command("refund", charge.pk, "--amount", "1200", *args, env=env)
 
 
 def said(done: subprocess.CompletedProcess, prefix: str) -> str:
@@ -158,7 +158,7 @@ def queue(*behaviours: str) -> list[Refund]:
 
 
 def worker(**env: str) -> subprocess.CompletedProcess:
-    return run_command("process_refunds", "--once", **env)
+    return run_command("process_refunds", "--once", env=env)
 
 
 @pytest.mark.usefixtures("worker_dispatch")

@@ -35,6 +35,7 @@ def test_hostile_input_on_the_refund_command(settings, case):
     before = hostile.snapshot(charge)
     out = io.StringIO()
 
+    refusal: CommandError | None
     try:
         call_command("refund", *arguments(case, charge.pk), stdout=out, stderr=io.StringIO())
     except CommandError as exc:

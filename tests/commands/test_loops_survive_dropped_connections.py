@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -154,7 +155,7 @@ def test_a_loop_goes_on_after_its_connection_is_dropped(
         assert cuts >= 2
         after_storm = new_refund()
         for refund in [*during, after_storm]:
-            wait_until(lambda r=refund: dispatched(r), worker, log, "after drops during passes")
+            wait_until(partial(dispatched, refund), worker, log, "after drops during passes")
         assert worker.poll() is None, "the worker exited"
     finally:
         if worker.poll() is None:

@@ -5,6 +5,7 @@ import io
 import os
 import re
 import signal
+import time
 from datetime import timedelta
 
 import pytest
@@ -96,9 +97,9 @@ class TestPurgeExpired:
         self, old_provider_events, monkeypatch, args, pause
     ):
         clock = iter(range(0, 10_000, 3))  # each reading of the clock 3 s after the last
-        monkeypatch.setattr(retention.time, "monotonic", lambda: float(next(clock)))
+        monkeypatch.setattr(time, "monotonic", lambda: float(next(clock)))
         slept: list[float] = []
-        monkeypatch.setattr(retention.time, "sleep", slept.append)
+        monkeypatch.setattr(time, "sleep", slept.append)
 
         code, _, _ = run("purge_expired", "--batch-size", "1", *args)
 
@@ -110,6 +111,7 @@ class TestPurgeExpired:
 
     def test_while_another_run_holds_the_job_it_says_so_and_exits_0(self, old_provider_events):
         other = job_leases.claim_lease(name=retention.JOB, seconds=300)
+        assert other is not None
 
         code, out, _ = run("purge_expired")
 
@@ -148,8 +150,9 @@ def test_two_processes_at_once_one_purges_the_other_says_so_and_exits_0(old_prov
     first = start_command(
         "purge_expired", "--batch-size", "1", LEDGER_FAULT_HANG_AT=("purge.batch_committed")
     )
+    assert first.stderr is not None  # start_command pipes it
     try:
-        said = []
+        said: list[str] = []
         while "fault point reached: purge.batch_committed" not in (line := first.stderr.readline()):
             assert line, "the first run ended before its first batch:\n" + "".join(said)
             said.append(line)

@@ -176,6 +176,7 @@ class StripeStub:
 
     def _search_charges(self, query: str) -> dict:
         match = re.fullmatch(r"metadata\['(\w+)'\]:'(.*)'", query)
+        assert match is not None, f"the stub searches metadata only: {query}"
         key, value = match.groups()
         found = [c for c in reversed(self.charges.values()) if c["metadata"].get(key) == value]
         return {"object": "search_result", "data": found, "has_more": False, "next_page": None}

@@ -15,10 +15,11 @@ import pytest
 from ledger_app.provider.gateways.base import (
     GatewayTimeout,
     GatewayUnavailable,
+    IdempotencyKeyConflict,
     OutcomeUnknown,
     ProviderAnswer,
 )
-from ledger_app.provider.gateways.stripe import IdempotencyKeyConflict, StripeGateway
+from ledger_app.provider.gateways.stripe import StripeGateway
 from tests.gateways.stripe_stub import StripeStub
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

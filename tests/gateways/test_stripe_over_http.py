@@ -60,7 +60,9 @@ class ProviderBackOffice:
         self._run_sql(f'CREATE DATABASE "{self.name}"')
         self._manage("migrate", "--no-input")
         made = self._manage("create_api_key", "ledger-under-test")
-        self.api_key = re.search(r"\bsk_\w+", made.stdout)[0]
+        key = re.search(r"\bsk_\w+", made.stdout)
+        assert key, made.stdout
+        self.api_key = key[0]
         self.server: GunicornServer | None = None
         self.starts = 0
 
@@ -87,20 +89,25 @@ class ProviderBackOffice:
         logs = self.tmp_path / f"provider-{self.starts}"
         logs.mkdir()
         self.server = GunicornServer(
-            logs, workers=1, threads=4, own_group=True, DATABASE_URL=self.url, **env
+            logs, workers=1, threads=4, own_group=True, env=env, DATABASE_URL=self.url
         )
         self.server.wait_ready()
         return self.server.url
 
+    @property
+    def running(self) -> GunicornServer:
+        assert self.server is not None, "start() it first"
+        return self.server
+
     def wait_for(self, text: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
-        while text not in self.server.log():
-            assert time.monotonic() < deadline, f"never reached {text!r}:\n{self.server.log()}"
+        while text not in self.running.log():
+            assert time.monotonic() < deadline, f"never reached {text!r}:\n{self.running.log()}"
             time.sleep(0.05)
 
     def client(self) -> stripe.StripeClient:
         return stripe.StripeClient(
-            self.api_key, base_addresses={"api": self.server.url}, max_network_retries=0
+            self.api_key, base_addresses={"api": self.running.url}, max_network_retries=0
         )
 
     def verify_ledger(self):
@@ -127,7 +134,7 @@ def pointed_at(provider: ProviderBackOffice, api_key: str | None = None):
     return override_settings(
         LEDGER_GATEWAY="stripe",
         STRIPE_API_KEY=api_key or provider.api_key,
-        STRIPE_API_BASE=provider.server.url,
+        STRIPE_API_BASE=provider.running.url,
         REFUND_DISPATCH="worker",  # reserve only: each test sends when it chooses
         GATEWAY_TIMEOUT_SECONDS=10.0,
     )
@@ -230,6 +237,7 @@ def test_refunds_end_to_end_with_replays_errors_and_lookups(provider):
             charge_reference=charge.id,
             ledger_refund_id=refund.id,
         )
+        assert found is not None
         assert (found.verdict, found.provider_id) == ("succeeded", at_provider.id)
         never = gateway.lookup_refund(
             provider_key="refund:never-sent", charge_reference=charge.id, ledger_refund_id="re_x"

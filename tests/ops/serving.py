@@ -158,8 +158,8 @@ class Nginx(ServerProcess):
         # Not under pytest's tmp_path: nobody may not enter it.
         self.prefix = Path(tempfile.mkdtemp(prefix="nginx-serving-"))
         self.prefix.chmod(0o755)
-        as_nobody = {"user": 65534, "group": 65534} if os.geteuid() == 0 else {}
-        if as_nobody:
+        nobody = 65534 if os.geteuid() == 0 else None  # its user and group ids, run as root
+        if nobody is not None:
             os.chown(self.prefix, 65534, 65534)  # its temporary directories go here
         super().__init__(self.prefix / "nginx.stderr")
         self.http_port, self.https_port = free_loopback_port(), free_loopback_port()
@@ -200,7 +200,8 @@ class Nginx(ServerProcess):
             stdout=self._log,
             stderr=self._log,
             start_new_session=True,
-            **as_nobody,
+            user=nobody,
+            group=nobody,
         )
 
     def wait_ready(self, timeout: float = 20) -> None:

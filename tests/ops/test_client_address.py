@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from axes.models import AccessAttempt
 from django.conf import settings as django_settings
+from django.http import HttpRequest
 from django.test import RequestFactory
 from django.urls import reverse
 from rest_framework.request import Request
@@ -39,8 +40,15 @@ def forwarded(client_ip: str, sent: str | None = None) -> dict[str, str]:
     return {"REMOTE_ADDR": PROXY, "HTTP_X_FORWARDED_FOR": header}
 
 
+def request_with(meta: dict[str, str], path: str = "/") -> HttpRequest:
+    """A GET of `path` whose WSGI environ (META) holds `meta`."""
+    request = RequestFactory().get(path)
+    request.META.update(meta)
+    return request
+
+
 def address_of(meta: dict[str, str]) -> str:
-    return client_address(RequestFactory().get("/", **meta))
+    return client_address(request_with(meta))
 
 
 @pytest.fixture
@@ -158,7 +166,7 @@ class TestBehindTwoProxies:
 
 
 def counted_as(meta: dict[str, str]) -> str:
-    return counted_address(RequestFactory().get("/", **meta))
+    return counted_address(request_with(meta))
 
 
 class TestAnIpv6ClientIsCountedByItsNetwork:
@@ -307,7 +315,7 @@ class TestEveryCallerAgrees:
 
     def test_the_per_key_limit_counts_a_request_without_a_key_by_the_same_address(self, proxies):
         proxies(1)
-        request = RequestFactory().get("/v1/charges", **forwarded(HONEST, sent=SPOOFER))
+        request = request_with(forwarded(HONEST, sent=SPOOFER), "/v1/charges")
 
         assert ApiKeyThrottle().get_ident(Request(request)) == HONEST
 

@@ -31,7 +31,7 @@ def server_factory(tmp_path):
     servers = []
 
     def start(**env: str) -> GunicornServer:
-        server = GunicornServer(tmp_path, workers=1, threads=2, **env)
+        server = GunicornServer(tmp_path, workers=1, threads=2, env=env)
         servers.append(server)
         wait_healthy(server)
         return server

@@ -57,7 +57,9 @@ def log_calls() -> list[tuple[str, int, str, str | None, int, bool]]:
                 ):
                     continue
                 first = node.args[0]
-                message = first.value if isinstance(first, ast.Constant) else None
+                message = None
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    message = first.value
                 traceback = node.func.attr == "exception" or any(
                     k.arg == "exc_info" for k in node.keywords
                 )
@@ -78,7 +80,7 @@ def arguments(message: str | None, count: int) -> tuple:
     return tuple(HOSTILE if c in "sra" else 7 for c in conversions[:count])
 
 
-def handler_for(log_format: str) -> logging.Handler:
+def handler_for(log_format: str) -> CountingHandler:
     """A handler as settings.LOGGING builds it: the same filters, the format's formatter."""
     handler = CountingHandler(io.StringIO())
     for each in (RequestIdFilter(), LogContextFilter(), RedactSecretsFilter()):
@@ -87,8 +89,9 @@ def handler_for(log_format: str) -> logging.Handler:
     return handler
 
 
-class CountingHandler(logging.StreamHandler):
+class CountingHandler(logging.StreamHandler[io.StringIO]):
     records = 0
+    log_format: str  # the `logged` fixture's
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records += 1

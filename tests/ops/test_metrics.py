@@ -14,6 +14,7 @@ import sys
 import textwrap
 from datetime import timedelta
 from types import SimpleNamespace
+from typing import NoReturn
 from unittest import mock
 
 import pytest
@@ -442,7 +443,10 @@ class TestProviderCalls:
 
     def test_an_unexpected_exception_is_counted_and_raised_unchanged(self, client):
         class Broken(Gateway):
-            refund = charge = lookup_charge = None  # not called
+            def not_called(self, **request: object) -> NoReturn:
+                raise AssertionError("not called")
+
+            refund = charge = lookup_charge = not_called
 
             def lookup_refund(self, **request):
                 raise KeyError("a bug in an adapter")
@@ -450,7 +454,9 @@ class TestProviderCalls:
         before = scrape(client)
 
         with pytest.raises(KeyError, match="a bug in an adapter"):
-            InstrumentedGateway(Broken()).lookup_refund(provider_key="k")
+            InstrumentedGateway(Broken()).lookup_refund(
+                provider_key="k", charge_reference="ch_1", ledger_refund_id="re_1"
+            )
 
         after = scrape(client)
         assert delta(before, after, "ledger_provider_call_errors_total") == {
@@ -557,6 +563,7 @@ def run_child(directory, increments: int) -> int:
 
 def gunicorn_hooks():
     spec = importlib.util.spec_from_file_location("gunicorn_conf", ROOT / "gunicorn.conf.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

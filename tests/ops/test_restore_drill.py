@@ -40,8 +40,18 @@ def summary_of(done: subprocess.CompletedProcess) -> str:
     return found.group(0)
 
 
+def restored(summary: str) -> tuple[str, str]:
+    """The copy's database name and what became of it."""
+    found = RESTORED.search(summary)
+    assert found, summary
+    name, state = found.groups()
+    return name, state
+
+
 def counts_in(summary: str) -> dict[str, int]:
-    pairs = ROWS.search(summary).group(1).split()
+    found = ROWS.search(summary)
+    assert found, summary
+    pairs = found.group(1).split()
     return {name: int(value) for name, value in (pair.split("=") for pair in pairs)}
 
 
@@ -87,7 +97,7 @@ class TestRestoreDrill:
         assert made["charges"] == 2 and made["refunds"] == 3 and made["idempotency_records"] == 2
         for step in ("dump", "restore", "verify", "migrations"):
             assert re.search(rf"\b{step} \d+\.\ds", summary), step
-        name, state = RESTORED.search(summary).groups()
+        name, state = restored(summary)
         assert state == "dropped"
         assert not database_exists(name)
 
@@ -108,7 +118,7 @@ class TestRestoreDrill:
         assert "verify_ledger: 1 drift found" in summary
         assert f"{charge.pk}: amount_refunded_drift" in summary
         assert "verify_ledger" in done.stderr
-        name, state = RESTORED.search(summary).groups()
+        name, state = restored(summary)
         assert state == "dropped"
         assert not database_exists(name)
 
@@ -133,7 +143,7 @@ class TestRestoreDrill:
         summary = summary_of(done)
         assert done.returncode == 1
         assert f"1 migrations not applied in the copy: ledger_app.{latest[2]}" in summary
-        assert not database_exists(RESTORED.search(summary).group(1))
+        assert not database_exists(restored(summary)[0])
 
     def test_a_kept_dump_restores_on_another_server_as_a_production_backup(
         self, refunded_ledger, tmp_path
@@ -153,7 +163,7 @@ class TestRestoreDrill:
         assert "dump given" in summary and "equal to ledger.dump.counts.json" in summary
         assert counts_in(summary) == made
         assert dump.is_file()
-        assert not database_exists(RESTORED.search(summary).group(1))
+        assert not database_exists(restored(summary)[0])
 
     def test_the_temporary_dump_is_deleted(self, refunded_ledger, tmp_path):
         done = backup_check(f"--dump-dir={tmp_path}", "--json")

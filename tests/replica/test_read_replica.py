@@ -22,6 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import psycopg
 import pytest
@@ -244,13 +245,19 @@ class App:
             bufsize=1,
         )
 
+    def pipes(self) -> tuple[IO[str], IO[str]]:
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None and stdout is not None  # both PIPE
+        return stdin, stdout
+
     def send(self, command: dict) -> dict:
-        self.process.stdin.write(json.dumps(command) + "\n")
-        self.process.stdin.flush()
+        stdin, stdout = self.pipes()
+        stdin.write(json.dumps(command) + "\n")
+        stdin.flush()
         # One answer line per command, so nothing is left buffered between them.
-        ready = select.select([self.process.stdout], [], [], TIMEOUT)[0]
+        ready = select.select([stdout], [], [], TIMEOUT)[0]
         assert ready, f"no answer in {TIMEOUT}s to {command}:\n{self.log.read_text()[-3000:]}"
-        line = self.process.stdout.readline()
+        line = stdout.readline()
         assert line, f"the app process ended:\n{self.log.read_text()[-3000:]}"
         return json.loads(line)
 
@@ -265,7 +272,7 @@ class App:
     def post(self, path: str, **kwargs) -> dict:
         return self.request("POST", path, **kwargs)
 
-    def ok(self, method: str, path: str, **kwargs) -> dict:
+    def ok(self, method: str, path: str, **kwargs) -> Any:  # the JSON body, or the text
         answer = self.request(method, path, **kwargs)
         assert answer["status"] == 200, f"{method} {path}: {answer}"
         return answer.get("json", answer.get("text"))
@@ -286,13 +293,14 @@ class App:
         return {item["id"] for item in self.ok("GET", path)["data"]}
 
     def close(self) -> None:
-        self.process.stdin.close()
+        stdin, stdout = self.pipes()
+        stdin.close()
         try:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(10)
-        self.process.stdout.close()
+        stdout.close()
         self.log_file.close()
 
 
