@@ -120,12 +120,7 @@ def _guarded_send(
     3. Send with the item's stored provider key and settle what the provider says.
     """
     gateway = gateway or get_gateway()
-    now = timezone.now()
-    ensure_no_transaction()  # the lease and the attempt commit before the provider call
-    taken = _lease(kind.model)(pk, now, lease_expiry(now, lease_seconds))
-    item = kind.fetch(pk)
-    if isinstance(item, Refund):
-        bind(charge_id=item.charge_id)  # for the rest of send_refund (it names the refund)
+    item, taken = _take_lease(kind, pk, lease_seconds)
     if not taken:
         return Sent(item, Step.BUSY if item.status in item.OPEN_STATUSES else Step.FINAL)
     release_connection()  # pooled connections are not held while the provider thinks
@@ -140,13 +135,29 @@ def _guarded_send(
     faults.checkpoint(kind.before_call_point)
     outcome = _ask(lambda: kind.call(gateway, item))
     faults.checkpoint(kind.after_call_point)
-    # One line per call that may move money, whatever the provider said: the trail from a
-    # refund id to what happened to it, at LOG_LEVEL=DEBUG. Not INFO: the attempt and its
-    # outcome are on record in the database already, and a line per refund would bury a
-    # bulk run's own report (and fill a stderr pipe nobody reads).
-    said = f"{outcome.status} {outcome.detail}".strip()
-    log.debug("%s %s sent to the provider: %s", kind.name, pk, said)
+    _log_sent(kind.name, pk, outcome)
     return Sent(kind.settle(item, outcome, actor), Step.SENT)
+
+
+def _take_lease(kind: _Kind[Movement], pk: str, lease_seconds: int | None) -> tuple[Movement, int]:
+    """Step 1 of the guarded send, committed before the provider is called: the item as
+    it is now, and whether this sender took its lease (1) or not (0)."""
+    now = timezone.now()
+    ensure_no_transaction()  # the lease and the attempt commit before the provider call
+    taken = _lease(kind.model)(pk, now, lease_expiry(now, lease_seconds))
+    item = kind.fetch(pk)
+    if isinstance(item, Refund):
+        bind(charge_id=item.charge_id)  # for the rest of send_refund (it names the refund)
+    return item, taken
+
+
+def _log_sent(kind_name: str, pk: str, outcome: Outcome) -> None:
+    """One line per call that may move money, whatever the provider said: the trail from a
+    refund id to what happened to it, at LOG_LEVEL=DEBUG. Not INFO: the attempt and its
+    outcome are on record in the database already, and a line per refund would bury a
+    bulk run's own report (and fill a stderr pipe nobody reads)."""
+    said = f"{outcome.status} {outcome.detail}".strip()
+    log.debug("%s %s sent to the provider: %s", kind_name, pk, said)
 
 
 def recheck_refund(refund_id: str, *, gateway: Gateway | None = None) -> Refund:
