@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import columns
 import dj_database_url
@@ -72,7 +73,11 @@ def main() -> None:
     parser.add_argument("--url", default="postgres://root@127.0.0.1:5432/postgres")
     args = parser.parse_args()
     server = dj_database_url.parse(args.url)
-    connect = {"host": server["HOST"], "port": server["PORT"], "user": server["USER"]}
+    connect: dict[str, Any] = {
+        "host": server["HOST"],
+        "port": server["PORT"],
+        "user": server["USER"],
+    }
     with psycopg.connect(dbname=server["NAME"], autocommit=True, **connect) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
         admin.execute(f"CREATE DATABASE {DB}")

@@ -136,9 +136,10 @@ def support_agent(url: str) -> tuple[str, str, str]:
         capture_output=True,
         text=True,
     )
-    password = re.search(rf"Support agent: {username} / (\S+)", done.stdout).group(1)
-    secret = re.search(r"secret:\s+([A-Z2-7 ]+?)\s+\(TOTP", done.stdout).group(1)
-    return username, password, secret.replace(" ", "")
+    password = re.search(rf"Support agent: {username} / (\S+)", done.stdout)
+    secret = re.search(r"secret:\s+([A-Z2-7 ]+?)\s+\(TOTP", done.stdout)
+    assert password and secret, done.stdout
+    return username, password.group(1), secret.group(1).replace(" ", "")
 
 
 def _page_field(page: requests.Response, name: str) -> str:

@@ -119,9 +119,9 @@ class LockWatch:
     def _watch(self) -> None:
         with psycopg.connect(dbname=self.dbname, autocommit=True, **self.server) as conn:
             while True:
-                xact, wait, waiting, others, checkpoints = conn.execute(
-                    self.SAMPLE, {"application": self.application}
-                ).fetchone()
+                sample = conn.execute(self.SAMPLE, {"application": self.application}).fetchone()
+                assert sample is not None
+                xact, wait, waiting, others, checkpoints = sample
                 self.samples.append(
                     (
                         time.monotonic(),

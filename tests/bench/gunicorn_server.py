@@ -58,6 +58,12 @@ class Gunicorn:
         self.process: subprocess.Popen | None = None
         self.stop_seconds = 0.0
 
+    @property
+    def pid(self) -> int:
+        """The master's process id, once started (inside the `with`)."""
+        assert self.process is not None, "not started"
+        return self.process.pid
+
     def __enter__(self) -> Gunicorn:
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
@@ -132,13 +138,17 @@ class ConnectionWatch:
 
     def _watch(self) -> None:
         with psycopg.connect(dbname="postgres", autocommit=True, **self.server) as conn:
-            self.max_connections = int(conn.execute("SHOW max_connections").fetchone()[0])
+            shown = conn.execute("SHOW max_connections").fetchone()
+            assert shown is not None
+            self.max_connections = int(shown[0])
             while True:
-                db, total = conn.execute(
+                counts = conn.execute(
                     "SELECT count(*) FILTER (WHERE datname = %s), count(*) "
                     "FROM pg_stat_activity WHERE backend_type = 'client backend'",
                     [self.dbname],
                 ).fetchone()
+                assert counts is not None
+                db, total = counts
                 self.peak_db, self.peak_server = max(self.peak_db, db), max(self.peak_server, total)
                 if self._stop.wait(0.2):
                     return

@@ -37,7 +37,7 @@ def measure_http_worker(run: Run) -> None:
         ConnectionWatch(run.server, MAIN_DB) as db,
     ):
         errors, cores = [], []
-        cpu = CpuShare(web.process.pid, run.server, MAIN_DB)
+        cpu = CpuShare(web.pid, run.server, MAIN_DB)
 
         def http_run():
             cpu.start()
@@ -159,7 +159,7 @@ def slow_provider_load(run: Run, web: Gunicorn, clients: int) -> dict:
     for --inline-seconds after --inline-warm (http_load.inline_slow_provider's figures)."""
     return inline_slow_provider(
         Target(web.base, run.key, run.slow),
-        CpuShare(web.process.pid, run.server, MAIN_DB),
+        CpuShare(web.pid, run.server, MAIN_DB),
         clients=clients,
         warm=run.args.inline_warm,
         seconds=run.args.inline_seconds,
@@ -183,7 +183,7 @@ def measure_admin(run: Run) -> None:
         admin = admin_while_refunds_wait(
             Target(web.base, run.key, run.slow),
             admin_session(web.base, username, password),
-            CpuShare(web.process.pid, run.server, MAIN_DB),
+            CpuShare(web.pid, run.server, MAIN_DB),
             gets=args.admin_gets,
             in_flight=in_flight,
             settle=args.admin_settle,

@@ -79,9 +79,11 @@ def measure_purge(run: Run) -> None:
         # took 412 s at 50 refunds a second, 64,000 pending by the end, a batch up to 10 s).
         conn.execute("UPDATE ledger_app_webhookendpoint SET status = 'disabled'")
         before = expired_rows(conn, days)
-        deadlocks = conn.execute(
+        row = conn.execute(
             "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
-        ).fetchone()[0]
+        ).fetchone()
+        assert row is not None
+        deadlocks = row[0]
     ctx = multiprocessing.get_context("spawn")
     ready, results, go, stop = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
     interval = 1 / rate * clients if rate else 0
@@ -120,12 +122,11 @@ def measure_purge(run: Run) -> None:
     during = [s for due, s in samples if purge_start <= due < purge_end]
     with psycopg.connect(url, autocommit=True) as conn:
         after = expired_rows(conn, days)
-        deadlocks = (
-            conn.execute(
-                "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
-            ).fetchone()[0]
-            - deadlocks
-        )
+        row = conn.execute(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+        assert row is not None
+        deadlocks = row[0] - deadlocks
     purge_s = purge_end - purge_start
     removed = before["total"] - after["total"]
     result = {

@@ -227,7 +227,9 @@ def build(url: str, refunds: int) -> dict:
         # As autovacuum leaves a production database: hint bits set, statistics known.
         conn.execute("VACUUM (ANALYZE)")
         t = step("vacuum analyze", t)
-        size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+        sized = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+        assert sized is not None
+        size = sized[0]
     print(f"  built in {time.monotonic() - started:.1f}s, {size / 2**20:.0f} MB", flush=True)
     return {"charges": charges, "refunds": refunds, "build_seconds": time.monotonic() - started}
 

@@ -198,8 +198,10 @@ def main() -> None:
     args = parse_args()
     run = Run(args, server_args(args.url))
     with psycopg.connect(dbname="postgres", **run.server) as conn:
-        pg_version = conn.execute("SHOW server_version").fetchone()[0]
-        max_connections = int(conn.execute("SHOW max_connections").fetchone()[0])
+        version = conn.execute("SHOW server_version").fetchone()
+        limit = conn.execute("SHOW max_connections").fetchone()
+        assert version is not None and limit is not None
+        pg_version, max_connections = version[0], int(limit[0])
     model = serving_model()
     run.results.update(
         machine={

@@ -96,19 +96,23 @@ class Deliverer:
 
 def database_now(url: str) -> float:
     with psycopg.connect(url, autocommit=True) as conn:
-        return float(conn.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()[0])
+        now = conn.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()
+        assert now is not None
+        return float(now[0])
 
 
 def window_counts(url: str, endpoint: str, began: float, ended: float) -> dict:
     """Deliveries to `endpoint` made, and delivered, between two database times."""
     with psycopg.connect(url, autocommit=True) as conn:
-        made, delivered = conn.execute(
+        counts = conn.execute(
             "SELECT count(*) FILTER (WHERE created_at BETWEEN to_timestamp(%(a)s) "
             "AND to_timestamp(%(b)s)), count(*) FILTER (WHERE delivered_at BETWEEN "
             "to_timestamp(%(a)s) AND to_timestamp(%(b)s)) FROM ledger_app_webhookdelivery "
             "WHERE endpoint_id = %(e)s",
             {"a": began, "b": ended, "e": endpoint},
         ).fetchone()
+    assert counts is not None
+    made, delivered = counts
     return {"made": made, "delivered": delivered}
 
 
@@ -118,7 +122,7 @@ def wait_caught_up(url: str, endpoint: str, timeout: float) -> tuple[float, dict
     began = time.monotonic()
     with psycopg.connect(url, autocommit=True) as conn:
         while True:
-            statuses = dict(
+            statuses: dict[str, int] = dict(
                 conn.execute(
                     "SELECT status, count(*) FROM ledger_app_webhookdelivery "
                     "WHERE endpoint_id = %s GROUP BY status",

@@ -192,7 +192,8 @@ def run_processes(target, count, *args, tail=()):
 
 def gather(results, procs, name: str, timeout: float = 900) -> list:
     """One result from each process; fails fast if one of them dies without its result."""
-    gathered, deadline = [], time.monotonic() + timeout
+    gathered: list[Any] = []
+    deadline = time.monotonic() + timeout
     while len(gathered) < len(procs):
         try:
             gathered.append(results.get(timeout=1))

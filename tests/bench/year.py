@@ -351,7 +351,9 @@ def main() -> int:
     with psycopg.connect(dbname="postgres", autocommit=True, **server) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {DB}")
-        results["machine"]["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
+        version = conn.execute("SHOW server_version").fetchone()
+        assert version is not None
+        results["machine"]["postgresql"] = version[0]
     try:
         run_year(args, url, env, results)
     finally:
