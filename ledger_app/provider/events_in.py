@@ -32,7 +32,7 @@ from django.db.models import Q
 from ledger_app.charges.models import DISPUTE_STATUSES, Charge, ProviderMovement
 from ledger_app.charges.selectors import charges_for_update
 from ledger_app.events import services as events
-from ledger_app.events.models import EventType
+from ledger_app.events.models import EventType, WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
 from ledger_app.provider.card_references import card_reference
 from ledger_app.provider.dispatch import (
@@ -138,12 +138,7 @@ def _apply(obj: dict[str, Any]) -> Applied:
     if isinstance(found, str):
         return Applied(f"ignored: {found}", True)
     pk, charge_id = found
-    item: Refund | Charge
-    if kind.names_charge:
-        endpoints = live_endpoints()  # not the charge's: read before its lock is taken
-        charge, item = refund_for_update(charge_id=charge_id, refund_id=pk)
-    else:
-        item = charge = charges_for_update().get(pk=pk)
+    charge, item, endpoints = _locked(kind, pk, charge_id)
     why = _not_this(kind, obj, item, charge)
     if why:
         return Applied(f"ignored: {why}", True)
@@ -155,6 +150,31 @@ def _apply(obj: dict[str, Any]) -> Applied:
     # card network gives it; the settle records it on a succeeded refund that has none.
     reference = card_reference(obj.get("destination_details")) if kind.names_charge else ""
     outcome = Outcome(status, provider_id, _reason(obj, kind.reason_field), reference)
+    return _settle(kind, charge, item, outcome, endpoints)
+
+
+def _locked(
+    kind: Kind, pk: str, charge_id: str
+) -> tuple[Charge, Refund | Charge, list[WebhookEndpoint]]:
+    """The charge and the item the event is about (the charge itself, or one of its
+    refunds), locked; for a refund, the live webhook endpoints, read before the locks."""
+    if not kind.names_charge:
+        charge = charges_for_update().get(pk=pk)
+        return charge, charge, []
+    endpoints = live_endpoints()  # not the charge's: read before its lock is taken
+    charge, refund = refund_for_update(charge_id=charge_id, refund_id=pk)
+    return charge, refund, endpoints
+
+
+def _settle(
+    kind: Kind,
+    charge: Charge,
+    item: Refund | Charge,
+    outcome: Outcome,
+    endpoints: list[WebhookEndpoint],
+) -> Applied:
+    """The provider's final word on the locked item, settled (a refund's as a reversal:
+    a succeeded one may still fail), and what moved."""
     before, noted = item.status, ""
     after: Refund | Charge
     if isinstance(item, Refund):

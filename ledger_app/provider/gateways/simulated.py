@@ -131,18 +131,7 @@ class SimulatedGateway(Gateway):
         params: dict[str, Any],
         **fields: str,
     ) -> ProviderRefund | ProviderCharge:
-        if behaviour not in BEHAVIOURS:
-            _log(operation, key, behaviour, "unavailable")
-            raise GatewayUnavailable(f"simulated provider: unknown behaviour {behaviour!r}")
-        if behaviour == "timeout":
-            _log(operation, key, behaviour, "timed_out")
-            raise GatewayTimeout("simulated provider: no answer, nothing applied")
-        late = False
-        if behaviour == "slow":
-            latency = settings.SIMULATED_GATEWAY_LATENCY_MS / 1000
-            release_connection()  # a real provider's wait holds none of our connections
-            time.sleep(min(latency, timeout))
-            late = latency > timeout
+        late = _before_applying(operation, key, behaviour, timeout)
         canonical = json.dumps(params, sort_keys=True, separators=(",", ":"))
         fingerprint = hashlib.sha256(canonical.encode()).hexdigest()
         record = _record(
@@ -163,6 +152,24 @@ class SimulatedGateway(Gateway):
             raise GatewayTimeout("simulated provider: applied, but the answer was lost")
         _log(operation, key, behaviour, record.status)
         return record
+
+
+def _before_applying(operation: str, key: str, behaviour: str, timeout: float) -> bool:
+    """What the behaviour does before anything is applied: an unknown one is unavailable,
+    a timeout applies nothing, a slow one waits its latency (at most `timeout`). Whether
+    the answer then comes too late."""
+    if behaviour not in BEHAVIOURS:
+        _log(operation, key, behaviour, "unavailable")
+        raise GatewayUnavailable(f"simulated provider: unknown behaviour {behaviour!r}")
+    if behaviour == "timeout":
+        _log(operation, key, behaviour, "timed_out")
+        raise GatewayTimeout("simulated provider: no answer, nothing applied")
+    if behaviour != "slow":
+        return False
+    latency = settings.SIMULATED_GATEWAY_LATENCY_MS / 1000
+    release_connection()  # a real provider's wait holds none of our connections
+    time.sleep(min(latency, timeout))
+    return latency > timeout
 
 
 def _record(
