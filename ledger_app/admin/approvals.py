@@ -21,7 +21,8 @@ from ledger_app.access.models import ApiKey
 from ledger_app.access.time_zones import shown_time
 from ledger_app.admin.base import ReadOnlyAdmin, clipped, report_grouped, totals_by_currency
 from ledger_app.admin.change_log import AccessChangeLog
-from ledger_app.admin.forms import ApproveForm, RefundLimitForm, RejectForm
+from ledger_app.admin.forms import ApproveForm, RejectForm
+from ledger_app.admin.limit_form import RefundLimitForm
 from ledger_app.admin.refunds import (
     MAX_SELECTED,
     RefundAdmin,

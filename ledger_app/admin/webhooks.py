@@ -13,7 +13,7 @@ from ledger_app.admin.filters import exact_id_search
 from ledger_app.counts import count_of
 from ledger_app.errors import LedgerError
 from ledger_app.events import checks as webhook_checks
-from ledger_app.events.delivery import resend_delivery
+from ledger_app.events.endpoints import resend_delivery
 from ledger_app.events.models import Event, WebhookDelivery, WebhookEndpoint
 from ledger_app.events.selectors import enabled_endpoints_past_the_limit, receiving_endpoints
 

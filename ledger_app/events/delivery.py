@@ -8,7 +8,8 @@ the outcome in one conditional UPDATE. On PostgreSQL a worker runs several lanes
 would, so one process keeps several requests in flight. A worker that dies mid-send
 leaves its lease, which runs out, and another sends the delivery again. Nothing here
 holds a lock a refund needs, so a slow or dead receiver delays only other deliveries.
-The endpoints themselves are managed in services/webhook_endpoints.py.
+The endpoints themselves, and a delivery sent again on a person's word, are managed in
+endpoints.py.
 """
 
 from __future__ import annotations
@@ -29,9 +30,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from ledger_app import errors
 from ledger_app.db import release_connection
-from ledger_app.errors import DeliveryNotResendable
 from ledger_app.events import egress
 from ledger_app.events.models import Event, WebhookDelivery
 from ledger_app.events.selectors import due_deliveries
@@ -42,28 +41,6 @@ log = logging.getLogger("ledger_app.webhooks")
 
 MAX_ERROR_LENGTH = 500
 USER_AGENT = "refund-backoffice-webhooks/1"
-
-
-def resend_delivery(delivery_id: int) -> WebhookDelivery:
-    """Put a delivery back in the queue, due now, whatever its status (delivered, failed
-    after the retry window, or pending): the next worker sends it again. A failed one past
-    the retry window gets this one attempt; its endpoint must not be deleted."""
-    with transaction.atomic(durable=True):
-        delivery = (
-            WebhookDelivery.objects.select_for_update(of=("self",))
-            .select_related("endpoint")
-            .filter(pk=delivery_id)
-            .first()
-        )
-        if delivery is None:
-            raise errors.ResourceMissing(f"No such webhook delivery: '{delivery_id}'")
-        if delivery.endpoint.deleted_at is not None:
-            raise DeliveryNotResendable()
-        delivery.status = WebhookDelivery.Status.PENDING
-        delivery.next_attempt_at = timezone.now()
-        delivery.leased_until = None
-        delivery.save(update_fields=["status", "next_attempt_at", "leased_until"])
-    return delivery
 
 
 # --- signing and rendering -------------------------------------------------------------

@@ -16,7 +16,7 @@ from django.utils import timezone
 from ledger_app import api_versions, errors
 from ledger_app.access.models import ApiKey
 from ledger_app.db import is_lock_timeout
-from ledger_app.errors import InvalidEnabledEvents, InvalidWebhookUrl
+from ledger_app.errors import DeliveryNotResendable, InvalidEnabledEvents, InvalidWebhookUrl
 from ledger_app.events import egress
 from ledger_app.events.event_types import STRIPE_EVENT_TYPES
 from ledger_app.events.models import EventType, WebhookDelivery, WebhookEndpoint
@@ -196,3 +196,25 @@ def _locked_endpoint(endpoint_id: str) -> WebhookEndpoint:
     if endpoint is None:
         raise errors.ResourceMissing(f"No such webhook endpoint: '{endpoint_id}'")
     return endpoint
+
+
+def resend_delivery(delivery_id: int) -> WebhookDelivery:
+    """Put a delivery back in the queue, due now, whatever its status (delivered, failed
+    after the retry window, or pending): the next worker sends it again. A failed one past
+    the retry window gets this one attempt; its endpoint must not be deleted."""
+    with transaction.atomic(durable=True):
+        delivery = (
+            WebhookDelivery.objects.select_for_update(of=("self",))
+            .select_related("endpoint")
+            .filter(pk=delivery_id)
+            .first()
+        )
+        if delivery is None:
+            raise errors.ResourceMissing(f"No such webhook delivery: '{delivery_id}'")
+        if delivery.endpoint.deleted_at is not None:
+            raise DeliveryNotResendable()
+        delivery.status = WebhookDelivery.Status.PENDING
+        delivery.next_attempt_at = timezone.now()
+        delivery.leased_until = None
+        delivery.save(update_fields=["status", "next_attempt_at", "leased_until"])
+    return delivery

@@ -12,9 +12,13 @@ from ledger_app.events.delivery import (
     claim,
     deliver_due,
     record,
-    resend_delivery,
 )
-from ledger_app.events.endpoints import EndpointChanges, delete_endpoint, update_endpoint
+from ledger_app.events.endpoints import (
+    EndpointChanges,
+    delete_endpoint,
+    resend_delivery,
+    update_endpoint,
+)
 from ledger_app.models import WebhookDelivery
 from ledger_app.worker_parts import RunOutcomes
 from tests.webhooks.conftest import record_events
