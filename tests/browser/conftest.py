@@ -3,74 +3,55 @@
 Without chromium (or without the `playwright` package) these tests skip loudly, and
 under CI=true they fail instead. Playwright never downloads a browser here: it launches
 the one apt installed, by its path.
+
+Only the fixtures and pytest's hooks are here; what the tests import is in chromium.py
+(the browser), admin_pages.py (what a person does in the admin) and wide_rows.py.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import sys
-import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
-from django.contrib.admin.utils import quote
-from django.contrib.auth.models import Group, Permission
-from django.urls import reverse
-from django.utils.http import urlencode
-from django_otp.plugins.otp_totp.models import TOTPDevice
+from django.contrib.auth.models import Permission
 
 from ledger_app.models import Charge, Refund
+from tests.browser.admin_pages import AGENT, VIEWER, log_in, support_agents_group
+from tests.browser.chromium import (
+    AXE_SCRIPT,
+    DESKTOP,
+    FLAVOURS,
+    PLAYWRIGHT_ONLY_SWITCHES,
+    SCREENSHOTS,
+    TIMEOUT_MS,
+    BrowserProblems,
+    launch,
+    why_no_browser,
+)
+from tests.browser.wide_rows import (
+    LONG_CUSTOMER,
+    LONG_DESCRIPTION,
+    LONG_DETAIL,
+    LONG_KEY,
+    LONG_URL,
+    LONG_USERNAME,
+)
 from tests.conftest import IN_CI
-from tests.factories import AGENTS_MIGRATION, ChargeFactory, migration_group
-from tests.second_factor import current_code, device_of
-
-CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",  # the tests may run as root (CI containers do)
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOTS = PROJECT_ROOT / "test-artifacts" / "screenshots"
-DESKTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
-TIMEOUT_MS = 10_000
-AGENT = ("agent", "agent-pass-123")
-VIEWER = ("viewer", "viewer-pass-1")
-# Playwright launches Chromium with these; a person's Chromium runs without them.
-PLAYWRIGHT_ONLY_SWITCHES = ["--disable-back-forward-cache", "--disable-prompt-on-repost"]
-# For @pytest.mark.parametrize("page", FLAVOURS, indirect=True): a test about Back or
-# reload runs in both, since these switches are exactly what would change its outcome.
-FLAVOURS = ["playwright", "as-shipped"]
+from tests.second_factor import device_of
 
 _skipped: list[str] = []
 _skipped_for_axe: list[str] = []
 
 
-def _why_no_browser() -> str | None:
-    if not Path(CHROMIUM).is_file() or not os.access(CHROMIUM, os.X_OK):
-        return f"no chromium at {CHROMIUM}"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError as exc:
-        return f"the playwright package cannot be imported ({exc})"
-    return None
-
-
 @pytest.fixture(scope="session")
 def playwright_api() -> Iterator[object]:
     """Playwright's sync API, started once for the run, or a loud skip without chromium."""
-    why = _why_no_browser()
+    why = why_no_browser()
     if why is not None:
         reason = (
             f"NEEDS CHROMIUM: {why}. These tests drive the admin in a real browser and "
@@ -98,20 +79,10 @@ def playwright_api() -> Iterator[object]:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
-def _launch(playwright, **options) -> Iterator[object]:
-    chromium = playwright.chromium.launch(
-        executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, **options
-    )
-    try:
-        yield chromium
-    finally:
-        chromium.close()
-
-
 @pytest.fixture(scope="session")
 def browser(playwright_api) -> Iterator[object]:
     """One chromium for the whole run; each test gets its own context (cookies, viewport)."""
-    yield from _launch(playwright_api)
+    yield from launch(playwright_api)
 
 
 @pytest.fixture(scope="session")
@@ -120,63 +91,7 @@ def browser_as_shipped(playwright_api) -> Iterator[object]:
     person's browser runs: Back may restore a page from the back/forward cache, and a
     reload of a page that answered a POST may prompt before posting again (headless
     Chromium shows no prompt and posts)."""
-    yield from _launch(playwright_api, ignore_default_args=PLAYWRIGHT_ONLY_SWITCHES)
-
-
-class BrowserProblems:
-    """What went wrong in the page that a screenshot would not show: JS errors, console
-    errors, and requests that failed or answered 4xx/5xx (a missing stylesheet, say)."""
-
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-        self.expected_statuses: set[int] = set()
-        self.expected_failures: set[str] = set()
-        self.tools: set[str] = set()
-
-    def watch(self, page) -> None:
-        page.on("pageerror", lambda exc: self.errors.append(f"page error: {exc}"))
-        page.on("console", self._console)
-        page.on("requestfailed", self._request_failed)
-        page.on("response", self._response)
-
-    def _console(self, message) -> None:
-        url = message.location.get("url", "")
-        # Failed loads are judged by _response, which knows the statuses a test expects.
-        if message.text.startswith("Failed to load resource"):
-            return
-        if message.type == "error" and url not in self.tools:
-            self.errors.append(f"console: {message.text} ({url})")
-
-    def _request_failed(self, request) -> None:
-        # A navigation the browser itself abandoned (a double click does that) is no error.
-        if request.failure == "net::ERR_ABORTED" and request.is_navigation_request():
-            return
-        if request.failure in self.expected_failures and request.is_navigation_request():
-            return
-        # Chromium loads the page's icon on its own once the page is shown; a test that
-        # moves on at once cancels that load. A wrong answer for it still counts (_response).
-        icon = request.url.endswith(("/favicon.ico", "/favicon.svg"))
-        if icon and request.failure == "net::ERR_ABORTED":
-            return
-        self.errors.append(f"failed: {request.method} {request.url} {request.failure}")
-
-    def _response(self, response) -> None:
-        # Every response counts, the /favicon.ico that Chromium asks for on its own too.
-        if response.status >= 400 and response.status not in self.expected_statuses:
-            self.errors.append(f"HTTP {response.status}: {response.request.method} {response.url}")
-
-    def tool_in_page(self, url: str) -> None:
-        """A test's own script put in the page (axe-core): what it logs is not the page's.
-        (axe-core adds a <style> the Content Security Policy refuses, as it should.)"""
-        self.tools.add(url)
-
-    def expect_status(self, status: int) -> None:
-        self.expected_statuses.add(status)
-
-    def expect_failure(self, failure: str) -> None:
-        """A navigation failure the test causes on purpose, e.g. net::ERR_CACHE_MISS when
-        Back returns to a page that answered a POST and Chromium will not post again."""
-        self.expected_failures.add(failure)
+    yield from launch(playwright_api, ignore_default_args=PLAYWRIGHT_ONLY_SWITCHES)
 
 
 @pytest.fixture
@@ -216,34 +131,6 @@ def screenshot() -> Callable[..., Path]:
     return take
 
 
-def log_in(page, username: str, password: str) -> None:
-    """Through the real login form, as a person would; then, for someone with an
-    authenticator, the code it shows through the admin's code page (what the first refund
-    would ask for)."""
-    page.goto("/admin/login/?next=/admin/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", password)
-    page.click("input[type=submit]")
-    page.wait_for_url("**/admin/")
-    assert page.locator("#user-tools").is_visible(), page.content()
-    device = TOTPDevice.objects.filter(user__username=username, confirmed=True).first()
-    if device is not None:
-        enter_code(page, device)
-
-
-def enter_code(page, device, next_url: str = "/admin/") -> None:
-    """On the code page, the code the person's authenticator shows now."""
-    page.goto(f"{reverse('verify-second-factor')}?{urlencode({'next': next_url})}")
-    page.fill("input[name=code]", current_code(device))
-    page.click("input[type=submit]")
-    page.wait_for_url(f"**{next_url}")
-
-
-def support_agents_group() -> Group:
-    """The "Support agents" group the data migration made."""
-    return migration_group(AGENTS_MIGRATION)
-
-
 @pytest.fixture(autouse=True)
 def _quick_password_hashing(settings):
     """Every test makes a user and logs in through the form: a cheap hasher saves about
@@ -277,61 +164,6 @@ def viewer(django_user_model):
 def agent_page(page, support_agent):
     log_in(page, *AGENT)
     return page
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """For work the live server may still be finishing after the browser has its answer."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the server to settle")
-        time.sleep(0.05)
-
-
-REFUND_BUTTON = "#refund-form input[type=submit][name=_refund]"
-CHANGELIST = "admin:ledger_app_charge_changelist"
-
-
-def new_charge(**fields) -> Charge:
-    return ChargeFactory(**{"amount": 5_000, "currency": "usd", **fields})
-
-
-def change_url(charge) -> str:
-    # As the admin links objects: quote() escapes "_" in ids (ch_bx -> ch_5Fbx).
-    return reverse("admin:ledger_app_charge_change", args=[quote(charge.pk)])
-
-
-def refund_url(charge) -> str:
-    return reverse("admin:ledger_app_charge_refund", args=[quote(charge.pk)])
-
-
-def at(*paths: str):
-    """For wait_for_url: the page is at one of these paths (any host and query)."""
-    return lambda url: urlsplit(url).path in paths
-
-
-def at_charge_page(charge):
-    return at(change_url(charge))
-
-
-def settled(charge) -> bool:
-    """Inline dispatch finishes after the response is sent; wait for it before asserting."""
-    return not Refund.objects.filter(charge=charge, status=Refund.Status.PENDING).exists()
-
-
-def fill_refund_form(page, amount: str, reason: str = "requested_by_customer", note: str = ""):
-    page.fill("#id_amount", amount)
-    page.select_option("#id_reason", reason)
-    if note:
-        page.fill("#id_note", note)
-
-
-# axe-core's browser build, from npm (`make test` installs it under the venv); AXE_CORE_PATH
-# points elsewhere.
-AXE_SCRIPT = Path(
-    os.environ.get("AXE_CORE_PATH")
-    or Path(sys.prefix) / "node" / "node_modules" / "axe-core" / "axe.min.js"
-)
 
 
 @pytest.fixture(scope="session")
@@ -372,26 +204,6 @@ def pytest_terminal_summary(terminalreporter):
             "`apt-get install chromium` and run them again.",
             red=True,
         )
-
-
-# --- the widest rows each admin list can be asked to show ------------------------------
-
-# Free text at (or near) its field's limit, with tokens that cannot wrap: what a list must
-# truncate rather than be widened by.
-LONG_CUSTOMER = "acme-procurement-emea-accounts-payable-" + "0123456789abcdef" * 13  # 247
-LONG_DESCRIPTION = (
-    "Annual enterprise licence renewal for 250 seats including premium support, "
-    "onboarding workshops and the data-residency add-on, invoice "
-    "https://billing.example.com/invoices/2025/INV-000000000000000000000000000000000123 "
-) * 4
-LONG_DETAIL = (
-    "card_declined: The card issuer declined the refund because the original card account "
-    "was closed; the customer must be refunded by bank transfer (issuer reference "
-    "ISS-00000000000000000000000000000000000000000000000000)."
-)
-LONG_USERNAME = "firstname.middlename.lastname.support-team-emea@" + "x" * 100  # 150
-LONG_KEY = "checkout-service:order-" + "7" * 232  # 255, an idempotency key at its limit
-LONG_URL = "https://hooks.example-merchant-platform.com/webhooks/refunds/" + "a1b2c3d4" * 30
 
 
 @pytest.fixture

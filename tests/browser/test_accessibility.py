@@ -20,7 +20,8 @@ from playwright.sync_api import Page
 
 from ledger_app.models import Charge, Refund
 from tests.browser.admin_lists import LISTS
-from tests.browser.conftest import DESKTOP, PHONE, refund_url
+from tests.browser.admin_pages import refund_url
+from tests.browser.chromium import DESKTOP, PHONE
 
 # The live server answers from its own thread, so test data must really be committed.
 # Layout only: the same pages whatever the database, so `make test` runs these in its

@@ -11,10 +11,8 @@ from django.urls import reverse
 
 from ledger_app.models import Refund
 from ledger_app.refunds.services import RefundRequest, create_refund
-from tests.browser.conftest import (
+from tests.browser.admin_pages import (
     CHANGELIST,
-    DESKTOP,
-    PHONE,
     REFUND_BUTTON,
     VIEWER,
     at,
@@ -27,6 +25,7 @@ from tests.browser.conftest import (
     settled,
     wait_until,
 )
+from tests.browser.chromium import DESKTOP, PHONE
 
 # The live server answers from its own thread, so test data must really be committed.
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from ledger_app.models import Charge, Refund, RefundLimit
 from ledger_app.refunds.services import RefundRequest, create_refund
-from tests.browser.conftest import (
+from tests.browser.admin_pages import (
     AGENT,
     REFUND_BUTTON,
     at,

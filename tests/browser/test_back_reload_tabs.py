@@ -23,9 +23,8 @@ from playwright.sync_api import Error as PlaywrightError
 
 from ledger_app.models import Charge, Refund
 from simulated_provider.models import ProviderRequest
-from tests.browser.conftest import (
+from tests.browser.admin_pages import (
     CHANGELIST,
-    FLAVOURS,
     REFUND_BUTTON,
     at,
     at_charge_page,
@@ -35,6 +34,7 @@ from tests.browser.conftest import (
     settled,
     wait_until,
 )
+from tests.browser.chromium import FLAVOURS
 
 # The live server answers from its own thread, so test data must really be committed.
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -22,7 +22,7 @@ from django.urls import reverse
 
 from ledger_app.models import Charge, Refund
 from tests.browser.admin_lists import LISTS, AdminList
-from tests.browser.conftest import DESKTOP, PHONE
+from tests.browser.chromium import DESKTOP, PHONE
 
 # The live server answers from its own thread, so test data must really be committed.
 # Layout only: the same pages whatever the database, so `make test` runs these in its
@@ -220,7 +220,7 @@ def test_a_refund_is_found_by_its_id_on_a_phone(superuser_page, widest_rows):
 def test_a_long_value_is_cut_short_on_screen_but_whole_in_the_page(superuser_page, widest_rows):
     """Clipped text keeps all of itself: the title shows it on hover, and it is all in the
     page for a screen reader or the browser's find."""
-    from tests.browser.conftest import LONG_CUSTOMER
+    from tests.browser.wide_rows import LONG_CUSTOMER
 
     page = superuser_page
     page.set_viewport_size(DESKTOP)

@@ -6,7 +6,7 @@ import pytest
 
 from ledger_app.models import Charge, Refund
 from ledger_app.refunds.services import RefundRequest, create_refund
-from tests.browser.conftest import (
+from tests.browser.admin_pages import (
     REFUND_BUTTON,
     at,
     at_charge_page,

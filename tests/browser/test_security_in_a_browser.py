@@ -32,7 +32,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 from ledger_app.admin.second_factor import FRESH_AT
 from ledger_app.models import Refund
 from ledger_app.refunds.services import RefundRequest, create_refund
-from tests.browser.conftest import (
+from tests.browser.admin_pages import (
     AGENT,
     CHANGELIST,
     REFUND_BUTTON,

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 from ledger_app.models import Refund
 from ledger_app.refunds.services import RefundRequest, create_refund
-from tests.browser.conftest import DESKTOP, at_charge_page, change_url, new_charge
+from tests.browser.admin_pages import at_charge_page, change_url, new_charge
+from tests.browser.chromium import DESKTOP
 
 KNOWN = datetime(2026, 11, 30, 19, 23, tzinfo=UTC)
 LONG_NOTE = (
