@@ -128,13 +128,17 @@ def _snapshots(
     embed = {event_type for event_type, _, _ in changes if embeds_refunds(endpoints, event_type)}
 
     def snapshot(obj: Charge | Refund, event_type: EventType) -> dict[str, Any]:
-        if not isinstance(obj, Charge):
-            return rendered.setdefault((Refund, obj.pk), object_snapshot(obj))
-        embedded = event_type in embed
-        return rendered.setdefault(
-            (Charge, f"{obj.pk}:{embedded}"),
-            object_snapshot(obj, newest_refunds=newest_refunds.get(obj.pk), embed_refunds=embedded),
-        )
+        embedded = isinstance(obj, Charge) and event_type in embed
+        key = (type(obj), f"{obj.pk}:{embedded}")
+        if key not in rendered:  # each object rendered once, however many events name it
+            rendered[key] = (
+                object_snapshot(
+                    obj, newest_refunds=newest_refunds.get(obj.pk), embed_refunds=embedded
+                )
+                if isinstance(obj, Charge)
+                else object_snapshot(obj)
+            )
+        return rendered[key]
 
     return snapshot
 

@@ -3,6 +3,8 @@ transaction, with a pending delivery for each endpoint that wants it; nothing el
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.utils import timezone
 
@@ -149,3 +151,30 @@ class TestFanOut:
         assert to.pop(created_only.id) == ["refund.created"]
         assert list(to.values()) == [[], []]
         assert set(WebhookDelivery.objects.values_list("status", flat=True)) == {"pending"}
+
+
+@pytest.mark.django_db
+def test_an_object_named_by_several_events_is_rendered_once(monkeypatch):
+    from ledger_app.events import services as event_services
+    from ledger_app.models import EventType
+    from ledger_app.rendering import snapshots
+
+    charge = ChargeFactory()
+    real = snapshots.object_snapshot
+    calls: list[str] = []
+
+    def counted(obj: Any, **options: Any) -> Any:
+        calls.append(obj.pk)
+        return real(obj, **options)
+
+    monkeypatch.setattr(event_services, "object_snapshot", counted)
+    changes: list[event_services.Change] = [
+        (EventType.CHARGE_UPDATED, charge, {"description": "before"}),
+        (EventType.CHARGE_REFUNDED, charge, None),
+        (EventType.CHARGE_UPDATED, charge, {"amount_refunded": 0}),
+    ]
+
+    rows, _ = event_services.build_many(changes, endpoints=[])
+
+    assert len(rows) == 3
+    assert calls == [charge.pk]
