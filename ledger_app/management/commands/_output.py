@@ -6,6 +6,7 @@ from __future__ import annotations
 import getpass
 import sys
 import time
+from typing import TextIO
 
 from django.core.management.base import BaseCommand
 
@@ -22,7 +23,7 @@ def cli_actor() -> str:
 class Progress:
     """A one-line progress counter on stderr, only when stderr is a terminal."""
 
-    def __init__(self, total: int | None = None, stream=None) -> None:
+    def __init__(self, total: int | None = None, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty()
         self.total = total
@@ -75,7 +76,7 @@ class ExitsByOutcome(BaseCommand):
 
     exit_code = 0
 
-    def run_from_argv(self, argv):
+    def run_from_argv(self, argv: list[str]) -> None:
         super().run_from_argv(argv)  # a CommandError exits on its own (1)
         if self.exit_code:
             sys.exit(self.exit_code)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from ledger_app.management.commands._stopping import STOP_SECONDS, StopRequest
@@ -31,7 +31,7 @@ def retry_after(failed_in_a_row: int) -> float:
     return min(RETRY_FIRST_SECONDS * 2 ** min(failed_in_a_row - 1, 30), RETRY_MOST_SECONDS)
 
 
-def _stop_seconds(options) -> float:
+def _stop_seconds(options: dict[str, Any]) -> float:
     """--stop-seconds, else WORKER_STOP_SECONDS: more than 0 and at most an hour."""
     bound = options.get("stop_seconds")
     if bound is None:
@@ -63,7 +63,7 @@ class PollingWorker(BaseCommand):
     # What holds the items in hand: ItemsInHand where several lanes send at once.
     hand_type: type[ItemInHand] = ItemInHand
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument(
             "--once", action="store_true", help="Send what is due now, then exit (default)."
@@ -96,7 +96,9 @@ class PollingWorker(BaseCommand):
         lease after its send returned (a refund whose lookup got no answer)."""
         return False
 
-    def run_passes(self, options, one_pass: Callable[..., RunOutcomes], **arguments) -> RunOutcomes:
+    def run_passes(
+        self, options: dict[str, Any], one_pass: Callable[..., RunOutcomes], **arguments: Any
+    ) -> RunOutcomes:
         """One pass (`one_pass(batch_size=, lease_seconds=, should_stop=, hand=,
         **arguments)`), or passes until stopped with --loop; the summed tally. Stopped by a
         signal, it says what it finished and what it left leased, on stderr."""

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from types import FrameType
 
 from ledger_app.counts import count_of
 from ledger_app.worker_parts import ItemInHand, ItemsInHand
@@ -21,7 +22,7 @@ def stop_requests(say: Callable[[str], None], noun: str) -> Iterator[list[int]]:
     the item in hand is finished and recorded; the old handlers come back after."""
     stopping: list[int] = []
 
-    def stop(signum, frame):
+    def stop(signum: int, frame: FrameType | None) -> None:
         say(f"{signal.Signals(signum).name}: finishing the current {noun}")
         stopping.append(signum)
 
@@ -81,7 +82,7 @@ class StopRequest:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    def _signalled(self, signum, frame) -> None:
+    def _signalled(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self.signum is None:
             self.signum, self.at = signum, time.monotonic()

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 from typing_extensions import override
 
@@ -34,6 +34,9 @@ from ledger_app.refunds.bulk import (
     run_bulk_refund,
 )
 from ledger_app.refunds.bulk_jobs import JobFailed
+
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
 
 REPORT_COLUMNS = [
     "row",
@@ -75,7 +78,7 @@ class Command(BaseCommand):
         "file run again under a new batch id) unless --allow-repeats."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", type=Path)
         parser.add_argument(
             "--batch-id",
@@ -98,7 +101,7 @@ class Command(BaseCommand):
         )
         add_jobs_option(parser)
 
-    def run_from_argv(self, argv):
+    def run_from_argv(self, argv: list[str]) -> None:
         try:
             super().run_from_argv(argv)
         except Stopped as stopped:
@@ -111,7 +114,7 @@ class Command(BaseCommand):
     @override  # Django calls it with each option of add_arguments as a keyword
     def handle(
         self,
-        *args,
+        *args: Any,
         file: Path,
         batch_id: str,
         dry_run: bool,
@@ -120,8 +123,8 @@ class Command(BaseCommand):
         requested_by: str | None = None,
         repeat_window: timedelta = DEFAULT_REPEAT_WINDOW,
         allow_repeats: bool = False,
-        **options,
-    ):
+        **options: Any,
+    ) -> None:
         if not file.is_file():
             raise CommandError(f"unusable file: {file} does not exist", returncode=2)
         self.actor = cli_actor() if requested_by is None else requester(requested_by)
@@ -184,7 +187,7 @@ class Command(BaseCommand):
         dry_run: bool,
         report: Path | None,
         jobs: int = 1,
-        should_stop=lambda: False,
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> BulkSummary:
         """Refund the file's rows, telling of each as it ends; an unusable file is exit 2."""
         progress = Progress()
@@ -333,7 +336,7 @@ def report_line(result: BulkRowResult) -> list:
     ]
 
 
-def requester(username: str):
+def requester(username: str) -> AbstractBaseUser:
     """The active staff user `--requested-by` names, or exit 2."""
     user = get_user_model().objects.filter(username=username).first()
     if user is None or not user.is_active or not user.is_staff:

@@ -2,10 +2,11 @@
 their password and what they need to enrol the factor, once."""
 
 import secrets
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from ledger_app.access.second_factor import enrol_totp, enrolment_instructions
@@ -19,11 +20,11 @@ class Command(BaseCommand):
         "an authenticator (TOTP) the admin asks a code from before refunds."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")
         parser.add_argument("--email", default="")
 
-    def handle(self, *args, username, email, **options):
+    def handle(self, *args: Any, username: str, email: str, **options: Any) -> None:
         users = get_user_model()
         if users.objects.filter(username=username).exists():
             raise CommandError(f"user {username!r} exists already")

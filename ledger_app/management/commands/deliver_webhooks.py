@@ -10,8 +10,10 @@ signal comes (see docs/operating/deploys.md).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 
 from ledger_app.access.time_zones import shown_time
 from ledger_app.events.delivery import REFUSED, Attempt, deliver_due
@@ -47,7 +49,7 @@ class Command(PollingWorker):
         "Exit 0 whatever the receivers answered; 1 on bad arguments or database errors."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
         parser.add_argument(
             "--threads",
@@ -60,7 +62,7 @@ class Command(PollingWorker):
             ),
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         self._check(options)
         total = self.run_passes(
             options, deliver_due, threads=options["threads"], on_attempt=self._log_attempt
@@ -69,7 +71,7 @@ class Command(PollingWorker):
         if total.errors and not options["loop"]:  # a loop ends only when asked to: exit 0
             raise CommandError("some deliveries were interrupted; they will be sent again")
 
-    def _check(self, options) -> None:
+    def _check(self, options: dict[str, Any]) -> None:
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         lease = options["lease_seconds"]
@@ -86,7 +88,7 @@ class Command(PollingWorker):
         if threads is not None and not 1 <= threads <= MAX_THREADS:
             raise CommandError(f"--threads must be from 1 to {MAX_THREADS}")
 
-    def still_leased(self, pk) -> bool:
+    def still_leased(self, pk: str | int) -> bool:
         return False  # recording an attempt always ends this worker's lease on it
 
     def _log_attempt(self, attempt: Attempt) -> None:

@@ -1,8 +1,9 @@
 """Load charges exported from a provider; safe to run again on the same file."""
 
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger_app.charges.import_files import Format
 from ledger_app.charges.imports import ImportRowResult, ImportSummary, Outcome, run_import
@@ -27,7 +28,7 @@ class Command(BaseCommand):
         "makes it so; nothing is written)."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", type=Path)
         parser.add_argument(
             "--format",
@@ -42,7 +43,7 @@ class Command(BaseCommand):
             help="Check every row and say what would be imported; write nothing.",
         )
 
-    def handle(self, *args, file: Path, fmt: str, dry_run: bool, **options):
+    def handle(self, *args: Any, file: Path, fmt: str, dry_run: bool, **options: Any) -> None:
         if not file.is_file():
             raise CommandError(f"unusable file: {file} does not exist", returncode=2)
         progress = Progress()

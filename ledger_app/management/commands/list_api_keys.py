@@ -1,5 +1,7 @@
 """List API keys: prefix, name, access, state. Secrets are not stored, so never shown."""
 
+from typing import Any
+
 from django.core.management.base import BaseCommand
 
 from ledger_app.access.models import ApiKey
@@ -9,7 +11,7 @@ from ledger_app.counts import count_of
 class Command(BaseCommand):
     help = "List API keys by prefix; secrets are never stored and cannot be shown."
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         keys = ApiKey.objects.order_by("created_at")
         for key in keys.iterator():
             access = "read-only" if key.read_only else "read-write"

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 from django.core.management.base import CommandError
 from django.db import DatabaseError
@@ -31,6 +33,7 @@ from ledger_app.operations.retention import Purged, purge_expired_if_due
 from ledger_app.provider.dispatch import process_pending_refunds
 from ledger_app.provider.dispatch.worker import still_leased_refunds
 from ledger_app.refunds.models import Refund
+from ledger_app.worker_parts import RunOutcomes
 
 log = logging.getLogger("ledger_app.retention")
 
@@ -59,7 +62,7 @@ class Command(PollingWorker, ExitsByOutcome):
     purge_check_seconds = 60.0
     purge_retry_seconds = 300.0
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         if options["lease_seconds"] is not None and not 0 <= options["lease_seconds"] <= 604_800:
@@ -77,10 +80,10 @@ class Command(PollingWorker, ExitsByOutcome):
             if total.statuses.get(status):
                 self.report_unsettled(status, count_of(total.statuses[status], "refund"))
 
-    def still_leased(self, pk) -> bool:
-        return bool(still_leased_refunds([pk]))
+    def still_leased(self, pk: str | int) -> bool:
+        return bool(still_leased_refunds([str(pk)]))  # a refund's id
 
-    def _pass(self, *, purge_daily: bool, **kwargs):
+    def _pass(self, *, purge_daily: bool, **kwargs: Any) -> RunOutcomes:
         """One pass: refunds whose approval ran out are canceled, then pending ones sent;
         with --loop, then a slice of the daily purge if it is due."""
         for refund_id in expire_approvals():
@@ -90,7 +93,7 @@ class Command(PollingWorker, ExitsByOutcome):
             self._purge_slice(kwargs["should_stop"])
         return tally
 
-    def _purge_slice(self, should_stop) -> None:
+    def _purge_slice(self, should_stop: Callable[[], bool]) -> None:
         """A slice of the daily purge, if it is due; a database error is logged and the
         purge tried again later: refunds never wait on it."""
         try:

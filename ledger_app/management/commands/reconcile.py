@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger_app.approvals.services import expire_approvals
 from ledger_app.provider.dispatch import (
@@ -10,6 +13,10 @@ from ledger_app.provider.dispatch import (
     reconcile_charges,
     reconcile_refunds,
 )
+
+if TYPE_CHECKING:
+    from ledger_app.charges.models import Charge
+    from ledger_app.refunds.models import Refund
 
 
 class Command(BaseCommand):
@@ -22,7 +29,7 @@ class Command(BaseCommand):
         "reference (ARN) for records it."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--lease-seconds",
             type=int,
@@ -30,7 +37,7 @@ class Command(BaseCommand):
             help="Pending longer than this is stale (default REFUND_DISPATCH_LEASE_SECONDS).",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         lease = options["lease_seconds"]
         if lease is not None and not 0 <= lease <= 604_800:
             raise CommandError("--lease-seconds must be 0 to 604800 (a week)", returncode=2)
@@ -48,8 +55,8 @@ class Command(BaseCommand):
         if refunds.errors or charges.errors or rechecked.errors:
             raise CommandError("some were interrupted by database errors", returncode=1)
 
-    def _line(self, kind: str):
-        def write(obj) -> None:
+    def _line(self, kind: str) -> Callable[[Refund | Charge], None]:
+        def write(obj: Refund | Charge) -> None:
             detail = f" ({obj.status_detail})" if obj.status_detail else ""
             self.stdout.write(f"{kind} {obj.id} {obj.status}{detail}")
 

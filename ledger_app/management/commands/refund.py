@@ -12,7 +12,9 @@ and 4 are set only when run as a process (manage.py); call_command returns norma
 the status is in the printed line.
 """
 
-from django.core.management.base import CommandError
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
 
 from ledger_app.csv_files import DIGITS
 from ledger_app.errors import InvalidAmount, LedgerError
@@ -30,7 +32,7 @@ class Command(ExitsByOutcome):
         "`manage.py reconcile` settles it). A replay exits by the replayed refund's status."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("charge_id")
         parser.add_argument(
             "--amount", help="Minor units (1234 for $12.34). Omitted: all that is left."
@@ -41,7 +43,16 @@ class Command(ExitsByOutcome):
         )
         parser.add_argument("--note", default="")
 
-    def handle(self, *args, charge_id, amount, reason, idempotency_key, note, **options):
+    def handle(
+        self,
+        *args: Any,
+        charge_id: str,
+        amount: str | None,
+        reason: str,
+        idempotency_key: str | None,
+        note: str,
+        **options: Any,
+    ) -> None:
         try:
             if amount is not None and not DIGITS.match(amount):
                 raise InvalidAmount(f"{amount[:30]!r} is not a whole number of minor units.")

@@ -1,8 +1,10 @@
 """Encrypt every webhook signing secret again under the first of WEBHOOK_SECRET_KEYS: the step
 between adding a new key in front and removing the old one (docs/operating/secrets.md)."""
 
+from typing import Any
+
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from ledger_app.counts import count_of
@@ -16,14 +18,14 @@ class Command(BaseCommand):
         "new key first; remove the old key only once it has finished."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--dry-run",
             action="store_true",
             help="Only check that every secret decrypts with the keys given; write nothing.",
         )
 
-    def handle(self, *args, dry_run=False, **options):
+    def handle(self, *args: Any, dry_run: bool = False, **options: Any) -> None:
         done = 0
         for pk in WebhookEndpoint.objects.order_by("pk").values_list("pk", flat=True).iterator():
             with transaction.atomic():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -145,7 +146,7 @@ def charges_said(created: int) -> str:
 class Command(BaseCommand):
     help = "Load demo charges and refunds once, and create the admin user (safe to re-run)."
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         created = self._demo_charges()
         self._stale_pending_refund()
         self._refund_awaiting_approval()

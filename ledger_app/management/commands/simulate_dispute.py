@@ -4,7 +4,9 @@ here because the simulated provider reads nothing of the back office's."""
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger_app.charges.models import DISPUTE_STATUSES, OPEN_DISPUTE_STATUSES, Charge
 from simulated_provider import news
@@ -17,11 +19,11 @@ class Command(BaseCommand):
         "The news goes to SIMULATED_PROVIDER_WEBHOOK_URL, signed with STRIPE_WEBHOOK_SECRET."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("charge", help="The charge's id (ch_...).")
         parser.add_argument("--status", choices=sorted(DISPUTE_STATUSES), default="needs_response")
 
-    def handle(self, *args, charge, status, **options):
+    def handle(self, *args: Any, charge: str, status: str, **options: Any) -> None:
         found = Charge.objects.filter(pk=charge).first()
         if found is None:
             raise CommandError(f"simulate_dispute: no such charge {charge[:64]!r}")

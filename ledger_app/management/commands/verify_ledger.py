@@ -1,5 +1,7 @@
 """Recompute the books and report every disagreement."""
 
+from typing import Any
+
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger_app.counts import count_of
@@ -12,7 +14,7 @@ class Command(BaseCommand):
         "check every stated invariant. Prints each drift; exit 1 if there is any."
     )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         drifts = 0
         for drift in find_ledger_drift():
             drifts += 1
