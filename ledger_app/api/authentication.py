@@ -38,6 +38,14 @@ class ApiClient:
 log = logging.getLogger("ledger_app.api.authentication")
 
 
+def client_of(request: Request) -> ApiClient:
+    """The caller a view serves: ApiKeyPermission lets no other in."""
+    client = request.user
+    if not isinstance(client, ApiClient):
+        raise exceptions.NotAuthenticated()
+    return client
+
+
 class FailedAuthentications:
     """Wrong or revoked keys per client address (serving/client_address.py, the one
     the admin sign-in lockout and the logs use too; an IPv6 client counted by its network, as

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ledger_app.api.authentication import client_of
 from ledger_app.api.errors import ApiError
 from ledger_app.api.params import ChargeCreateParams, ChargeListParams, ChargeRetrieveParams
 from ledger_app.api.shared import (
@@ -38,7 +40,7 @@ class ChargesView(StripeView):
     path_param = None
 
     @read_schema("charges_list", ChargeListSerializer, ChargeListParams)
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         params = checked_params(ChargeListParams, request.query_params)
         charges = Charge.objects.filter(created_in(params.get("created")))
         if "payment_intent" in params:
@@ -50,7 +52,7 @@ class ChargesView(StripeView):
         )
 
     @create_schema("charges_create", ChargeCreateParams, ChargeSerializer)
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         key = idempotency_key(request)
         params = checked_params(ChargeCreateParams, request.data)
         result = create_charge(
@@ -59,7 +61,7 @@ class ChargesView(StripeView):
             description=params.get("description", ""),
             metadata=params["metadata"],
             idempotency_key=key,
-            actor=request.user.label,
+            actor=client_of(request).label,
         )
         return created_response(request, result, ChargeSerializer, params.get("expand", set()))
 
@@ -68,7 +70,7 @@ class ChargeView(StripeView):
     path_param = "charge"
 
     @read_schema("charges_retrieve", ChargeSerializer, ChargeRetrieveParams)
-    def get(self, request, charge_id: str):
+    def get(self, request: Request, charge_id: str) -> Response:
         params = checked_params(ChargeRetrieveParams, request.query_params)
         asked = params.get("expand", set())
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import (
     DisallowedHost,
@@ -12,13 +12,16 @@ from django.core.exceptions import (
     TooManyFieldsSent,
 )
 from django.db import InterfaceError, OperationalError
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
 from ledger_app import errors
 from ledger_app.db import drop_broken_connection
+
+if TYPE_CHECKING:
+    from ledger_app.charges.models import Charge
 
 log = logging.getLogger("ledger_app.api")
 
@@ -112,7 +115,7 @@ CARD_ERROR_CODES = {
 }
 
 
-def card_error_response(charge) -> Response:
+def card_error_response(charge: Charge) -> Response:
     """Stripe's answer to a declined charge: 402 `card_error`, naming the charge (which
     stays retrievable, `status: failed`), `card_declined` with the provider's decline code
     when it gave one that reads as a code (`generic_decline` otherwise)."""
@@ -187,7 +190,7 @@ DJANGO_ERRORS = [
 ]
 
 
-def bad_request(request, exception: Exception) -> Any:
+def bad_request(request: HttpRequest, exception: Exception) -> Any:
     """Django's own 400, for a request refused before any view (a `Host` not in
     ALLOWED_HOSTS, say): Stripe's envelope on the API's paths, Django's page elsewhere."""
     if not request.path.startswith("/v1/"):
@@ -262,7 +265,7 @@ def _drf_error_response(exc: drf.APIException) -> Response:
 
 
 @csrf_exempt
-def not_found(request, *args, **kwargs) -> JsonResponse:
+def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
     """Any /v1/ URL that matches no endpoint, with any method and with or without a key:
     no URL exists for some callers only. Exempt from CSRF like every API view: clients
     authenticate with keys, not cookies, so a POST here is a 404 envelope, not Django's

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.request import Request
+from rest_framework.response import Response
+
 from ledger_app.api.params import EventListParams, RetrieveParams
 from ledger_app.api.shared import checked_params, read_schema, retrieved, stale_listing
 from ledger_app.api.versions import StripeView, version_of
@@ -17,7 +20,7 @@ class EventsView(StripeView):
     path_param = None
 
     @read_schema("events_list", EventListSerializer, EventListParams)
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         params = checked_params(EventListParams, request.query_params)
         events = events_listed(
             type_name=params.get("type"),
@@ -34,7 +37,7 @@ class EventView(StripeView):
     path_param = "event"
 
     @read_schema("events_retrieve", EventSerializer, RetrieveParams)
-    def get(self, request, event_id: str):
+    def get(self, request: Request, event_id: str) -> Response:
         return retrieved(request, Event, event_id, EventSerializer)
 
 

@@ -15,8 +15,8 @@ first), so fields are declared in the order they are to be checked, not by impor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from django.http import QueryDict
 from drf_spectacular.utils import extend_schema_serializer
@@ -43,8 +43,10 @@ from ledger_app.api.fields import (
 )
 from ledger_app.refunds.models import Refund
 
+T = TypeVar("T", bound=Callable[..., Any])  # the serializer class create_body decorates
 
-def create_body(name: str, description: str):
+
+def create_body(name: str, description: str) -> Callable[[T], T]:
     """A POST's body in the schema. It takes expand[] as Stripe clients may send it,
     but nothing a POST answers expands, so the schema leaves it out."""
     return extend_schema_serializer(

@@ -3,6 +3,7 @@ charges (rendering/payment_intents.py draws it)."""
 
 from __future__ import annotations
 
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ledger_app.api import expansion
@@ -22,7 +23,7 @@ class PaymentIntentView(StripeView):
     path_param = "payment_intent"
 
     @read_schema("payment_intents_retrieve", PaymentIntentSerializer, PaymentIntentRetrieveParams)
-    def get(self, request, intent_id: str):
+    def get(self, request: Request, intent_id: str) -> Response:
         params = checked_params(PaymentIntentRetrieveParams, request.query_params)
         version = version_of(request)
 

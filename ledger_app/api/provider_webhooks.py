@@ -16,7 +16,7 @@ from typing import Any
 import stripe
 from django.conf import settings
 from django.db import DatabaseError
-from django.http import JsonResponse
+from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -31,7 +31,7 @@ TOLERANCE_SECONDS = 300
 
 
 class Refused(Exception):
-    def __init__(self, code: str, message: str, why: str):
+    def __init__(self, code: str, message: str, why: str) -> None:
         super().__init__(why)
         self.code, self.message = code, message
 
@@ -78,7 +78,7 @@ def _signed_at(header: str) -> int:
 
 @csrf_exempt
 @require_POST
-def stripe_webhook(request):
+def stripe_webhook(request: HttpRequest) -> JsonResponse:
     header = request.headers.get("Stripe-Signature", "")
     try:
         event = verified_event(request.body, header, settings.STRIPE_WEBHOOK_SECRET)

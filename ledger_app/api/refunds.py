@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ledger_app.api.authentication import client_of
 from ledger_app.api.errors import ApiError
 from ledger_app.api.fields import could_be_an_id
 from ledger_app.api.params import (
@@ -50,7 +52,7 @@ class ChargeRefundsView(StripeView):
     path_param = None  # an unknown cursor is a 400 naming it; an unknown charge a 404
 
     @create_schema("charges_refunds_create", ChargeRefundCreateParams, RefundSerializer)
-    def post(self, request, charge_id: str):
+    def post(self, request: Request, charge_id: str) -> Response:
         """Stripe's older way to refund: the charge in the path, otherwise as
         POST /v1/refunds (the same rules, key and events)."""
         key = idempotency_key(request)
@@ -59,7 +61,7 @@ class ChargeRefundsView(StripeView):
         return api_refund(request, key, params, charge_id=charge.pk)
 
     @read_schema("charges_refunds_list", RefundListSerializer, RefundPage)
-    def get(self, request, charge_id: str):
+    def get(self, request: Request, charge_id: str) -> Response:
         params = checked_params(RefundPage, request.query_params)
 
         def refunds_page(alias: str) -> dict:
@@ -75,7 +77,7 @@ class RefundsView(StripeView):
     path_param = None
 
     @read_schema("refunds_list", RefundListSerializer, RefundListParams)
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         params = checked_params(RefundListParams, request.query_params)
         refunds = Refund.objects.filter(created_in(params.get("created")))
         if "charge" in params:
@@ -85,7 +87,7 @@ class RefundsView(StripeView):
         return stale_listing(request, refunds, params, RefundSerializer, "/v1/refunds")
 
     @create_schema("refunds_create", RefundCreateParams, RefundSerializer)
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         key = idempotency_key(request)
         params = checked_params(RefundCreateParams, request.data)
         return api_refund(
@@ -101,11 +103,11 @@ class RefundView(StripeView):
     path_param = "refund"
 
     @read_schema("refunds_retrieve", RefundSerializer, RefundRetrieveParams)
-    def get(self, request, refund_id: str):
+    def get(self, request: Request, refund_id: str) -> Response:
         return retrieved(request, Refund, refund_id, RefundSerializer, RefundRetrieveParams)
 
     @create_schema("refunds_update", RefundUpdateParams, RefundSerializer, keyed=False)
-    def post(self, request, refund_id: str):
+    def post(self, request: Request, refund_id: str) -> Response:
         """Stripe's refund update: only metadata changes (merged; a key sent empty is
         removed). Sending nothing new changes nothing."""
         params = checked_params(RefundUpdateParams, request.data)
@@ -121,7 +123,7 @@ class RefundCancelView(StripeView):
     path_param = "refund"
 
     @create_schema("refunds_cancel", RefundCancelParams, RefundSerializer, keyed=False)
-    def post(self, request, refund_id: str):
+    def post(self, request: Request, refund_id: str) -> Response:
         """Cancel a refund awaiting approval: its amount is released, as a rejection
         does. Only the key that asked for it may cancel it: any other key, and any other
         status, is a 400 refund_not_cancelable (not a 404: every key of this account may
@@ -129,23 +131,31 @@ class RefundCancelView(StripeView):
         params = checked_params(RefundCancelParams, request.data)
         if not could_be_an_id(refund_id):
             raise not_found(refund_id, "refund")
-        refund = cancel_refund(refund_id=refund_id, actor=request.user.label)
+        refund = cancel_refund(refund_id=refund_id, actor=client_of(request).label)
         return Response(
             rendered(refund, RefundSerializer, params.get("expand", set()), version_of(request))
         )
 
 
-def api_refund(request, key: str | None, params: dict[str, Any], **charge_named) -> Response:
-    """A refund asked for through the API, of the charge `charge_named` names (charge_id,
-    payment_intent), and its answer."""
+def api_refund(
+    request: Request,
+    key: str | None,
+    params: dict[str, Any],
+    *,
+    charge_id: str | None = None,
+    payment_intent: str | None = None,
+) -> Response:
+    """A refund asked for through the API, of the charge `charge_id` or `payment_intent`
+    names, and its answer."""
     result = create_refund(
         RefundRequest(
-            **charge_named,
+            charge_id=charge_id,
+            payment_intent=payment_intent,
             amount=params.get("amount"),  # absent: all that is left
             reason=params.get("reason"),
             metadata=params.get("metadata"),
             idempotency_key=key,
-            actor=request.user.label,
+            actor=client_of(request).label,
             source=Refund.Source.API,
         )
     )

@@ -1,16 +1,26 @@
 """Touches to the generated OpenAPI schema that the views cannot express."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from drf_spectacular.extensions import (
     OpenApiAuthenticationExtension,
     OpenApiSerializerFieldExtension,
 )
+
+if TYPE_CHECKING:  # api/authentication.py imports this module while DRF's views load
+    from drf_spectacular.generators import SchemaGenerator
+    from drf_spectacular.openapi import AutoSchema
+    from drf_spectacular.utils import Direction
+    from rest_framework.request import Request
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):
     target_class = "ledger_app.api.authentication.ApiKeyAuthentication"
     name = "apiKey"
 
-    def get_security_definition(self, auto_schema):
+    def get_security_definition(self, auto_schema: AutoSchema) -> dict[str, Any]:
         return {
             "type": "http",
             "scheme": "bearer",
@@ -24,7 +34,7 @@ class FixedFieldSchema(OpenApiSerializerFieldExtension):
 
     target_class = "ledger_app.rendering.fields.Fixed"
 
-    def map_serializer_field(self, auto_schema, direction):
+    def map_serializer_field(self, auto_schema: AutoSchema, direction: Direction) -> dict[str, Any]:
         return dict(self.target.schema)
 
 
@@ -33,7 +43,7 @@ class ExpandableIdSchema(OpenApiSerializerFieldExtension):
 
     target_class = "ledger_app.rendering.fields.ExpandableId"
 
-    def map_serializer_field(self, auto_schema, direction):
+    def map_serializer_field(self, auto_schema: AutoSchema, direction: Direction) -> dict[str, Any]:
         return {
             "oneOf": [
                 {"type": "string"},
@@ -48,13 +58,15 @@ class ExpandSchema(OpenApiSerializerFieldExtension):
 
     target_class = "ledger_app.api.fields.Expand"
 
-    def map_serializer_field(self, auto_schema, direction):
+    def map_serializer_field(self, auto_schema: AutoSchema, direction: Direction) -> dict[str, Any]:
         if not self.target.allowed:
             return {"type": "array", "items": {"type": "string"}, "maxItems": 0}
         return {"type": "array", "items": {"type": "string", "enum": sorted(self.target.allowed)}}
 
 
-def fields_left_out(result, generator, request, public):
+def fields_left_out(
+    result: dict[str, Any], generator: SchemaGenerator, request: Request | None, public: bool
+) -> dict[str, Any]:
     """Fields Stripe leaves out when they have no value (StripeObject.LEFT_OUT_WHEN_NULL)
     are not required: drf-spectacular marks every read-only field required."""
     from ledger_app.rendering.fields import StripeObject
@@ -68,7 +80,9 @@ def fields_left_out(result, generator, request, public):
     return result
 
 
-def optional_expansions(result, generator, request, public):
+def optional_expansions(
+    result: dict[str, Any], generator: SchemaGenerator, request: Request | None, public: bool
+) -> dict[str, Any]:
     """Bracketed query parameters as clients send them: a list with brackets
     (expand[]=refunds, types[]=charge.succeeded, as parsing.fold and params.fold read
     them) where the serializer's field is plain `expand`, and an object as

@@ -12,9 +12,11 @@ updates, idempotent replays and API key checks always use the primary."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS
+from django.db.models import Model, QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
@@ -35,6 +37,18 @@ from ledger_app.idempotency.services import (
 from ledger_app.paging import page_newest_first
 from ledger_app.rendering.fields import ErrorSerializer
 from ledger_app.replica import stale_ok
+
+if TYPE_CHECKING:
+    from rest_framework.request import Request
+    from rest_framework.serializers import BaseSerializer
+
+    # A serializer class the views render with (rendering/), and what a page's rows may be
+    # prepared with before they are (each charge's first refunds, fetched together).
+    SerializerClass = type[BaseSerializer[Any]]
+    Prepare = Callable[[list[Any], dict[str, Any]], list[Any]]
+
+M = TypeVar("M", bound=Model)
+F = TypeVar("F", bound=Callable[..., Any])  # a view method extend_schema decorates
 
 ERRORS = {code: ErrorSerializer for code in (400, 401, 403, 404, 409, 413, 415, 429)}
 IDEMPOTENCY_KEY = OpenApiParameter(
@@ -57,7 +71,11 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 DEFAULT_LIMIT = 10
 
 
-def read_schema(operation_id: str, response_serializer, params_class=None):
+def read_schema(
+    operation_id: str,
+    response_serializer: SerializerClass,
+    params_class: type[Params] | None = None,
+) -> Callable[[F], F]:
     """The schema of a GET: its query parameters (from the serializer that checks them)."""
     return extend_schema(
         operation_id=operation_id,
@@ -66,7 +84,13 @@ def read_schema(operation_id: str, response_serializer, params_class=None):
     )
 
 
-def create_schema(operation_id: str, params_class, response_serializer, *, keyed: bool = True):
+def create_schema(
+    operation_id: str,
+    params_class: type[Params],
+    response_serializer: SerializerClass,
+    *,
+    keyed: bool = True,
+) -> Callable[[F], F]:
     """The schema of a POST: a form or JSON body, and (`keyed`, for a create) an
     Idempotency-Key."""
     return extend_schema(
@@ -80,7 +104,7 @@ def create_schema(operation_id: str, params_class, response_serializer, *, keyed
     )
 
 
-def checked_params(params_class: type[Params], data) -> dict[str, Any]:
+def checked_params(params_class: type[Params], data: Mapping[str, Any]) -> dict[str, Any]:
     """The request's parameters, folded and checked by the endpoint's serializer."""
     params = fold(params_class, data)
     serializer = params_class(data=params, context={"from_json": params.from_json})
@@ -88,10 +112,10 @@ def checked_params(params_class: type[Params], data) -> dict[str, Any]:
     return serializer.validated_data
 
 
-def object_or_404(model, object_id: str, name: str, using: str = DEFAULT_DB_ALIAS):
+def object_or_404(model: type[M], object_id: str, name: str, using: str = DEFAULT_DB_ALIAS) -> M:
     """The object a URL names; 404 resource_missing when there is none."""
     if could_be_an_id(object_id):
-        obj = model.objects.using(using).filter(pk=object_id).first()
+        obj = model._default_manager.using(using).filter(pk=object_id).first()
     else:
         obj = None
     if obj is None:
@@ -100,14 +124,18 @@ def object_or_404(model, object_id: str, name: str, using: str = DEFAULT_DB_ALIA
 
 
 def retrieved(
-    request, model, object_id: str, serializer_class, params_class: type[Params] = RetrieveParams
+    request: Request,
+    model: type[Model],
+    object_id: str,
+    serializer_class: SerializerClass,
+    params_class: type[Params] = RetrieveParams,
 ) -> Response:
     """A GET of one object by the id in its URL (its only parameter expand[]); from the
     replica if there is one and it has the object, else from the primary."""
     asked = checked_params(params_class, request.query_params).get("expand", set())
-    name = model._meta.model_name
+    name = model._meta.model_name or ""
 
-    def shown(alias: str) -> dict:
+    def shown(alias: str) -> dict[str, Any]:
         found = object_or_404(model, object_id, name, alias)
         return rendered(found, serializer_class, asked, version_of(request), alias)
 
@@ -124,7 +152,9 @@ def not_found(object_id: str, name: str) -> ApiError:
     return ApiError(message, code="resource_missing", status=404)
 
 
-def created_response(request, result: Created, serializer_class, asked: set[str]) -> Response:
+def created_response(
+    request: Request, result: Created[Any], serializer_class: SerializerClass, asked: set[str]
+) -> Response:
     """A create's answer (or its replay), with the expansions `asked`."""
     if isinstance(result.item, Charge) and result.item.status == Charge.Status.FAILED:
         response = card_error_response(result.item)
@@ -143,8 +173,12 @@ def shown_context(own: set[str], version: str) -> dict[str, Any]:
 
 
 def rendered(
-    obj, serializer_class, asked: set[str], version: str, using: str = DEFAULT_DB_ALIAS
-) -> dict:
+    obj: Model,
+    serializer_class: SerializerClass,
+    asked: set[str],
+    version: str,
+    using: str = DEFAULT_DB_ALIAS,
+) -> dict[str, Any]:
     """One object as the API shows it in `version`, with the expansions `asked`
     (expansion.py)."""
     own = asked & expansion.SERIALIZER_EXPANDS
@@ -152,13 +186,25 @@ def rendered(
     return expansion.expand([data], asked - own, using, version)[0]
 
 
-def listing(request, queryset, params: dict, serializer_class, url: str) -> Response:
+def listing(
+    request: Request,
+    queryset: QuerySet[Any],
+    params: dict[str, Any],
+    serializer_class: SerializerClass,
+    url: str,
+) -> Response:
     """A page of `queryset` as Stripe's list, from the primary."""
     return Response(list_page(queryset, params, serializer_class, url, version_of(request)))
 
 
 def stale_listing(
-    request, queryset, params: dict, serializer_class, url: str, *, prepare=None
+    request: Request,
+    queryset: QuerySet[Any],
+    params: dict[str, Any],
+    serializer_class: SerializerClass,
+    url: str,
+    *,
+    prepare: Prepare | None = None,
 ) -> Response:
     """A page of `queryset` as Stripe's list, from the replica if there is one (it may be a
     moment behind); from the primary if it fails or lacks the page's cursor object."""
@@ -174,8 +220,14 @@ def stale_listing(
 
 
 def list_page(
-    queryset, params: dict, serializer_class, url: str, version: str, *, prepare=None
-) -> dict:
+    queryset: QuerySet[Any],
+    params: dict[str, Any],
+    serializer_class: SerializerClass,
+    url: str,
+    version: str,
+    *,
+    prepare: Prepare | None = None,
+) -> dict[str, Any]:
     """A page of `queryset`, read from its database, as Stripe's list in the API
     `version`; `prepare` may fetch what the page's rows show along with them (each
     charge's first refunds)."""
@@ -198,7 +250,7 @@ def list_page(
     }
 
 
-def idempotency_key(request) -> str | None:
+def idempotency_key(request: Request) -> str | None:
     """The request's Idempotency-Key header, or None without one. Taken first, before
     anything is read or written: a key that is not 1 to 255 printable ASCII characters,
     or holds a comma (servers join a repeated header with one, so a comma may be two

@@ -7,6 +7,12 @@ as Stripe's do, and `Stripe-Version-Requested` names the one asked for when it d
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ledger_app import api_versions
@@ -14,7 +20,7 @@ from ledger_app.api.errors import ApiError
 from serving.security import API_PREFIX
 
 
-def requested_version(request) -> str:
+def requested_version(request: Request) -> str:
     """The version a request is answered in: its Stripe-Version's (api_versions.resolve),
     else its key's default; 400 api_version_invalid for a Stripe-Version that is not one."""
     asked = request.headers.get("Stripe-Version")
@@ -28,7 +34,7 @@ def requested_version(request) -> str:
     return answered
 
 
-def version_of(request) -> str:
+def version_of(request: Request) -> str:
     """The version this request is answered in (StripeView set it)."""
     return getattr(request, "api_version", api_versions.LATEST)
 
@@ -42,7 +48,9 @@ class StripeView(APIView):
         request.api_version = requested_version(request)
         request._request.stripe_api_version = request.api_version
 
-    def finalize_response(self, request, response, *args, **kwargs):
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
         """The answer's objects in the request's version: rendered in today's shape, then
         reshaped by what changed since (api_versions.shown_in, the one place that does)."""
         version = getattr(request, "api_version", None)
@@ -58,10 +66,10 @@ class ApiVersionHeaderMiddleware:
     server speaks it, else the newest. A version asked for and answered as another (one
     newer than the server knows) is named in `Stripe-Version-Requested`."""
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
         if request.path.startswith(API_PREFIX):
             asked = request.headers.get("Stripe-Version")
@@ -70,6 +78,6 @@ class ApiVersionHeaderMiddleware:
             if used is None:
                 used = answered or api_versions.LATEST
             response["Stripe-Version"] = used
-            if answered is not None and asked != used:
+            if answered is not None and asked is not None and asked != used:
                 response["Stripe-Version-Requested"] = asked
         return response

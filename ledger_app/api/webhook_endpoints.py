@@ -4,12 +4,17 @@ secret is in the create response only."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 from django.urls import path
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ledger_app import errors
+from ledger_app.api.authentication import client_of
 from ledger_app.api.fields import (
     MAX_ID_LENGTH,
     Expand,
@@ -34,6 +39,8 @@ from ledger_app.events.event_types import STRIPE_EVENT_TYPES
 from ledger_app.events.models import WebhookEndpoint
 from ledger_app.events.selectors import webhook_endpoint, webhook_endpoints
 from ledger_app.rendering.fields import BlankAsNull, StripeList, unix
+
+F = TypeVar("F", bound=Callable[..., Any])  # a view method write_schema decorates
 
 LIST_URL = "/v1/webhook_endpoints"
 
@@ -103,22 +110,22 @@ class WebhookEndpointSerializer(serializers.Serializer):
     status = serializers.CharField(help_text="enabled or disabled.")
     url = serializers.CharField()
 
-    def get_object(self, endpoint) -> str:
+    def get_object(self, endpoint: WebhookEndpoint) -> str:
         return "webhook_endpoint"
 
-    def get_api_version(self, endpoint) -> str:
+    def get_api_version(self, endpoint: WebhookEndpoint) -> str:
         return endpoint.api_version
 
-    def get_application(self, endpoint) -> str | None:
+    def get_application(self, endpoint: WebhookEndpoint) -> str | None:
         return None
 
-    def get_created(self, endpoint) -> int:
+    def get_created(self, endpoint: WebhookEndpoint) -> int:
         return unix(endpoint.created_at)
 
-    def get_livemode(self, endpoint) -> bool:
+    def get_livemode(self, endpoint: WebhookEndpoint) -> bool:
         return False
 
-    def to_representation(self, endpoint):
+    def to_representation(self, endpoint: WebhookEndpoint) -> dict[str, Any]:
         data = super().to_representation(endpoint)
         if not self.context.get("with_secret"):
             del data["secret"]
@@ -138,7 +145,9 @@ class DeletedWebhookEndpointSerializer(serializers.Serializer):
 # --- views -----------------------------------------------------------------------------
 
 
-def write_schema(operation_id: str, params_class, response_serializer):
+def write_schema(
+    operation_id: str, params_class: type[Params], response_serializer: type[serializers.Serializer]
+) -> Callable[[F], F]:
     """A POST with a form or JSON body. Idempotency-Key is not taken here: a retried
     create may make a second endpoint (list them to check)."""
     return extend_schema(
@@ -163,14 +172,14 @@ class WebhookEndpointsView(StripeView):
     path_param = None
 
     @read_schema("webhook_endpoints_list", WebhookEndpointListSerializer, ListParams)
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         params = checked_params(ListParams, request.query_params)
         return listing(request, webhook_endpoints(), params, WebhookEndpointSerializer, LIST_URL)
 
     @write_schema(
         "webhook_endpoints_create", WebhookEndpointCreateParams, WebhookEndpointSerializer
     )
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         params = checked_params(WebhookEndpointCreateParams, request.data)
         endpoint = create_endpoint(
             url=params["url"],
@@ -178,7 +187,7 @@ class WebhookEndpointsView(StripeView):
             description=params.get("description"),
             metadata=params.get("metadata"),
             api_version=params.get("api_version"),
-            api_key=request.auth,
+            api_key=client_of(request).key,
         )
         return Response(WebhookEndpointSerializer(endpoint, context={"with_secret": True}).data)
 
@@ -187,21 +196,21 @@ class WebhookEndpointView(StripeView):
     path_param = "webhook_endpoint"
 
     @read_schema("webhook_endpoints_retrieve", WebhookEndpointSerializer, RetrieveParams)
-    def get(self, request, endpoint_id: str):
+    def get(self, request: Request, endpoint_id: str) -> Response:
         checked_params(RetrieveParams, request.query_params)
         return Response(WebhookEndpointSerializer(endpoint_or_404(endpoint_id)).data)
 
     @write_schema(
         "webhook_endpoints_update", WebhookEndpointUpdateParams, WebhookEndpointSerializer
     )
-    def post(self, request, endpoint_id: str):
+    def post(self, request: Request, endpoint_id: str) -> Response:
         params = checked_params(WebhookEndpointUpdateParams, request.data)
         params.pop("expand", None)
         endpoint = update_endpoint(endpoint_or_404(endpoint_id).pk, EndpointChanges(**params))
         return Response(WebhookEndpointSerializer(endpoint).data)
 
     @read_schema("webhook_endpoints_delete", DeletedWebhookEndpointSerializer)
-    def delete(self, request, endpoint_id: str):
+    def delete(self, request: Request, endpoint_id: str) -> Response:
         checked_params(Params, request.query_params)
         endpoint = delete_endpoint(endpoint_or_404(endpoint_id).pk)
         return Response(DeletedWebhookEndpointSerializer({"id": endpoint.pk}).data)
