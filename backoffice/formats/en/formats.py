@@ -1,7 +1,7 @@
 """How the admin writes dates and times (English, which en-us falls back to): the ISO order
 and a 24-hour clock, and every time labelled with its zone ("2026-11-30 14:23 EST"), because
-each person reads them in their own zone (serving/time_zones.py). Formats not named here
-are Django's own for English."""
+each person reads them in their own zone (ledger_app/access/time_zones.py). Formats not
+named here are Django's own for English."""
 
 DATE_FORMAT = "Y-m-d"
 SHORT_DATE_FORMAT = DATE_FORMAT
