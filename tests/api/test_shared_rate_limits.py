@@ -259,9 +259,31 @@ def server(transactional_db, tmp_path):
     )
     try:
         srv.wait_ready()
+        wait_until_every_worker_answers(srv, workers=4)
         yield srv
     finally:
         srv.stop()
+
+
+def wait_until_every_worker_answers(server: GunicornServer, workers: int) -> None:
+    """wait_ready returns once one worker answers; the others may still be loading Django,
+    and a flood sent then is all answered by the one that is up. Bursts to /healthz (no key,
+    no limit) until each worker has written an access line."""
+    deadline = time.monotonic() + 60
+    answered: set[str] = set()
+    while len(answered) < workers:
+        assert time.monotonic() < deadline, f"only {len(answered)} of {workers} workers answer"
+        burst = [
+            threading.Thread(
+                target=requests.get, args=(f"{server.url}/healthz",), kwargs={"timeout": 30}
+            )
+            for _ in range(2 * workers)
+        ]
+        for client in burst:
+            client.start()
+        for client in burst:
+            client.join(30)
+        answered = {pid for pid, _, path in ACCESS_LINE.findall(server.log()) if path == "/healthz"}
 
 
 def flood(url: str, key: str) -> list[int]:
