@@ -152,6 +152,25 @@ def insert(label: str, given: dict[str, str], rest: str, *, composed: bool = Fal
     return f"INSERT INTO {spec['table']} ({', '.join(names)})\nSELECT {', '.join(values)}\n{rest}"
 
 
+def charge_succeeded_entries(*, composed: bool = False) -> str:
+    """One `charge_succeeded` ledger entry per charge already in the table (the year's load
+    and the restore drill both start the ledger this way)."""
+    return insert(
+        "ledger_app.LedgerEntry",
+        {
+            "charge_id": "id",
+            "kind": "'charge_succeeded'",
+            "amount": "amount",
+            "refunded_delta": "0",
+            "currency": "currency",
+            "actor": "'bench'",
+            "created_at": "created_at",
+        },
+        "FROM ledger_app_charge",
+        composed=composed,
+    )
+
+
 def insert_values(label: str, given: dict[str, str], suffix: str = "") -> str:
     """The same for one row: `INSERT ... VALUES (...)` (then `suffix`, say RETURNING)."""
     statement = insert(label, given, "")

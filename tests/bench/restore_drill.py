@@ -93,20 +93,7 @@ REFUNDS = columns.insert(
 )
 # One row per (charge or refund, moment): charge_succeeded per charge; refund_reserved per
 # refund; then refund_succeeded or refund_released (delta -amount) as its status says.
-ENTRIES_FOR_CHARGES = columns.insert(
-    "ledger_app.LedgerEntry",
-    {
-        "charge_id": "id",
-        "kind": "'charge_succeeded'",
-        "amount": "amount",
-        "refunded_delta": "0",
-        "currency": "currency",
-        "actor": "'bench'",
-        "created_at": "created_at",
-    },
-    "FROM ledger_app_charge",
-    composed=True,
-)
+ENTRIES_FOR_CHARGES = columns.charge_succeeded_entries(composed=True)
 ENTRIES_FOR_REFUNDS = columns.insert(
     "ledger_app.LedgerEntry",
     {

@@ -77,19 +77,7 @@ LOAD = [
     ),
     (
         "charge ledger entries",
-        columns.insert(
-            "ledger_app.LedgerEntry",
-            {
-                "charge_id": "id",
-                "kind": "'charge_succeeded'",
-                "amount": "amount",
-                "refunded_delta": "0",
-                "currency": "currency",
-                "actor": "'bench'",
-                "created_at": "created_at",
-            },
-            "FROM ledger_app_charge",
-        ),
+        columns.charge_succeeded_entries(),
     ),
     (
         "refund ledger entries",
