@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.sqlite_pass
+pytestmark = pytest.mark.any_database
 
 ROOT = Path(__file__).resolve().parent.parent
 GIT = shutil.which("git") or "git"

@@ -9,7 +9,7 @@ import pytest
 
 from tests.module_table import BEGIN, COMMAND, END, PAGE, ROOT, committed, render, summary
 
-pytestmark = pytest.mark.sqlite_pass
+pytestmark = pytest.mark.any_database
 
 
 def test_the_committed_module_table_is_what_the_docstrings_say():

@@ -8,7 +8,7 @@ import pytest
 
 from tests.doc_names import OUTSIDE, everything_named_that_is_missing, names_on
 
-pytestmark = pytest.mark.sqlite_pass
+pytestmark = pytest.mark.any_database
 
 
 def test_the_docs_name_only_what_exists():

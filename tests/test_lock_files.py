@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PIN = re.compile(r"^([A-Za-z0-9_.\[\],-]+)==([^ ;\\]+)\s*(?:;\s*([^\\]+?))?\s*\\?$")
 
 # Nothing here depends on the database: one pass (the SQLite one) checks it.
-pytestmark = pytest.mark.layout
+pytestmark = pytest.mark.any_database
 
 
 def pins(path: Path) -> dict[NormalizedName, tuple[str, str | None, int]]:

@@ -8,7 +8,7 @@ from django.db import connection
 from backoffice.environment import Environment, env
 from tests.processes import ROOT, manage_alone
 
-pytestmark = pytest.mark.sqlite_pass
+pytestmark = pytest.mark.any_database
 
 
 def test_sqlite_takes_the_write_lock_at_begin():

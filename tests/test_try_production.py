@@ -22,7 +22,7 @@ ONE_MACHINE_ENV = ROOT / "deploy" / "one-machine.env"
 CHARGE = "ch_demoUsdUnrefunded000001"  # $12.34, made by seed_demo
 # Its database is its own, so it runs once, in the SQLite pass (and collectstatic, into the
 # checkout's staticfiles/, is never run by both passes at once).
-pytestmark = pytest.mark.layout
+pytestmark = pytest.mark.any_database
 
 
 def recipe_environment(tmp_path) -> dict[str, str]:

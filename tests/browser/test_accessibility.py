@@ -26,7 +26,7 @@ from tests.browser.chromium import DESKTOP, PHONE
 # The live server answers from its own thread, so test data must really be committed.
 # Layout only: the same pages whatever the database, so `make test` runs these in its
 # SQLite pass and not again in the PostgreSQL one (scripts/run-tests).
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.layout]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.any_database]
 
 WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
 FAILING_IMPACTS = {"serious", "critical"}

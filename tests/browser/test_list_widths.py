@@ -27,7 +27,7 @@ from tests.browser.chromium import DESKTOP, PHONE
 # The live server answers from its own thread, so test data must really be committed.
 # Layout only: the same pages whatever the database, so `make test` runs these in its
 # SQLite pass and not again in the PostgreSQL one (scripts/run-tests).
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.layout]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.any_database]
 
 
 # Widths as the browser lays the list out: the page, the table's scrolling box (`.results`)

@@ -12,7 +12,7 @@ from packaging.requirements import Requirement
 from tests.clients.matrix import HERE, MATRIX
 from tests.processes import ROOT
 
-pytestmark = pytest.mark.layout
+pytestmark = pytest.mark.any_database
 
 OLDER_PYTHON = ROOT / "requirements" / "clients" / "stripe-python-older"
 
