@@ -176,9 +176,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="A smoke run (make test runs it): 1 s runs, no repeats, 20,000 rows for "
-        "growth, 500 bulk rows, 1,000 slow charges, a 2 s inline window, 2 s webhook "
-        "windows, 30 admin GETs, 20 single requests, 5 admin form refunds, 20,000 expired "
+        help="A smoke run (make test runs it): 1 s runs, no repeats, 5,000 rows for "
+        "growth, 500 bulk rows, 1,000 slow charges, a 2 s inline window, 1 s webhook "
+        "windows, 30 admin GETs, 20 single requests, 5 admin form refunds, 5,000 expired "
         "events and a 2 s window before the purge. Every phase runs; the figures are too rough "
         "to judge by.",
     )
@@ -186,11 +186,11 @@ def parse_args() -> argparse.Namespace:
     if unknown := set(args.only) - set(PHASES):
         parser.error(f"unknown phases: {', '.join(sorted(unknown))}")
     if args.quick:
-        args.seconds, args.repeats, args.big, args.bulk_rows = 1, 1, 20_000, 500
+        args.seconds, args.repeats, args.big, args.bulk_rows = 1, 1, 5_000, 500
         args.inline_warm, args.inline_seconds, args.admin_gets = 0.5, 2, 30
-        args.webhook_seconds = 2
+        args.webhook_seconds = 1
         args.single_requests, args.slow_charges, args.form_refunds = 20, 1_000, 5
-        args.purge_events, args.purge_baseline, args.purge_warm = 20_000, 2, 0.5
+        args.purge_events, args.purge_baseline, args.purge_warm = 5_000, 2, 0.5
     return args
 
 
