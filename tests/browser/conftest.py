@@ -21,7 +21,7 @@ import pytest
 from django.contrib.auth.models import Permission
 
 from ledger_app.models import Charge, Refund
-from tests.browser.admin_pages import AGENT, VIEWER, log_in, support_agents_group
+from tests.browser.admin_pages import AGENT, VIEWER, signed_in, support_agents_group
 from tests.browser.chromium import (
     AXE_SCRIPT,
     DESKTOP,
@@ -133,8 +133,8 @@ def screenshot() -> Callable[..., Path]:
 
 @pytest.fixture(autouse=True)
 def _quick_password_hashing(settings):
-    """Every test makes a user and logs in through the form: a cheap hasher saves about
-    0.4 s a test. The live server runs in this process, so it uses the same setting."""
+    """Every test makes a user, and many log in through the form: a cheap hasher saves
+    about 0.4 s each. The live server runs in this process, so it uses the same setting."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
@@ -161,8 +161,8 @@ def viewer(django_user_model):
 
 
 @pytest.fixture
-def agent_page(page, support_agent):
-    log_in(page, *AGENT)
+def agent_page(page, support_agent, live_server):
+    signed_in(page, support_agent, live_server.url)
     return page
 
 
@@ -207,12 +207,11 @@ def pytest_terminal_summary(terminalreporter):
 
 
 @pytest.fixture
-def superuser_page(page, django_user_model):
+def superuser_page(page, django_user_model, live_server):
     """The page logged in as a superuser with a fresh second factor: one who sees every
     list, including users and sign-in failures."""
     user = django_user_model.objects.create_superuser("root", "root@example.com", "root-pass-123")
-    device_of(user)
-    log_in(page, "root", "root-pass-123")
+    signed_in(page, user, live_server.url)
     return page
 
 
