@@ -8,7 +8,7 @@ units). A charge the provider had already refunded, in part or in full, comes in
 transaction with its ledger entries, so only the rest can be refunded here. A final
 refund is never sent to the provider. The file is read twice, streaming: once to make sure
 it is usable at all (nothing is written if it is not), once to import. Reading and checking
-the two layouts is services/import_files.py's.
+the two layouts is charges/import_files.py's.
 """
 
 from __future__ import annotations
