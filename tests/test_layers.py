@@ -56,6 +56,12 @@ def plant(root: Path, module: str, line: str) -> None:
             "from ledger_app.api import views  # noqa",
             "Nothing below the interfaces imports the admin, the API or the commands",
         ),
+        # A model that reads through its own room's selectors.
+        (
+            "ledger_app.refunds.models",
+            "from ledger_app.refunds import selectors  # noqa",
+            "Within each room: services over selectors over models",
+        ),
         # A selector that reaches a service through a shared module (indirectly).
         (
             "ledger_app.paging",
