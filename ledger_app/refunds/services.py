@@ -299,14 +299,20 @@ def _after_reserve(refund: Refund) -> Refund:
 
 
 def send_inline(refund: Refund, *, actor: str = "") -> Refund:
-    """The guarded send of a committed pending refund, waited for within the budget; if
-    the database fails meanwhile it stays pending and the worker or the reconciler sends
-    it (asking the provider first when an attempt was recorded)."""
+    """The guarded send of a committed pending refund, waited for within the budget. The
+    refund exists once it has committed, so the caller is answered with it whatever the
+    send meets: if the database fails, or the send raises what nothing expected, it stays
+    pending and the worker or the reconciler sends it (asking the provider first when an
+    attempt was recorded). An error here would tell a client without an idempotency key
+    to try again, and make a second refund."""
     try:
         return send_within_budget(partial(send_refund, actor=actor), refund.id, refund)
     except DatabaseError:
         log.exception("refund %s committed; dispatch interrupted, it will be retried", refund.id)
         drop_broken_connection()
+        return refund
+    except Exception:
+        log.exception("refund %s committed; dispatch failed, it will be retried", refund.id)
         return refund
 
 

@@ -1,6 +1,7 @@
 """Dispatch and settle against the simulated provider: what the provider says is what the
 ledger records, a timeout is unknown, and one ledger refund is one provider refund."""
 
+import io
 from datetime import timedelta
 
 import pytest
@@ -16,6 +17,7 @@ from ledger_app.provider.dispatch import (
     process_pending_refunds,
     reconcile_charges,
     reconcile_refunds,
+    send,
     send_refund,
     settle_refund,
 )
@@ -64,6 +66,29 @@ class TestInlineDispatch:
         assert stored.provider_refund_id == provider.provider_id
         assert stored.leased_until is None
         assert entries(refund) == ["refund_reserved", "refund_succeeded"]
+
+    def test_an_unexpected_error_after_the_send_answers_the_refund_pending(
+        self, succeeded_charge, monkeypatch, caplog
+    ):
+        # The provider refunds; then recording its answer fails in a way nothing expected.
+        def broken(**settling):
+            raise ValueError("a bug in the settle")
+
+        monkeypatch.setattr(send, "settle_refund", broken)
+        result = create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=2_500))
+
+        refund = Refund.objects.get(pk=result.item.pk)
+        succeeded_charge.refresh_from_db()
+        assert not result.replayed and result.item.status == refund.status == "pending"
+        assert succeeded_charge.amount_refunded == 2_500  # reserved, not lost
+        assert "dispatch failed, it will be retried" in caplog.text
+        monkeypatch.undo()
+        refund.leased_until = None  # its lease ran out
+        refund.save(update_fields=["leased_until"])
+        call_command("process_refunds", "--once", stdout=io.StringIO())
+        refund.refresh_from_db()
+        assert refund.status == "succeeded"
+        assert provider_requests(refund) == ["succeeded"]  # sent once; the worker asked
 
     def test_replay_does_not_send_again(self, succeeded_charge):
         first = create_refund(
