@@ -37,6 +37,11 @@ NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 RATE = re.compile(r"([0-9]+)/(s|sec|second|m|min|minute|h|hour|d|day)")
 WEB = ("http", "https")
 FERNET_KEY_BYTES = 32
+# A whole number with more digits is refused before int() reads it (past 4,300 digits int()
+# raises ValueError, a traceback rather than one line). The largest any setting wants is an
+# amount ceiling of twelve digits (Stripe's IDR maximum), the most a ceiling may be.
+WHOLE_DIGITS = 15
+MAX_CEILING = 999_999_999_999
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 SWITCH_WORDS = {"1": True, "true": True, "yes": True, "on": True}
 SWITCH_WORDS |= {"0": False, "false": False, "no": False, "off": False}
@@ -78,11 +83,20 @@ def _switch(value: str | bool) -> bool:
     return SWITCH_WORDS[word]
 
 
+def _whole(text: str) -> int | None:
+    """The text as a whole number, or None: ASCII digits only, and few enough that int()
+    takes them (past 4,300 digits it raises ValueError; no setting wants more than 12)."""
+    if not (text.isascii() and text.isdigit() and len(text) <= WHOLE_DIGITS):
+        return None
+    return int(text)
+
+
 def _count(value: str | int, *, of: str, low: int, high: int) -> int:
     text = str(value).strip()
-    if not (text.isascii() and text.isdigit() and low <= int(text) <= high):
+    number = _whole(text)
+    if number is None or not low <= number <= high:
         raise Wanted(f"a whole number of {of} from {low} to {high}", text)
-    return int(text)
+    return number
 
 
 def _number(value: str | float, *, of: str, high: float, zero: bool) -> float:
@@ -122,7 +136,7 @@ def _url(value: str, *, schemes: tuple[str, ...]) -> str:
 def _rate(value: str) -> str:
     text = value.strip()
     match = RATE.fullmatch(text)
-    if not match or int(match[1]) < 1:
+    if not match or (_whole(match[1]) or 0) < 1:
         raise Wanted("a number of requests per second, minute, hour or day (100/second)", text)
     return text
 
@@ -165,9 +179,13 @@ def _amounts(value: str | dict[str, int]) -> dict[str, int]:
             continue
         currency, _, amount = (part.strip() for part in pair.partition("="))
         currency_ok = currency.isascii() and currency.isalpha()
-        if not (currency_ok and amount.isascii() and amount.isdigit() and int(amount) >= 1):
-            raise Wanted("currency=amount pairs such as usd=5000000,jpy=1000000", pair)
-        amounts[currency.lower()] = int(amount)
+        number = _whole(amount)
+        if not (currency_ok and number is not None and 1 <= number <= MAX_CEILING):
+            raise Wanted(
+                f"currency=amount pairs such as usd=5000000,jpy=1000000 (1 to {MAX_CEILING})",
+                pair,
+            )
+        amounts[currency.lower()] = number
     return amounts
 
 

@@ -221,7 +221,8 @@ def test_unset_or_empty_is_the_default(reader, monkeypatch):
     assert reader.switch("SETTINGS_TEST_EMPTY", True) is True
     assert reader.number("SETTINGS_TEST_UNSET", 2, of="seconds", high=600) == 2.0
     assert reader.names("SETTINGS_TEST_UNSET", "a, b,,") == ["a", "b"]
-    assert reader.database("SETTINGS_TEST_EMPTY", "") == {}
+    read = reader.database("SETTINGS_TEST_EMPTY", "sqlite:////tmp/the-default.sqlite3")
+    assert read["NAME"] == "/tmp/the-default.sqlite3"  # noqa: S108 - a name, never opened
 
 
 def test_an_empty_choice_names_no_option_and_is_refused_unless_empty_is_the_default(
@@ -279,9 +280,30 @@ def test_amount_ceilings_are_currency_amount_pairs(reader, monkeypatch, value, r
     assert reader.amounts("SETTINGS_TEST_AMOUNTS") == read
 
 
-@pytest.mark.parametrize("value", ["usd", "usd=0", "usd=-5", "=5", "usd=5;jpy=6"])
+@pytest.mark.parametrize(
+    "value", ["usd", "usd=0", "usd=-5", "=5", "usd=5;jpy=6", "usd=1000000000000"]
+)
 def test_an_amount_ceiling_that_is_not_a_pair_is_refused(reader, monkeypatch, value):
     monkeypatch.setenv("SETTINGS_TEST_AMOUNTS", value)
 
     with pytest.raises(ImproperlyConfigured, match="must be currency=amount pairs"):
         reader.amounts("SETTINGS_TEST_AMOUNTS")
+
+
+HUGE = "9" * 5_000  # int() raises ValueError on it: that would be a traceback, not one line
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [
+        (HUGE, lambda reader: reader.count("SETTINGS_TEST_HUGE", 1, of="days", high=9)),
+        (f"{HUGE}/second", lambda reader: reader.rate("SETTINGS_TEST_HUGE", "1/second")),
+        (f"usd={HUGE}", lambda reader: reader.amounts("SETTINGS_TEST_HUGE")),
+    ],
+    ids=["count", "rate", "amounts"],
+)
+def test_a_number_too_long_to_read_is_refused_like_any_bad_value(reader, monkeypatch, value, read):
+    monkeypatch.setenv("SETTINGS_TEST_HUGE", value)
+
+    with pytest.raises(ImproperlyConfigured, match="^SETTINGS_TEST_HUGE must be "):
+        read(reader)
