@@ -136,10 +136,7 @@ def _lock_and_check(request: CheckedRequest) -> _Locked:
     )
     spent = limits.spent_today_if_limited(request.actor_label, requester_limits, now)
     charge = _lock_charge(request.charge_id or _charge_of(request.payment_intent))
-    if request.payment_intent and charge.payment_intent != request.payment_intent:
-        raise errors.PaymentIntentMismatch(
-            f"Charge {charge.pk} does not belong to PaymentIntent {request.payment_intent}."
-        )
+    _ensure_of_payment_intent(charge, request.payment_intent)
     if request.unchanged_since is not None:
         ensure_unchanged(charge, request.unchanged_since)
     amount = amount_to_refund(charge, request.amount)
@@ -169,6 +166,14 @@ def _lock_charge(charge_id: str) -> Charge:
     if not found:
         raise errors.ResourceMissing(f"No such charge: '{charge_id}'.")
     return found[0]
+
+
+def _ensure_of_payment_intent(charge: Charge, payment_intent: str | None) -> None:
+    """A request naming both a charge and a PaymentIntent: the charge must be its."""
+    if payment_intent and charge.payment_intent != payment_intent:
+        raise errors.PaymentIntentMismatch(
+            f"Charge {charge.pk} does not belong to PaymentIntent {payment_intent}."
+        )
 
 
 def _charge_of(payment_intent: str) -> str:
@@ -275,9 +280,11 @@ def preview_refund(request: RefundRequest, *, also_reserved: int = 0) -> RefundP
     replay = None if checked.keyed is None else idempotency.find_replay(checked.keyed)
     if replay is not None:
         return RefundPreview(replay.item.charge, replay.item.amount, replay_of=replay.item)
-    charge = Charge.objects.filter(pk=checked.charge_id).first()
+    charge_id = checked.charge_id or _charge_of(checked.payment_intent)
+    charge = Charge.objects.filter(pk=charge_id).first()
     if charge is None:
-        raise errors.ResourceMissing(f"No such charge: '{checked.charge_id}'.")
+        raise errors.ResourceMissing(f"No such charge: '{charge_id}'.")
+    _ensure_of_payment_intent(charge, checked.payment_intent)
     charge.amount_refunded += also_reserved
     amount = amount_to_refund(charge, checked.amount)
     refuse_repeat(checked, charge, amount, timezone.now())

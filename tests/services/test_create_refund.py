@@ -6,7 +6,7 @@ import pytest
 
 from ledger_app import errors
 from ledger_app.models import Charge, IdempotencyRecord, LedgerEntry, Refund
-from ledger_app.refunds.services import RefundRequest, create_refund
+from ledger_app.refunds.services import RefundRequest, create_refund, preview_refund
 from tests.factories import ChargeFactory
 from tests.invariants import books
 
@@ -484,3 +484,25 @@ class TestCreatedRefund:
         assert record.request_params["charge"] == succeeded_charge.id
         assert len(record.fingerprint) == 64
         assert record.refund_id == refund.id
+
+
+class TestPreviewDecidesAsCreateWould:
+    """preview_refund (bulk runs' --dry-run) finds the charge and refuses a mismatch as
+    create_refund does."""
+
+    def test_a_payment_intent_alone_is_previewed_as_its_charge(self):
+        charge = ChargeFactory(amount=3_000)
+
+        preview = preview_refund(RefundRequest(payment_intent=charge.payment_intent, amount=1_000))
+
+        assert (preview.charge.pk, preview.amount) == (charge.pk, 1_000)
+
+    def test_a_charge_of_another_payment_intent_is_refused_by_both(self):
+        charge, other = ChargeFactory(), ChargeFactory()
+        request = RefundRequest(charge_id=charge.pk, payment_intent=other.payment_intent, amount=1)
+
+        with pytest.raises(errors.PaymentIntentMismatch):
+            preview_refund(request)
+        with pytest.raises(errors.PaymentIntentMismatch):
+            create_refund(request)
+        assert not Refund.objects.exists()
