@@ -20,7 +20,9 @@ The first call on a connection builds the queryset with a stand-in for each para
 the SQL's parameters; later calls put their values there. A factory uses its parameters
 only as values to compare with, and returns its model's own rows (no values(), no
 select_related) or an `Update` of them (the count of rows changed, as QuerySet.update).
-A stand-in the ORM changed on the way (`__contains`, `__in`) is refused at the first call.
+A stand-in the ORM changed on the way (`__contains`, `__in`), or an argument also used
+changed (the query is built twice, with other stand-ins, and only their places may
+differ), is refused at the first call; None as an argument at any call.
 tests/test_precompiled.py checks that each gives what the plain ORM gives, locks included.
 """
 
@@ -98,6 +100,8 @@ class Precompiled(Generic[P, R]):
         if query.locks and own.get_autocommit():
             raise TransactionManagementError("a row is locked inside a transaction")
         values = self._arguments(args, kwargs) if kwargs or len(args) != len(self.kinds) else args
+        if None in values:  # the ORM writes IS NULL for it; a compiled `= NULL` matches nothing
+            raise TypeError(f"{self.factory.__qualname__}: None is no value to compare with")
         params = list(query.params)
         for at, n, adapt in query.places:
             params[at] = adapt(values[n])
@@ -120,26 +124,47 @@ class Precompiled(Generic[P, R]):
         return tuple(bound.arguments.values())
 
     def _compile(self, own: BaseDatabaseWrapper) -> _Compiled:
-        stand_ins = [_stand_in(n, kind) for n, kind in enumerate(self.kinds)]
+        made, sql, params, compiler = self._built(own, first=0)
+        if isinstance(made, Update):
+            found = self._found(sql, params, own, locks=False)
+        else:
+            columns = [column for column, _, _ in compiler.select]
+            fields = [f.attname for f in made.model._meta.concrete_fields]
+            if [getattr(getattr(c, "target", None), "attname", None) for c in columns] != fields:
+                raise TypeError(f"{self.factory.__qualname__} selects its model's own columns only")
+            locks = made.query.select_for_update and own.features.has_select_for_update
+            found = replace(
+                self._found(sql, params, own, locks=locks),
+                model=made.model,
+                fields=fields,
+                converters=list(compiler.get_converters(columns).items()),
+            )
+        # Built again with other stand-ins: only the places may differ. An argument also
+        # used changed (`x__startswith=pk`, `amount * 2`) would otherwise keep its first
+        # stand-in for good.
+        _, again, again_params, _ = self._built(own, first=len(self.kinds))
+        if again != sql or not _only_places_differ(params, again_params, found.places):
+            raise TypeError(
+                f"{self.factory.__qualname__}: an argument reaches the SQL changed (a "
+                "precompiled factory compares its parameters, unchanged)"
+            )
+        return found
+
+    def _built(self, own: BaseDatabaseWrapper, *, first: int) -> tuple[Any, str, Any, Any]:
+        """The factory's queryset (or Update) made with stand-ins numbered from `first`,
+        its SQL, parameters and compiler."""
+        stand_ins = [_stand_in(first + n, kind) for n, kind in enumerate(self.kinds)]
         made = cast(Callable[..., Any], self.factory)(*stand_ins)
         if isinstance(made, Update):
             query = cast(UpdateQuery, made.queryset.query.chain(UpdateQuery))
             query.add_update_values(made.values)
             query.clear_select_clause()  # as QuerySet.update does
-            sql, params = query.get_compiler(connection=own).as_sql()
-            return self._found(sql, params, own, locks=False)
+            compiler = query.get_compiler(connection=own)
+            return (made, *compiler.as_sql(), compiler)
         if not isinstance(made, models.QuerySet) or made.db != own.alias:
             raise TypeError(f"{self.factory.__qualname__} returns a default database's queryset")
         compiler = made.query.get_compiler(connection=own)
-        sql, params = compiler.as_sql()  # refuses a lock outside a transaction, as usual
-        columns = [column for column, _, _ in compiler.select]
-        fields = [f.attname for f in made.model._meta.concrete_fields]
-        if [getattr(getattr(c, "target", None), "attname", None) for c in columns] != fields:
-            raise TypeError(f"{self.factory.__qualname__} selects its model's own columns only")
-        locks = made.query.select_for_update and own.features.has_select_for_update
-        found = self._found(sql, params, own, locks=locks)
-        converters = list(compiler.get_converters(columns).items())
-        return replace(found, model=made.model, fields=fields, converters=converters)
+        return (made, *compiler.as_sql(), compiler)  # a lock outside a transaction: refused
 
     def _found(
         self, sql: str, params: Sequence[Any], own: BaseDatabaseWrapper, *, locks: bool
@@ -170,6 +195,16 @@ def precompiled(factory: Callable[P, Any]) -> Precompiled[P, Any]:
     """The factory's queryset compiled once per connection and run with each call's values
     (the module's docstring says how, and when it may be used)."""
     return Precompiled(factory)
+
+
+def _only_places_differ(
+    params: Sequence[Any], again: Sequence[Any], places: tuple[tuple[int, int, Any], ...]
+) -> bool:
+    """Two compilations' parameters differ only where the arguments' stand-ins went."""
+    if len(params) != len(again):
+        return False
+    differ = {at for at, (one, other) in enumerate(zip(params, again, strict=True)) if one != other}
+    return differ <= {at for at, _, _ in places}
 
 
 def _kinds(factory: Callable[..., Any]) -> tuple[type, ...]:

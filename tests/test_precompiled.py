@@ -125,10 +125,31 @@ def test_a_factory_it_cannot_stand_for_is_refused():
     def values_only(pk: str) -> QuerySet[Charge, Any]:  # rows as dicts
         return Charge.objects.filter(pk=pk).values("pk")
 
+    @precompiled
+    def also_changed(pk: str) -> QuerySet[Charge]:  # pk plain, and pk turned into "pk%"
+        return Charge.objects.filter(pk=pk, description__startswith=pk)
+
+    @precompiled
+    def read_now(pk: str) -> QuerySet[Charge]:  # now() would be frozen at the first call
+        return Charge.objects.filter(pk=pk, created_at__lte=timezone.now())
+
     with pytest.raises(TypeError, match="do not reach the SQL"):
         containing("x")
     with pytest.raises(TypeError, match="own columns only"):
         values_only("ch_x")
+    for changed in (also_changed, read_now):
+        with pytest.raises(TypeError, match="reaches the SQL changed"):
+            changed("ch_x")
+
+
+def test_none_is_refused_where_the_orm_would_write_is_null():
+    @precompiled
+    def by_customer(customer: str) -> QuerySet[Charge]:
+        return Charge.objects.filter(customer=customer)
+
+    assert by_customer("cus_1") == by_customer.plain("cus_1") == []
+    with pytest.raises(TypeError, match="None is no value"):
+        by_customer(None)  # type: ignore[arg-type]  # what the check is for
 
 
 # --- the lock, across two connections (PostgreSQL: SQLite locks the whole database) ----
