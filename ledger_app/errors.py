@@ -59,6 +59,15 @@ class ChargeDisputed(LedgerError):
     )
 
 
+class ChargeDisagreesWithProvider(LedgerError):
+    code = "charge_disagrees_with_provider"
+    param = "charge"
+    default_message = (
+        "The provider reports refunds of this charge that the ledger has no room for: no "
+        "refund is made until a lead resolves it."
+    )
+
+
 class ResourceMissing(LedgerError):
     code = "resource_missing"
     param = "charge"

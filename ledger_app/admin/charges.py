@@ -90,6 +90,19 @@ def amount_search(term: str) -> Q | None:
     return query or None
 
 
+class ProviderFilter(admin.SimpleListFilter):
+    title = "provider"
+    parameter_name = "provider"
+
+    def lookups(self, request, model_admin):
+        return [("disagrees", "Disagrees (refunds held)")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "disagrees":
+            return queryset.filter(provider_disagreement__isnull=False)
+        return queryset
+
+
 @admin.register(Charge)
 class ChargeAdmin(
     RefundFormViews, BulkRefundAction, CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin
@@ -132,6 +145,7 @@ class ChargeAdmin(
         CurrencyFilter,
         RefundStateFilter,
         DisputeFilter,
+        ProviderFilter,
         ("created_at", admin.DateFieldListFilter),
     ]
     search_fields = ["id"]  # see get_search_results
@@ -157,6 +171,7 @@ class ChargeAdmin(
         "dispute_id",
         "dispute_status",
         "provider_charge_id",
+        "provider_disagreement",
         "status_detail",
         "created_at",
         "refund_history",

@@ -21,7 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from ledger_app.db import drop_broken_connection
-from ledger_app.provider.events_in import apply_provider_event
+from ledger_app.mirror.events_in import apply_provider_event
 
 log = logging.getLogger("ledger_app.provider_events")
 

@@ -83,6 +83,12 @@ class ProviderMovement(models.Model):
     def __str__(self) -> str:
         return str(self.pk)
 
+    @classmethod
+    def sent_here(cls) -> Q:
+        """The rows the guarded send may take to the provider: those made here. What the
+        provider made itself (or an import recorded) is never sent, only told of."""
+        raise NotImplementedError
+
     @property
     def provider_id(self) -> str:
         return cast(str, getattr(self, self.provider_id_field))
@@ -132,6 +138,15 @@ class Charge(ProviderMovement):
         help_text="The PaymentIntent (pi_...) this charge belongs to; blank for a charge "
         "made without one. Several charges (a decline, then a success) may share one.",
     )
+    provider_disagreement = models.JSONField(
+        null=True,
+        blank=True,
+        default=None,
+        help_text="Set when the provider reports refunds the ledger has no room for (a "
+        "refund made at the provider while ours were in flight, say): why, and the "
+        "provider's refunds held back. Refunds of the charge are refused until a lead "
+        "applies them (docs/lifecycle.md, 'When the provider disagrees').",
+    )
 
     class Meta(ProviderMovement.Meta):
         indexes = [
@@ -157,6 +172,11 @@ class Charge(ProviderMovement):
             ("export_charge", "Can export charges as CSV"),
         ]
 
+    @classmethod
+    def sent_here(cls) -> Q:
+        # Only a charge created here has a provider key; recorded ones have none.
+        return Q(provider_idempotency_key__isnull=False)
+
     @property
     def refunded(self) -> bool:
         return self.amount_refunded == self.amount
@@ -175,6 +195,8 @@ class Charge(ProviderMovement):
         and the admin offers refunds by it."""
         if self.status != self.Status.SUCCEEDED:
             return "charge_not_refundable"
+        if self.provider_disagreement:
+            return "charge_disagrees_with_provider"
         if self.dispute_open:
             return "charge_disputed"
         if self.amount_refundable <= 0:

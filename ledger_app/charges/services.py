@@ -148,11 +148,11 @@ def record_charge(
             metadata=details.get("metadata") or {},
             created_at=details.get("created_at") or timezone.now(),
         )
-        _record_outcome(charge, actor)
+        record_outcome(charge, actor)
     return charge
 
 
-def _record_outcome(charge: Charge, actor: str) -> None:
+def record_outcome(charge: Charge, actor: str) -> None:
     """A recorded charge's ledger entry (when it succeeded) and its event."""
     if charge.status == Charge.Status.SUCCEEDED:
         append_entry(

@@ -63,7 +63,8 @@ def find_ledger_drift() -> Iterator[Drift]:
     refunds and the sum of its ledger deltas and lies within [0, amount]; each refund has
     the charge's currency and its own provider key (refund:<id>); each succeeded refund
     has its settlement entry; each key's refund is the one its request asked for; each
-    refund is bound by at most one idempotency key.
+    refund is bound by at most one idempotency key; no charge disagrees with the provider
+    (refunds it made that the ledger had no room for, held: ledger_app/mirror/adoption.py).
     Streams with iterators, so memory does not grow with the table; each check's query
     runs only when the one before it is exhausted.
     """
@@ -73,6 +74,7 @@ def find_ledger_drift() -> Iterator[Drift]:
     yield from _unsettled_success()
     yield from _key_does_not_match_refund()
     yield from _refund_bound_by_several_keys()
+    yield from _disagrees_with_provider()
 
 
 def _balance_drift() -> Iterator[Drift]:
@@ -113,9 +115,15 @@ def _currency_mismatch() -> Iterator[Drift]:
 
 
 def _provider_key_changed() -> Iterator[Drift]:
-    """Refunds whose provider idempotency key is not refund:<their id>."""
+    """Refunds whose provider idempotency key is not refund:<their id> (or, for one made
+    at the provider, provider:<its provider id>)."""
+    ours = Q(provider_idempotency_key=Concat(Value("refund:"), F("id")))
+    adopted = Q(
+        source=Refund.Source.PROVIDER,
+        provider_idempotency_key=Concat(Value("provider:"), F("provider_refund_id")),
+    )
     wrong_key = (
-        Refund.objects.exclude(provider_idempotency_key=Concat(Value("refund:"), F("id")))
+        Refund.objects.exclude(ours | adopted)
         .order_by("pk")
         .values_list("pk", "provider_idempotency_key")
     )
@@ -180,3 +188,16 @@ def _refund_bound_by_several_keys() -> Iterator[Drift]:
     )
     for refund_id, keys in doubly_keyed.iterator(chunk_size=CHUNK_SIZE):
         yield Drift(refund_id, "refund_bound_by_several_keys", f"{keys} idempotency keys")
+
+
+def _disagrees_with_provider() -> Iterator[Drift]:
+    """Charges holding refunds the provider made that the ledger had no room for."""
+    disagreeing = (
+        Charge.objects.filter(provider_disagreement__isnull=False)
+        .order_by("pk")
+        .values_list("pk", "provider_disagreement")
+    )
+    for pk, disagreement in disagreeing.iterator(chunk_size=CHUNK_SIZE):
+        said = disagreement or {}
+        held = ", ".join(f"{item['id']} ({item['amount']})" for item in said.get("held", []))
+        yield Drift(pk, "disagrees_with_provider", f"{said.get('why')}; held: {held or 'none'}")

@@ -131,7 +131,7 @@ def _in_doubt_groups(now: datetime) -> QuerySet[Refund, dict[str, Any]]:
     )
     return (
         Refund.objects.filter(
-            in_doubt(now, settings.REFUND_DISPATCH_LEASE_SECONDS)
+            (in_doubt(now, settings.REFUND_DISPATCH_LEASE_SECONDS) & Refund.sent_here())
             | Q(status=MovementStatus.AWAITING_APPROVAL)
         )
         .order_by()
@@ -166,7 +166,7 @@ def _tally_in_doubt(
 
 def send_queue_families(now: datetime) -> list[Metric]:
     """The worker's queue (selectors.waiting_to_send): pending refunds no sender holds."""
-    queue = Refund.objects.filter(waiting_to_send(now)).order_by()
+    queue = Refund.objects.filter(waiting_to_send(now), Refund.sent_here()).order_by()
     figures = queue.aggregate(refunds=Count("pk"), oldest=Min("created_at"))
     return [
         GaugeMetricFamily(

@@ -59,6 +59,11 @@ def amount_to_refund(charge: Charge, requested: int | None) -> int:
         raise errors.ChargeNotRefundable(
             f"Charge {charge.id} is {charge.status}; only a succeeded charge can be refunded."
         )
+    if blocker == errors.ChargeDisagreesWithProvider.code:
+        raise errors.ChargeDisagreesWithProvider(
+            f"Charge {charge.id}: the provider reports refunds the ledger has no room for; "
+            "no refund is made until a lead resolves it."
+        )
     if blocker == errors.ChargeDisputed.code:
         raise errors.ChargeDisputed(
             f"Charge {charge.id} has an open dispute ({charge.dispute_id}, "

@@ -33,6 +33,9 @@ class Refund(ProviderMovement):
         SYSTEM = "system", "System"
         # Made at the provider before its charge was imported (import_charges); never sent.
         IMPORT = "import", "Charge import"
+        # Made at the provider (its dashboard, another system), adopted from what it told
+        # us (ledger_app/mirror); never sent.
+        PROVIDER = "provider", "At the provider"
 
     # Statuses whose amount counts in the charge's amount_refunded: money that left, may
     # have left, or waits for approval. A provider's "no" (failed) or a cancellation
@@ -43,6 +46,10 @@ class Refund(ProviderMovement):
         MovementStatus.UNKNOWN,
         MovementStatus.AWAITING_APPROVAL,
     )
+
+    @classmethod
+    def sent_here(cls) -> Q:
+        return ~Q(source__in=[cls.Source.PROVIDER, cls.Source.IMPORT])
 
     id = models.CharField(primary_key=True, max_length=64, default=new_refund_id, editable=False)
     charge = models.ForeignKey(Charge, on_delete=models.PROTECT, related_name="refunds")

@@ -107,17 +107,21 @@ def recently_succeeded(hours: int) -> list[str]:
     """Ids of refunds that succeeded (were last settled) within that many hours: the
     reconciler asks the provider again about these, in case a later failure's webhook
     never arrived. Not refunds an import recorded: the provider made those before they
-    came here, and nothing here ever sent them."""
+    came here, and nothing here ever sent them; nor refunds made at the provider, which
+    its own events and sync_provider keep current."""
     since = timezone.now() - timedelta(hours=hours)
     succeeded = Refund.objects.filter(
-        status=MovementStatus.SUCCEEDED, updated_at__gte=since
-    ).exclude(source=Refund.Source.IMPORT)
+        Refund.sent_here(), status=MovementStatus.SUCCEEDED, updated_at__gte=since
+    )
     return list(succeeded.order_by("updated_at", "id").values_list("pk", flat=True))
 
 
 def needing_attention(now: datetime | None = None) -> Q:
-    """The support queue: refunds in doubt, and declines nobody has marked handled."""
-    return in_doubt(now) | Q(status=Refund.Status.FAILED, handled_at__isnull=True)
+    """The support queue: refunds in doubt (those sent from here: one made at the
+    provider waits on the provider's word), and declines nobody has marked handled."""
+    return (in_doubt(now) & Refund.sent_here()) | Q(
+        status=Refund.Status.FAILED, handled_at__isnull=True
+    )
 
 
 def with_first_refunds(charges: list[Charge], count: int) -> list[Charge]:

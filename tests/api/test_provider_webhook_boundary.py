@@ -13,8 +13,8 @@ import pytest
 from django.db import OperationalError, connection
 from django.test import Client
 
+from ledger_app.mirror import events_in as provider_events
 from ledger_app.models import Event, LedgerEntry, ProviderEvent, Refund
-from ledger_app.provider import events_in as provider_events
 from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.provider_webhook import SECRET, event_of, post_body, post_event, refund_object

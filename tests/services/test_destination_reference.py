@@ -18,8 +18,8 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from ledger_app import faults
+from ledger_app.mirror import events_in as provider_events
 from ledger_app.models import Event, LedgerEntry, ProviderEvent, Refund
-from ledger_app.provider import events_in as provider_events
 from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.card_network import acquirer_reference
 from simulated_provider.models import ProviderRefund

@@ -18,8 +18,8 @@ from ledger_app.access.api_keys import create_api_key
 from ledger_app.approvals.services import approve_refund, reject_refund
 from ledger_app.charges.selectors import charges_for_update
 from ledger_app.events.delivery import signature_header
+from ledger_app.mirror import events_in as provider_events
 from ledger_app.models import Charge, Event, ProviderEvent, Refund, RefundLimit
-from ledger_app.provider import events_in as provider_events
 from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider import news
 from tests.commands.bulk_runs import bulk, write_csv

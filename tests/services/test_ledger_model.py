@@ -37,6 +37,7 @@ from hypothesis.stateful import (
 from ledger_app import errors, faults
 from ledger_app.approvals.services import approve_refund, expire_approvals, reject_refund
 from ledger_app.charges.services import create_charge, record_charge
+from ledger_app.mirror.events_in import apply_provider_event
 from ledger_app.models import Charge, IdempotencyRecord, Refund, RefundLimit
 from ledger_app.provider.dispatch import (
     process_pending_refunds,
@@ -44,7 +45,6 @@ from ledger_app.provider.dispatch import (
     reconcile_charges,
     reconcile_refunds,
 )
-from ledger_app.provider.events_in import apply_provider_event
 from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider import news
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest

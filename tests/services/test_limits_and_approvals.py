@@ -12,9 +12,9 @@ from django.utils import timezone
 from ledger_app import errors
 from ledger_app.access.api_keys import create_api_key
 from ledger_app.approvals.services import approve_refund, expire_approvals, reject_refund
+from ledger_app.mirror.events_in import apply_provider_event
 from ledger_app.models import Event, LedgerEntry, Refund
 from ledger_app.provider.dispatch import process_pending_refunds, reconcile_refunds
-from ledger_app.provider.events_in import apply_provider_event
 from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group

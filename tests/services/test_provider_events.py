@@ -182,18 +182,22 @@ class TestInboundWebhook:
         assert unknown_refund.status == as_booked(unknown_refund)[0] == "unknown"
         assert not ProviderEvent.objects.exists()
 
-    def test_an_event_about_an_unknown_refund_is_stored_and_acknowledged(self, client, db):
-        event = {
-            "id": "evt_6",
-            "type": "refund.updated",
-            "data": {"object": {"id": "re_elsewhere", "object": "refund", "status": "succeeded"}},
-        }
+    def test_an_event_about_a_refund_of_an_unknown_charge_is_stored_and_acknowledged(
+        self, client, db
+    ):
+        refund: dict[str, object] = {"id": "re_elsewhere", "object": "refund"}
+        refund |= {"charge": "ch_elsewhere", "amount": 500, "currency": "usd"}
+        refund |= {"status": "succeeded"}
+        event = {"id": "evt_6", "type": "refund.updated", "data": {"object": refund}}
 
         answer = post(client, event)
 
         assert answer.status_code == 200
-        assert ProviderEvent.objects.get(pk="evt_6").outcome == "unknown refund re_elsewhere"
-        assert not Event.objects.exists()
+        assert (
+            ProviderEvent.objects.get(pk="evt_6").outcome
+            == "unknown charge ch_elsewhere of refund re_elsewhere"
+        )
+        assert not Event.objects.exists() and not Refund.objects.exists()
 
     def test_an_older_pending_after_succeeded_changes_nothing(self, client, unknown_refund):
         post(client, refund_event(unknown_refund, "succeeded", event_id="evt_new"))

@@ -90,7 +90,7 @@ def _lease(model: type[Movement]) -> Precompiled[[str, datetime, datetime], int]
     @precompiled
     def lease(pk: str, now: datetime, until: datetime) -> Update[Movement]:
         free = model.objects.filter(
-            lease_free(now), pk=pk, status__in=ProviderMovement.OPEN_STATUSES
+            lease_free(now), model.sent_here(), pk=pk, status__in=ProviderMovement.OPEN_STATUSES
         )
         attempt = {"leased_until": until, "dispatch_attempts": F("dispatch_attempts") + 1}
         return Update(free, attempt)
@@ -110,8 +110,9 @@ def _guarded_send(
     """The only code path to the provider's refund and charge calls. In order:
 
     1. Take the lease and record the attempt, in one committed UPDATE, before anything
-       reaches the provider: only an open item whose lease is free (none, or run out) is
-       taken, so no two processes send one item at once, and a process that dies after
+       reaches the provider: only an open item made here (`sent_here`: never one the
+       provider made itself) whose lease is free (none, or run out) is taken, so no two
+       processes send one item at once, and a process that dies after
        this leaves `dispatch_attempts` counting the attempt it may have made.
     2. If an attempt may already have reached the provider (an earlier attempt was
        recorded, the item is unknown, or the caller asks to), look it up first: its record

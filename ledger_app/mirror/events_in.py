@@ -34,6 +34,9 @@ from ledger_app.charges.selectors import charges_for_update
 from ledger_app.events import services as events
 from ledger_app.events.models import EventType, WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
+from ledger_app.mirror import adoption, arrivals
+from ledger_app.mirror.arrivals import charged_amount
+from ledger_app.mirror.objects import id_of, is_id, lower, metadata_of, shown, text
 from ledger_app.provider.card_references import card_reference
 from ledger_app.provider.dispatch import (
     Outcome,
@@ -43,20 +46,17 @@ from ledger_app.provider.dispatch import (
 )
 from ledger_app.provider.models import ProviderEvent
 from ledger_app.refunds.models import Refund
-from ledger_app.text import has_control_characters, has_unstorable_characters
+from ledger_app.text import has_unstorable_characters
 
 log = logging.getLogger("ledger_app.provider_events")
 
 ACTOR = "provider:webhook"
 DUPLICATE = "duplicate: already applied"
-# Stripe's ids are a prefix and letters, digits or underscores; ours (metadata) are too.
-# Checked before any read or write: ProviderEvent.id and the provider id columns hold 255.
+# An event's id: Stripe's prefix and letters, digits or underscores (objects.OBJECT_ID).
 EVENT_ID = re.compile(r"evt_[A-Za-z0-9_]{1,251}")
-OBJECT_ID = re.compile(r"[A-Za-z0-9_]{1,255}")
 # A provider's event nests a handful of levels; far past that it is not one, and storing
 # it must stay clear of Python's recursion limit.
 MAX_DEPTH = 64
-SHOWN = 60  # characters of an outside value that an outcome or a log line quotes
 # The provider's statuses that are its final word; anything else is still in flight.
 REFUND_FINAL = {"succeeded": Refund.Status.SUCCEEDED, "failed": Refund.Status.FAILED}
 REFUND_FINAL["canceled"] = Refund.Status.FAILED
@@ -92,14 +92,14 @@ def apply_provider_event(event: Any) -> str:
     changes nothing."""
     event_id = event.get("id") if isinstance(event, dict) else None
     if not (isinstance(event_id, str) and EVENT_ID.fullmatch(event_id)):
-        log.warning("provider event not stored: %s is not an event id", _shown(event_id))
+        log.warning("provider event not stored: %s is not an event id", shown(event_id))
         return "ignored: not a provider event id"
     if _deeper_than(event, MAX_DEPTH):
         log.warning("provider event %s not stored: nested too deep", event_id)
         return "ignored: nested too deep"
     if ProviderEvent.objects.filter(pk=event_id).exists():
         return DUPLICATE
-    event_type = _text(event.get("type"), 100)
+    event_type = text(event.get("type"), 100)
     with transaction.atomic(durable=True):
         # The event's row first, as an idempotency key is taken first: the same event
         # delivered twice at once waits here, then finds it.
@@ -110,7 +110,7 @@ def apply_provider_event(event: Any) -> str:
                 )
         except IntegrityError:
             return DUPLICATE
-        applied = _apply(_object_of(event))
+        applied = apply_object(_object_of(event))
         stored.outcome = applied.outcome
         stored.save(update_fields=["outcome"])
     if applied.ignored:
@@ -120,21 +120,46 @@ def apply_provider_event(event: Any) -> str:
     return applied.outcome
 
 
-def _apply(obj: dict[str, Any]) -> Applied:
+def apply_object(obj: dict[str, Any]) -> Applied:
+    """What the provider says of one object (an event's, or one sync_provider listed),
+    applied inside the caller's transaction: a dispute; a PaymentIntent's latest charge;
+    a charge, and the refunds it lists; a refund."""
     said_kind = obj.get("object")
     if said_kind == "dispute":
         return _apply_dispute(obj)
+    if said_kind == "payment_intent":
+        latest = arrivals.charge_of_payment_intent(obj)
+        if isinstance(latest, str):
+            return Applied(f"ignored: {latest}")
+        obj = latest
+    applied = _apply(obj)
+    listed = obj.get("refunds") if obj.get("object") == "charge" and not applied.ignored else None
+    data = listed.get("data") if isinstance(listed, dict) else None
+    if not isinstance(data, list):
+        return applied
+    charge_ref = obj["id"]
+    also = [_apply({**item, "charge": charge_ref}) for item in data if isinstance(item, dict)]
+    return Applied("; ".join([applied.outcome, *(each.outcome for each in also)]))
+
+
+def _apply(obj: dict[str, Any]) -> Applied:
+    said_kind = obj.get("object")
     kind = KINDS.get(said_kind) if isinstance(said_kind, str) else None
     if kind is None:
-        return Applied(f"ignored: {_shown(said_kind or 'no')} object")
-    provider_id, named = obj.get("id"), _metadata(obj).get(kind.ledger_key)
+        return Applied(f"ignored: {shown(said_kind or 'no')} object")
+    provider_id, named = obj.get("id"), metadata_of(obj).get(kind.ledger_key)
     not_an_id = _not_an_id(kind, obj, provider_id, named)
     if not_an_id:
         return Applied(f"ignored: {not_an_id}", True)
     provider_id = cast(str, provider_id)  # checked above: an id
     found = _candidate(kind, provider_id, named)
+    if found is None and named is not None and kind.name == "charge":
+        # Made by a back office (our metadata), but not this one: another installation
+        # on the same account. Not taken in as the provider's own.
+        return Applied(f"ignored: charge {provider_id} names {named}, which is not here", True)
     if found is None:
-        return Applied(f"unknown {kind.name} {provider_id}")
+        doubt = f"its metadata names {named}, which is not here" if named is not None else ""
+        return _arrive_or_adopt(obj) if kind.name == "charge" else _adopt(obj, doubt)
     if isinstance(found, str):
         return Applied(f"ignored: {found}", True)
     pk, charge_id = found
@@ -144,13 +169,32 @@ def _apply(obj: dict[str, Any]) -> Applied:
         return Applied(f"ignored: {why}", True)
     said = obj.get("status")
     status = kind.final.get(said) if isinstance(said, str) else None
+    if not kind.names_charge and obj.get("captured") is False:
+        status = None  # authorised, not captured: its capture is the news that counts
     if status is None:
-        return Applied(f"{kind.name} {item.pk}: provider says {_shown(said)}; nothing changes")
+        return Applied(f"{kind.name} {item.pk}: provider says {shown(said)}; nothing changes")
     # A refund's card reference (ARN), guarded there: refund.updated carries it when the
     # card network gives it; the settle records it on a succeeded refund that has none.
     reference = card_reference(obj.get("destination_details")) if kind.names_charge else ""
     outcome = Outcome(status, provider_id, _reason(obj, kind.reason_field), reference)
     return _settle(kind, charge, item, outcome, endpoints)
+
+
+def _arrive_or_adopt(obj: dict[str, Any]) -> Applied:
+    """A charge nobody here holds: it arrives (arrivals)."""
+    seen = arrivals.read_charge(obj)
+    if isinstance(seen, str):
+        return Applied(f"ignored: {seen}", True)
+    return Applied(arrivals.arrive(seen)[1])
+
+
+def _adopt(obj: dict[str, Any], doubt: str) -> Applied:
+    """A refund nobody here holds: made at the provider, adopted (adoption); held for a
+    lead instead when its metadata names a refund of ours that is not here (`doubt`)."""
+    seen = adoption.read_refund(obj)
+    if isinstance(seen, str):
+        return Applied(f"ignored: {seen}", True)
+    return Applied(adoption.adopt(seen, doubt=doubt))
 
 
 def _locked(
@@ -198,10 +242,10 @@ def _not_an_id(kind: Kind, obj: dict[str, Any], provider_id: Any, named: Any) ->
     long or with a NUL is no id."""
     ids = [("id", provider_id, True), (f"metadata.{kind.ledger_key}", named, False)]
     if kind.names_charge:
-        ids.append(("charge", _charge_of(obj), False))
+        ids.append(("charge", charge_of(obj), False))
     for field, value, required in ids:
-        if (required or value is not None) and not _is_id(value):
-            return f"its {kind.name}'s {field} {_shown(value)} is not an id"
+        if (required or value is not None) and not is_id(value):
+            return f"its {kind.name}'s {field} {shown(value)} is not an id"
     return None
 
 
@@ -211,20 +255,20 @@ def _apply_dispute(obj: dict[str, Any]) -> Applied:
     charge is the one the provider knows by the dispute's `charge`; a charge has at most
     one dispute, of at most its amount, in its currency. Its first word appends
     `charge.updated` (`disputed` becomes true)."""
-    dispute_id, charge_ref, status = obj.get("id"), _charge_of(obj), obj.get("status")
+    dispute_id, charge_ref, status = obj.get("id"), charge_of(obj), obj.get("status")
     for field, value in (("id", dispute_id), ("charge", charge_ref)):
-        if not _is_id(value):
-            return Applied(f"ignored: its dispute's {field} {_shown(value)} is not an id", True)
+        if not is_id(value):
+            return Applied(f"ignored: its dispute's {field} {shown(value)} is not an id", True)
     if status not in DISPUTE_STATUSES:
-        return Applied(f"ignored: dispute {dispute_id}'s status {_shown(status)} is not one", True)
+        return Applied(f"ignored: dispute {dispute_id}'s status {shown(status)} is not one", True)
     found = _disputed_charge(charge_ref)
     if found is None:
         return Applied(f"unknown charge {charge_ref} of dispute {dispute_id}")
     pk, charge_amount, charge_currency = found
-    amount, currency = obj.get("amount"), _lower(obj.get("currency"))
+    amount, currency = obj.get("amount"), lower(obj.get("currency"))
     if type(amount) is not int or not 0 < amount <= charge_amount or currency != charge_currency:
         return Applied(
-            f"ignored: dispute {dispute_id} of {_shown(amount)} {_shown(currency)} does not fit "
+            f"ignored: dispute {dispute_id} of {shown(amount)} {shown(currency)} does not fit "
             f"charge {pk} ({charge_amount} {charge_currency})",
             True,
         )
@@ -256,6 +300,10 @@ def _candidate(kind: Kind, provider_id: str, named: str | None) -> tuple[str, st
     can be chosen."""
     columns = ("pk", "charge_id") if kind.names_charge else ("pk", "pk")
     holding = kind.model.objects.filter(**{kind.model.provider_id_field: provider_id})
+    if not kind.names_charge:  # a charge that arrived, or was imported, has the provider's id
+        holding = Charge.objects.filter(
+            Q(provider_charge_id=provider_id) | Q(pk=provider_id, provider_charge_id="")
+        )
     rows = list(holding.values_list(*columns)[:2])
     if len(rows) > 1:
         return f"more than one {kind.name} holds provider id {provider_id}"
@@ -273,25 +321,30 @@ def _not_this(kind: Kind, obj: dict[str, Any], item: ProviderMovement, charge: C
     its metadata names, with the same charge, amount and currency. Every event type comes
     through here: the kind is the object's, not the event's."""
     what, provider_id = f"{kind.name} {item.pk}", obj["id"]
-    named = _metadata(obj).get(kind.ledger_key)
+    named = metadata_of(obj).get(kind.ledger_key)
     if item.provider_id and item.provider_id != provider_id:
         return f"{what} is {item.provider_id} at the provider, not {provider_id}"
     if named is not None and named != item.pk:
         return f"{provider_id} is {what}, but its metadata names {named}"
-    if not item.provider_id and named is None:
+    if not item.provider_id and named is None and item.pk != provider_id:
         return f"{what} has no provider id and the event's metadata names none"
     facts: list[tuple[str, object, object]] = [
-        ("amount", item.amount, obj.get("amount")),
-        ("currency", item.currency, _lower(obj.get("currency"))),
+        ("amount", item.amount, obj.get("amount") if kind.names_charge else charged_amount(obj)),
+        ("currency", item.currency, lower(obj.get("currency"))),
     ]
     if kind.names_charge:
-        facts.append(("charge", charge.provider_reference, _charge_of(obj)))
+        facts.append(("charge", charge.provider_reference, charge_of(obj)))
     for field, ours, theirs in facts:
         if theirs is None and item.provider_id:
             continue  # its provider id says which it is; a fact left out is no conflict
         if type(theirs) is not type(ours) or theirs != ours:
-            return f"{what}'s {field} is {ours}, the event's {_shown(theirs)}"
+            return f"{what}'s {field} is {ours}, the event's {shown(theirs)}"
     return ""
+
+
+def charge_of(obj: dict[str, Any]) -> Any:
+    """A refund's (or dispute's) charge: its id, or the charge object's when expanded."""
+    return id_of(obj.get("charge"))
 
 
 def _object_of(event: dict[str, Any]) -> dict[str, Any]:
@@ -300,46 +353,12 @@ def _object_of(event: dict[str, Any]) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
-    metadata = obj.get("metadata")
-    return metadata if isinstance(metadata, dict) else {}
-
-
-def _charge_of(obj: dict[str, Any]) -> Any:
-    """A refund's charge: its id, or the charge object when the provider expanded it."""
-    charge = obj.get("charge")
-    return charge.get("id") if isinstance(charge, dict) else charge
-
-
-def _is_id(value: Any) -> bool:
-    return isinstance(value, str) and OBJECT_ID.fullmatch(value) is not None
-
-
-def _lower(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
-
-
 def _reason(obj: dict[str, Any], field: str) -> str:
     said = obj.get("status")
     if said in ("failed", "canceled"):
         reason = obj.get(field)
-        return _text(reason if isinstance(reason, str) and reason else said, 255)
+        return text(reason if isinstance(reason, str) and reason else said, 255)
     return ""
-
-
-def _shown(value: Any) -> str:
-    """An outside value as an outcome or log line may quote it: ids as they are, anything
-    else escaped (no newline, NUL or surrogate gets through) and cut short."""
-    if _is_id(value) and len(value) <= SHOWN:
-        return cast(str, value)
-    return repr(value)[:SHOWN]
-
-
-def _text(value: Any, limit: int) -> str:
-    """An outside string as the database can store it and a log line can quote it, at most
-    `limit` characters: with a control character (or a NUL, a lone surrogate) escaped."""
-    text = value if isinstance(value, str) else ""
-    return text[:limit] if not has_control_characters(text) else repr(text)[:limit]
 
 
 def _storable(value: Any) -> Any:

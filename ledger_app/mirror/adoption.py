@@ -1,0 +1,260 @@
+"""Refunds made at the provider (its dashboard, another system) adopted into the ledger.
+
+A provider refund nobody here holds (not by its provider id, not by the ledger refund its
+metadata names) becomes a ledger refund of source `provider`: its provider id, amount and
+status, `actor` "provider". It takes its amount from what is left under the charge's lock,
+with its ledger entries (`refund_reserved`, and `refund_succeeded` once it succeeded) and
+the events our own refunds write, so `amount_refunded` and the balance are right at once.
+Limits and four-eyes do not apply: it has already happened. It is never sent (its
+`source` is not `Refund.sent_here`); the provider's later word settles it as ours are.
+
+When it does not fit (more than is left, another currency, a charge that has not
+succeeded here), nothing is written but the charge's `provider_disagreement`: why, and the
+provider's refund, held. Refunds of the charge are refused with
+`charge_disagrees_with_provider` until a lead applies what is held again (`apply_held`:
+the admin's "Apply the provider's refunds" action) once our own refund in the way has
+settled or been canceled. A provider refund that already failed moved no money: it is not
+adopted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ledger_app import metrics
+from ledger_app.charges.models import Charge
+from ledger_app.charges.selectors import charge_for_update
+from ledger_app.events import services as events
+from ledger_app.events.models import EventType, WebhookEndpoint
+from ledger_app.events.selectors import live_endpoints
+from ledger_app.ids import new_id
+from ledger_app.ledger.models import LedgerEntry
+from ledger_app.ledger.services import append_entry
+from ledger_app.mirror.objects import (
+    amount_of,
+    created_of,
+    id_of,
+    is_id,
+    lower,
+    shown,
+    text,
+)
+from ledger_app.refunds.models import Refund, RefundReason
+
+log = logging.getLogger("ledger_app.mirror")
+
+ACTOR = "provider"  # how its ledger entries and the admin name who made it
+NOTE = "Made at the provider, outside the back office."
+# A provider's status for a refund that moved (or is moving) money, and ours for it.
+ADOPTED = {
+    "succeeded": Refund.Status.SUCCEEDED,
+    "pending": Refund.Status.PENDING,
+    "requires_action": Refund.Status.PENDING,
+}
+
+
+@dataclass(frozen=True)
+class ProviderRefund:
+    """A provider refund object, checked: everything adoption keeps of it."""
+
+    id: str
+    charge: str
+    amount: int
+    currency: str
+    status: str
+    reason: str = ""
+    created: float | None = None  # seconds since 1970
+
+    @property
+    def created_at(self) -> datetime | None:
+        return None if self.created is None else datetime.fromtimestamp(self.created, tz=UTC)
+
+
+def read_refund(obj: dict[str, Any]) -> ProviderRefund | str:
+    """The provider's refund object as adoption keeps it, or why it is not one."""
+    refund_id, charge = obj.get("id"), id_of(obj.get("charge"))
+    if not is_id(refund_id):
+        return f"its refund's id {shown(refund_id)} is not an id"
+    if not is_id(charge):
+        return f"refund {refund_id}'s charge {shown(charge)} is not an id"
+    amount, currency, status = (
+        amount_of(obj.get("amount")),
+        lower(obj.get("currency")),
+        obj.get("status"),
+    )
+    if amount is None:
+        return f"refund {refund_id}'s amount {shown(obj.get('amount'))} is not one"
+    if not (isinstance(currency, str) and len(currency) == 3 and currency.isalpha()):
+        return f"refund {refund_id}'s currency {shown(currency)} is not one"
+    if not isinstance(status, str):
+        return f"refund {refund_id} has no status"
+    reason = obj.get("reason")
+    created = created_of(obj)
+    return ProviderRefund(
+        id=refund_id,
+        charge=charge,
+        amount=amount,
+        currency=currency,
+        status=text(status, 32),
+        reason=reason if reason in RefundReason.values else "",
+        created=None if created is None else created.timestamp(),
+    )
+
+
+def adopt(seen: ProviderRefund, *, doubt: str = "") -> str:
+    """Adopt the provider's refund into the ledger, inside the caller's transaction (the
+    provider event's, or sync_provider's): what it did, as an outcome line. With a
+    `doubt`, it is held for a lead instead, whatever room there is."""
+    pk = charge_known_as(seen.charge)
+    if pk is None:
+        return f"unknown charge {seen.charge} of refund {seen.id}"
+    endpoints = live_endpoints()  # who is told; read before the charge's lock is taken
+    charge = charge_for_update(pk)
+    assert charge is not None  # a charge is never deleted
+    if seen.status not in ADOPTED:
+        dropped = _drop_held(charge, seen)
+        return f"refund {seen.id} made at the provider is {shown(seen.status)}: {dropped}"
+    if doubt and not Refund.objects.filter(provider_refund_id=seen.id).exists():
+        _hold(charge, seen, f"refund {seen.id}: {doubt}")
+        return f"charge {charge.pk} disagrees with the provider: refund {seen.id}: {doubt}"
+    return adopt_locked(charge, seen, endpoints)
+
+
+def _drop_held(charge: Charge, seen: ProviderRefund) -> str:
+    """A held refund that failed at the provider moved no money: no longer held (the
+    disagreement stays for a lead to apply the rest, or to see that nothing is left)."""
+    disagreement = charge.provider_disagreement or {}
+    held = disagreement.get("held", [])
+    if not any(item["id"] == seen.id for item in held):
+        return "nothing to adopt"
+    charge.provider_disagreement = {
+        **disagreement,
+        "held": [item for item in held if item["id"] != seen.id],
+    }
+    charge.save(update_fields=["provider_disagreement", "updated_at"])
+    return f"no longer held on charge {charge.pk}"
+
+
+def charge_known_as(reference: str) -> str | None:
+    """The pk of the charge the provider knows by `reference`: its own id for a charge it
+    answered for, the charge's id for one that arrived from it or was imported."""
+    by_ref = Q(provider_charge_id=reference) | Q(pk=reference, provider_charge_id="")
+    return Charge.objects.filter(by_ref).values_list("pk", flat=True).first()
+
+
+def adopt_locked(charge: Charge, seen: ProviderRefund, endpoints: list[WebhookEndpoint]) -> str:
+    """adopt's work on the charge the caller locked: one refund per provider refund (the
+    one holding its id is found under the lock; its provider key `provider:<id>` is
+    unique besides)."""
+    holder = Refund.objects.filter(provider_refund_id=seen.id).values_list("pk", flat=True).first()
+    if holder is not None:
+        return f"refund {seen.id} is {holder} already"
+    why = _no_room(charge, seen)
+    if why:
+        _hold(charge, seen, why)
+        return f"charge {charge.pk} disagrees with the provider: {why}"
+    refund = _write(charge, seen, endpoints)
+    return f"refund {seen.id} made at the provider adopted as {refund.pk} ({refund.status})"
+
+
+def _no_room(charge: Charge, seen: ProviderRefund) -> str:
+    if charge.provider_disagreement:
+        return f"refund {seen.id} waits behind the refunds already held"
+    if _ours_unanswered(charge):
+        return f"refund {seen.id} may be ours: a refund of ours has no provider id yet"
+    if seen.currency != charge.currency:
+        return f"refund {seen.id} is in {seen.currency}, the charge in {charge.currency}"
+    if charge.status != Charge.Status.SUCCEEDED:
+        return f"refund {seen.id} of a charge that is {charge.status} here"
+    left = charge.amount - charge.amount_refunded
+    if seen.amount > left:
+        return f"refund {seen.id} of {seen.amount} with {left} left to refund here"
+    return ""
+
+
+def _ours_unanswered(charge: Charge) -> bool:
+    """A refund sent from here whose answer has not come (no provider id yet) might be
+    the very refund the provider tells of without our metadata: adopting it as well would
+    count the money twice, so it waits for a lead instead."""
+    return (
+        Refund.objects.filter(
+            Refund.sent_here(),
+            charge=charge,
+            status__in=Refund.OPEN_STATUSES,
+            provider_refund_id="",
+            dispatch_attempts__gt=0,
+        )
+        .order_by()
+        .exists()
+    )
+
+
+def _hold(charge: Charge, seen: ProviderRefund, why: str) -> None:
+    """The disagreement on the charge: the first reason, and each refund held, once."""
+    held = dict(charge.provider_disagreement or {"why": why, "held": []})
+    held["held"] = [item for item in held["held"] if item["id"] != seen.id] + [asdict(seen)]
+    charge.provider_disagreement = held
+    charge.save(update_fields=["provider_disagreement", "updated_at"])
+    log.warning("charge %s disagrees with the provider: %s", charge.pk, why)
+
+
+def _write(charge: Charge, seen: ProviderRefund, endpoints: list[WebhookEndpoint]) -> Refund:
+    status = ADOPTED[seen.status]
+    refund = Refund.objects.create(
+        id=new_id("re_"),
+        charge=charge,
+        amount=seen.amount,
+        currency=charge.currency,
+        status=status,
+        reason=seen.reason,
+        note=NOTE,
+        source=Refund.Source.PROVIDER,
+        actor=ACTOR,
+        payment_intent=charge.payment_intent,
+        provider_refund_id=seen.id,
+        provider_idempotency_key=f"provider:{seen.id}",  # never sent; unique: adopted once
+        created_at=seen.created_at or timezone.now(),
+    )
+    kinds = [LedgerEntry.Kind.REFUND_RESERVED]
+    if status == Refund.Status.SUCCEEDED:
+        kinds.append(LedgerEntry.Kind.REFUND_SUCCEEDED)
+    for kind in kinds:
+        append_entry(
+            charge=charge, refund=refund, kind=kind, amount=seen.amount, actor=ACTOR, memo=NOTE
+        )
+    moved: dict[str, Any] = {"amount_refunded": charge.amount_refunded}
+    charge.amount_refunded += seen.amount
+    if charge.refunded:
+        moved["refunded"] = False
+    charge.save(update_fields=["amount_refunded", "updated_at"])
+    events.record_many(
+        [(EventType.REFUND_CREATED, refund, None), (EventType.CHARGE_REFUNDED, charge, moved)],
+        endpoints=endpoints,
+    )
+    transaction.on_commit(lambda: metrics.count_refund_created(refund))
+    return refund
+
+
+def apply_held(charge_id: str, *, actor: str) -> list[str]:
+    """A lead's resolution: the provider's refunds held on the charge adopted again, in
+    the order they came, now that what was in the way has settled. Those that fit are
+    adopted and the disagreement ends; one that still does not fit is held again. What
+    happened to each, as outcome lines."""
+    with transaction.atomic(durable=True):
+        endpoints = live_endpoints()
+        charge = charge_for_update(charge_id)
+        if charge is None or not charge.provider_disagreement:
+            return []
+        held = [ProviderRefund(**item) for item in charge.provider_disagreement["held"]]
+        charge.provider_disagreement = None
+        charge.save(update_fields=["provider_disagreement", "updated_at"])
+        outcomes = [adopt_locked(charge, seen, endpoints) for seen in held]
+    log.info("charge %s: %s applied the provider's held refunds: %s", charge_id, actor, outcomes)
+    return outcomes

@@ -1,0 +1,384 @@
+"""The provider mirror, through the door its webhooks come in by (POST /webhooks/stripe,
+signed): charges the provider made arrive by themselves, refunds made at the provider are
+adopted into the ledger, and one that does not fit blocks the charge instead of being
+applied in part (ledger_app/mirror)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from ledger_app import errors
+from ledger_app.access.api_keys import create_api_key
+from ledger_app.approvals.services import reject_refund
+from ledger_app.ledger.drift import find_ledger_drift
+from ledger_app.mirror.adoption import apply_held
+from ledger_app.mirror.events_in import apply_provider_event
+from ledger_app.models import Charge, Event, LedgerEntry, ProviderEvent, Refund, RefundLimit
+from ledger_app.provider.dispatch import process_pending_refunds, reconcile_refunds
+from ledger_app.refunds.services import RefundRequest, create_refund
+from simulated_provider.models import ProviderRefund, ProviderRequest
+from tests.concurrency import run_at_once
+from tests.factories import LEADS_MIGRATION, migration_group
+from tests.invariants import assert_ledger_invariants
+from tests.provider_webhook import SECRET, event_of, post_event
+from tests.services.people import staff
+
+pytestmark = pytest.mark.usefixtures("inline_dispatch")
+ADOPTED = "refund re_3MadeInTheDashboard made at the provider adopted as {} (succeeded)"
+CREATED = 1_796_000_000  # 2026-11-30, as Stripe's `created`
+
+
+@pytest.fixture(autouse=True)
+def _webhook_secret(settings):
+    settings.STRIPE_WEBHOOK_SECRET = SECRET
+
+
+def provider_charge(charge_id="ch_3MadeAtTheProvider", **changed) -> dict:
+    """A charge as Stripe describes one its checkout took."""
+    obj = {
+        "id": charge_id,
+        "object": "charge",
+        "amount": 10_000,
+        "amount_captured": 10_000,
+        "amount_refunded": 0,
+        "captured": True,
+        "currency": "usd",
+        "customer": "cus_Nf4Customer",
+        "payment_intent": "pi_3MadeAtTheProvider",
+        "description": "Order 1041",
+        "metadata": {"order": "1041"},
+        "status": "succeeded",
+        "created": CREATED,
+    }
+    return {**obj, **changed}
+
+
+def provider_refund(refund_id="re_3MadeInTheDashboard", **changed) -> dict:
+    """A refund someone made in the provider's own dashboard: no metadata of ours."""
+    obj = {
+        "id": refund_id,
+        "object": "refund",
+        "charge": "ch_3MadeAtTheProvider",
+        "amount": 6_000,
+        "currency": "usd",
+        "status": "succeeded",
+        "reason": "requested_by_customer",
+        "metadata": {},
+        "created": CREATED + 60,
+    }
+    return {**obj, **changed}
+
+
+def tell(client, event_type: str, obj: dict, *, event_id: str) -> str:
+    answer = post_event(client, event_of(event_id, event_type, obj))
+    assert answer.status_code == 200, answer.content
+    return ProviderEvent.objects.get(pk=event_id).outcome
+
+
+def told_types(obj_id: str) -> list[str]:
+    return list(
+        Event.objects.filter(data_object__id=obj_id).order_by("id").values_list("type", flat=True)
+    )
+
+
+@pytest.fixture
+def arrived(client, db) -> Charge:
+    tell(client, "charge.succeeded", provider_charge(), event_id="evt_arrive")
+    return Charge.objects.get(pk="ch_3MadeAtTheProvider")
+
+
+@pytest.mark.django_db
+class TestChargesArrive:
+    def test_a_charge_the_provider_made_arrives_refundable_within_the_request(self, client):
+        outcome = tell(client, "charge.succeeded", provider_charge(), event_id="evt_1")
+
+        assert outcome == "charge ch_3MadeAtTheProvider arrived from the provider (succeeded)"
+        charge = Charge.objects.get(pk="ch_3MadeAtTheProvider")
+        kept = (charge.amount, charge.currency, charge.status, charge.customer)
+        assert kept == (10_000, "usd", "succeeded", "cus_Nf4Customer")
+        assert (charge.payment_intent, charge.description) == (
+            "pi_3MadeAtTheProvider",
+            "Order 1041",
+        )
+        assert charge.metadata == {"order": "1041"} and charge.created_at.timestamp() == CREATED
+        assert charge.provider_idempotency_key is None  # never sent from here
+        entries = LedgerEntry.objects.filter(charge=charge).values_list("kind", "amount")
+        assert list(entries) == [("charge_succeeded", 10_000)]
+        assert told_types(charge.pk) == ["charge.succeeded"]
+        api_key = create_api_key(name="client")[1]
+        shown = client.get(f"/v1/charges/{charge.pk}", HTTP_AUTHORIZATION=f"Bearer {api_key}")
+        shown = shown.json()
+        assert (shown["id"], shown["amount"], shown["refunded"]) == (charge.pk, 10_000, False)
+        refund = create_refund(RefundRequest(charge_id=charge.pk, amount=2_500)).item
+        assert refund.status == Refund.Status.SUCCEEDED
+        assert ProviderRefund.objects.get().charge_reference == charge.pk
+
+    def test_the_same_charge_told_again_arrives_once(self, client, arrived):
+        outcome = tell(client, "charge.updated", provider_charge(), event_id="evt_again")
+        again = tell(client, "payment_intent.succeeded", payment_intent(), event_id="evt_pi")
+
+        assert outcome == again == f"charge {arrived.pk}: succeeded -> succeeded"
+        assert Charge.objects.count() == 1
+        assert LedgerEntry.objects.filter(kind="charge_succeeded").count() == 1
+        assert told_types(arrived.pk) == ["charge.succeeded"]
+
+    def test_a_payment_intent_brings_its_latest_charge(self, client, db):
+        outcome = tell(client, "payment_intent.succeeded", payment_intent(), event_id="evt_pi")
+
+        charge = Charge.objects.get(pk="ch_3MadeAtTheProvider")
+        assert "arrived" in outcome and charge.payment_intent == "pi_3MadeAtTheProvider"
+        assert (charge.amount, charge.status, charge.customer) == (
+            10_000,
+            "succeeded",
+            "cus_Nf4Customer",
+        )
+
+    def test_an_authorised_charge_arrives_pending_and_its_capture_makes_it_refundable(
+        self, client, db
+    ):
+        uncaptured = provider_charge(captured=False, amount_captured=0)
+        tell(client, "charge.succeeded", uncaptured, event_id="evt_auth")
+        charge = Charge.objects.get()
+        assert charge.status == Charge.Status.PENDING and not charge.is_refundable
+        with pytest.raises(errors.ChargeNotRefundable):
+            create_refund(RefundRequest(charge_id=charge.pk, amount=100))
+        assert not ProviderRequest.objects.exists()
+
+        outcome = tell(client, "charge.captured", provider_charge(), event_id="evt_capture")
+
+        charge.refresh_from_db()
+        assert outcome == f"charge {charge.pk}: pending -> succeeded"
+        assert charge.status == Charge.Status.SUCCEEDED and charge.is_refundable
+        assert LedgerEntry.objects.filter(charge=charge, kind="charge_succeeded").count() == 1
+
+    def test_a_partly_captured_charge_arrives_as_what_was_taken(self, client, db):
+        tell(client, "charge.captured", provider_charge(amount_captured=7_000), event_id="evt_p")
+
+        assert Charge.objects.get().amount == 7_000
+
+    def test_a_failed_charge_arrives_failed_with_nothing_to_refund(self, client, db):
+        tell(client, "charge.failed", provider_charge(status="failed"), event_id="evt_f")
+
+        charge = Charge.objects.get()
+        assert charge.status == Charge.Status.FAILED and not LedgerEntry.objects.exists()
+        assert told_types(charge.pk) == ["charge.failed"]
+
+    @pytest.mark.parametrize(
+        ("changed", "said"),
+        [
+            ({"amount": 0}, "is not one"),
+            ({"amount": "10000", "amount_captured": None}, "is not one"),
+            ({"amount": 2**63, "amount_captured": 2**63}, "is not one"),
+            ({"currency": "zzz"}, "not one we know"),
+            ({"id": "ch_" + "x" * 70}, "is not an id"),
+            ({"id": "ch 1"}, "is not an id"),
+            ({"status": "refunded"}, "not arrived"),
+        ],
+    )
+    def test_a_charge_that_is_not_one_changes_nothing(self, client, db, changed, said):
+        outcome = tell(client, "charge.succeeded", provider_charge(**changed), event_id="evt_bad")
+
+        assert outcome.startswith("ignored:") and said in outcome, outcome
+        assert not Charge.objects.exists() and not LedgerEntry.objects.exists()
+
+    def test_unusable_metadata_does_not_stop_the_charge(self, client, db):
+        tell(
+            client, "charge.succeeded", provider_charge(metadata={"k": {"n": 1}}), event_id="evt_m"
+        )
+
+        assert Charge.objects.get().metadata == {}
+
+
+def payment_intent() -> dict:
+    return {
+        "id": "pi_3MadeAtTheProvider",
+        "object": "payment_intent",
+        "amount": 10_000,
+        "amount_received": 10_000,
+        "currency": "usd",
+        "customer": "cus_Nf4Customer",
+        "latest_charge": "ch_3MadeAtTheProvider",
+        "metadata": {},
+        "status": "succeeded",
+        "created": CREATED,
+    }
+
+
+@pytest.mark.django_db
+class TestRefundsMadeAtTheProviderAreAdopted:
+    def test_part_refunded_at_the_provider_leaves_the_books_right(self, client, arrived):
+        outcome = tell(client, "refund.created", provider_refund(), event_id="evt_r1")
+
+        adopted = Refund.objects.get()
+        assert outcome == ADOPTED.format(adopted.pk)
+        fields = (adopted.source, adopted.actor, adopted.provider_refund_id, adopted.amount)
+        assert fields == ("provider", "provider", "re_3MadeInTheDashboard", 6_000)
+        assert adopted.status == "succeeded" and adopted.reason == "requested_by_customer"
+        arrived.refresh_from_db()
+        assert (arrived.amount_refunded, arrived.amount_refundable) == (6_000, 4_000)
+        kinds = LedgerEntry.objects.filter(refund=adopted).values_list("kind", flat=True)
+        assert sorted(kinds) == ["refund_reserved", "refund_succeeded"]
+        assert told_types(adopted.pk) == ["refund.created"]
+        assert told_types(arrived.pk)[-1] == "charge.refunded"
+
+    def test_the_rest_refunded_here_asks_the_provider_for_the_true_rest(self, client, arrived):
+        tell(client, "refund.created", provider_refund(), event_id="evt_r1")
+
+        rest = create_refund(RefundRequest(charge_id=arrived.pk)).item
+
+        assert (rest.amount, rest.status) == (4_000, "succeeded")
+        assert list(ProviderRefund.objects.values_list("amount", flat=True)) == [4_000]
+        with pytest.raises(errors.ChargeAlreadyRefunded):
+            create_refund(RefundRequest(charge_id=arrived.pk, amount=1))
+
+    def test_one_provider_refund_told_three_ways_is_adopted_once(self, client, arrived):
+        refunded = provider_charge(amount_refunded=6_000, refunds={"data": [provider_refund()]})
+        tell(client, "refund.created", provider_refund(), event_id="evt_r1")
+        tell(client, "charge.refunded", refunded, event_id="evt_r2")
+        tell(client, "charge.refund.updated", provider_refund(), event_id="evt_r3")
+
+        assert Refund.objects.count() == 1
+        assert Charge.objects.get().amount_refunded == 6_000
+
+    def test_a_charge_arriving_with_its_refunds_adopts_them(self, client, db):
+        refunds = {"data": [provider_refund(), provider_refund("re_second", amount=1_000)]}
+        tell(client, "charge.refunded", provider_charge(refunds=refunds), event_id="evt_c")
+
+        assert Charge.objects.get().amount_refunded == 7_000
+        assert Refund.objects.filter(source="provider").count() == 2
+
+    def test_pending_at_the_provider_is_never_sent_and_settles_on_its_word(
+        self, client, arrived, settings
+    ):
+        tell(client, "refund.created", provider_refund(status="pending"), event_id="evt_p")
+        adopted = Refund.objects.get()
+        assert adopted.status == "pending"
+        settings.REFUND_DISPATCH_LEASE_SECONDS = 0  # stale at once: the reconciler's too
+
+        process_pending_refunds()
+        reconcile_refunds()
+
+        assert not ProviderRequest.objects.exists()  # nothing here ever sent it
+        failed = provider_refund(status="failed", failure_reason="lost_or_stolen_card")
+        outcome = tell(client, "refund.failed", failed, event_id="evt_f")
+        adopted.refresh_from_db()
+        assert outcome == f"refund {adopted.pk}: pending -> failed"
+        assert adopted.status == "failed" and Charge.objects.get().amount_refunded == 0
+
+    def test_a_refund_that_failed_at_the_provider_is_not_adopted(self, client, arrived):
+        outcome = tell(client, "refund.failed", provider_refund(status="failed"), event_id="evt_e")
+
+        assert "nothing to adopt" in outcome and not Refund.objects.exists()
+
+    def test_our_own_refund_is_settled_not_adopted(self, client, arrived):
+        ours = create_refund(RefundRequest(charge_id=arrived.pk, amount=1_000)).item
+        told = provider_refund(ours.provider_refund_id, amount=1_000)
+        told["metadata"] = {"ledger_refund_id": ours.pk}
+
+        tell(client, "refund.updated", told, event_id="evt_ours")
+
+        assert Refund.objects.get() == ours and Charge.objects.get().amount_refunded == 1_000
+
+
+@pytest.mark.django_db
+class TestARefundThatDoesNotFit:
+    @pytest.fixture
+    def held(self, client, arrived, django_user_model):
+        """$80 of the $100 waits for a lead's approval; the provider then refunds $60."""
+        agent = staff(django_user_model, "agent")
+        RefundLimit.objects.create(user=agent, currency="usd", per_refund=1_000)
+        waiting = create_refund(RefundRequest(charge_id=arrived.pk, amount=8_000, actor=agent))
+        assert waiting.item.status == "awaiting_approval"
+        outcome = tell(client, "refund.created", provider_refund(), event_id="evt_r1")
+        return waiting.item, outcome
+
+    @pytest.mark.allows_drift("disagrees_with_provider")
+    def test_it_is_held_and_blocks_the_charge_without_a_partial_write(self, held, arrived):
+        waiting, outcome = held
+
+        assert outcome.startswith(f"charge {arrived.pk} disagrees with the provider:")
+        arrived.refresh_from_db()
+        assert arrived.amount_refunded == 8_000 and Refund.objects.count() == 1
+        assert [item["id"] for item in arrived.provider_disagreement["held"]] == [
+            "re_3MadeInTheDashboard"
+        ]
+        with pytest.raises(errors.ChargeDisagreesWithProvider):
+            create_refund(RefundRequest(charge_id=arrived.pk, amount=100))
+        drift = [d.problem for d in find_ledger_drift()]
+        assert drift == ["disagrees_with_provider"]
+        out = io.StringIO()
+        with pytest.raises(CommandError):
+            call_command("verify_ledger", stdout=out)
+        assert "re_3MadeInTheDashboard (6000)" in out.getvalue()
+
+    def test_once_ours_is_rejected_a_lead_applies_it(self, held, arrived, django_user_model):
+        waiting, _ = held
+        lead = staff(django_user_model, "lead", migration_group(LEADS_MIGRATION))
+        reject_refund(refund_id=waiting.pk, approver=lead, note="refunded at the provider")
+
+        outcomes = apply_held(arrived.pk, actor="user:lead")
+
+        adopted = Refund.objects.get(source="provider")
+        assert outcomes == [ADOPTED.format(adopted.pk)]
+        arrived.refresh_from_db()
+        assert arrived.provider_disagreement is None and arrived.amount_refunded == 6_000
+        assert_ledger_invariants()
+
+    @pytest.mark.allows_drift("disagrees_with_provider")
+    def test_applied_while_still_in_the_way_it_is_held_again(self, held, arrived):
+        outcomes = apply_held(arrived.pk, actor="user:lead")
+
+        assert "disagrees" in outcomes[0]
+        arrived.refresh_from_db()
+        assert arrived.provider_disagreement and arrived.amount_refunded == 8_000
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+class TestAtOnce:
+    def test_two_events_of_one_provider_refund_and_an_agents_refund(self, client, arrived):
+        refunded = provider_charge(amount_refunded=6_000, refunds={"data": [provider_refund()]})
+
+        results = run_at_once(
+            [
+                lambda: apply_provider_event(
+                    event_of("evt_a", "refund.created", provider_refund())
+                ),
+                lambda: apply_provider_event(event_of("evt_b", "charge.refunded", refunded)),
+                lambda: create_refund(RefundRequest(charge_id=arrived.pk, amount=3_000)),
+            ]
+        )
+
+        assert not [r for r in results if isinstance(r, Exception)], results
+        arrived.refresh_from_db()
+        if arrived.provider_disagreement:  # told while the agent's refund was unanswered
+            apply_held(arrived.pk, actor="user:lead")  # answered now: it fits
+        adopted = Refund.objects.filter(provider_refund_id="re_3MadeInTheDashboard")
+        assert adopted.count() == 1  # one ledger refund per provider refund
+        arrived.refresh_from_db()
+        assert arrived.provider_disagreement is None
+        assert arrived.amount_refunded == 9_000 and Refund.objects.count() == 2
+        assert_ledger_invariants()
+
+
+@pytest.mark.django_db
+class TestALeadResolvesItFromTheCommandLine:
+    def test_held_it_exits_1_and_once_it_fits_exits_0(self, client, arrived, django_user_model):
+        agent = staff(django_user_model, "agent")
+        RefundLimit.objects.create(user=agent, currency="usd", per_refund=1_000)
+        waiting = create_refund(RefundRequest(charge_id=arrived.pk, amount=8_000, actor=agent))
+        tell(client, "refund.created", provider_refund(), event_id="evt_r1")
+        out = io.StringIO()
+
+        with pytest.raises(CommandError) as still:
+            call_command("apply_provider_refunds", arrived.pk, stdout=out)
+
+        assert still.value.returncode == 1 and "disagrees" in out.getvalue()
+        lead = staff(django_user_model, "lead", migration_group(LEADS_MIGRATION))
+        reject_refund(refund_id=waiting.item.pk, approver=lead, note="refunded at the provider")
+        call_command("apply_provider_refunds", arrived.pk, stdout=out)
+        assert out.getvalue().endswith(f"charge {arrived.pk} agrees with the provider\n")
+        assert Charge.objects.get(pk=arrived.pk).amount_refunded == 6_000
