@@ -99,7 +99,7 @@ class ProviderFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() == "disagrees":
-            return queryset.filter(provider_disagreement__isnull=False)
+            return queryset.filter(provider_disagreement__has_key="held")
         return queryset
 
 

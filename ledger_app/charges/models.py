@@ -195,7 +195,7 @@ class Charge(ProviderMovement):
         and the admin offers refunds by it."""
         if self.status != self.Status.SUCCEEDED:
             return "charge_not_refundable"
-        if self.provider_disagreement:
+        if self.provider_disagreement:  # a hold, {"why": ..., "held": [...]}; None or null: none
             return "charge_disagrees_with_provider"
         if self.dispute_open:
             return "charge_disputed"

@@ -193,7 +193,7 @@ def _refund_bound_by_several_keys() -> Iterator[Drift]:
 def _disagrees_with_provider() -> Iterator[Drift]:
     """Charges holding refunds the provider made that the ledger had no room for."""
     disagreeing = (
-        Charge.objects.filter(provider_disagreement__isnull=False)
+        Charge.objects.filter(provider_disagreement__has_key="held")
         .order_by("pk")
         .values_list("pk", "provider_disagreement")
     )

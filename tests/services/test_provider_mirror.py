@@ -222,7 +222,7 @@ class TestRefundsMadeAtTheProviderAreAdopted:
         kinds = LedgerEntry.objects.filter(refund=adopted).values_list("kind", flat=True)
         assert sorted(kinds) == ["refund_reserved", "refund_succeeded"]
         assert told_types(adopted.pk) == ["refund.created"]
-        assert told_types(arrived.pk)[-1] == "charge.refunded"
+        assert sorted(told_types(arrived.pk)) == ["charge.refunded", "charge.succeeded"]
 
     def test_the_rest_refunded_here_asks_the_provider_for_the_true_rest(self, client, arrived):
         tell(client, "refund.created", provider_refund(), event_id="evt_r1")

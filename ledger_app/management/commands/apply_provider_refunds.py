@@ -29,7 +29,7 @@ class Command(BaseCommand):
         outcomes = apply_held(charge, actor=f"cli:{actor[:64]}")
         for outcome in outcomes:
             self.stdout.write(outcome)
-        if Charge.objects.filter(pk=charge, provider_disagreement__isnull=False).exists():
+        if Charge.objects.filter(pk=charge, provider_disagreement__has_key="held").exists():
             raise CommandError(
                 f"apply_provider_refunds: charge {charge} still disagrees with the provider",
                 returncode=1,
