@@ -21,7 +21,6 @@ from pathlib import Path
 
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
-from django.utils import timezone
 
 from ledger_app import errors
 from ledger_app.charges.import_files import (
@@ -34,6 +33,7 @@ from ledger_app.charges.import_files import (
     stripe_row,
 )
 from ledger_app.charges.models import Charge
+from ledger_app.charges.services import write_recorded
 from ledger_app.csv_files import UnusableFile
 from ledger_app.events import services as events
 from ledger_app.events.models import EventType
@@ -199,27 +199,7 @@ def _create_imported_charge(row: ChargeRow) -> Charge:
     `charge_succeeded` entry, and its refund made at the provider with that refund's
     entries, and the events of each. Nothing is sent to the provider."""
     with transaction.atomic(durable=True):
-        charge = Charge.objects.create(
-            id=row.charge_id,
-            amount=row.amount,
-            currency=row.currency,
-            status=row.status,
-            description=row.description,
-            customer=row.customer,
-            payment_intent=row.payment_intent,
-            metadata=row.metadata,
-            created_at=row.created_at or timezone.now(),
-        )
-        if row.status == Charge.Status.SUCCEEDED:
-            append_entry(
-                charge=charge,
-                kind=LedgerEntry.Kind.CHARGE_SUCCEEDED,
-                amount=row.amount,
-                actor=ACTOR,
-            )
-            events.record(EventType.CHARGE_SUCCEEDED, charge)
-        elif row.status == Charge.Status.FAILED:
-            events.record(EventType.CHARGE_FAILED, charge)
+        charge = write_recorded(row, ACTOR)
         if row.refunded_before:
             _record_refunded_before(charge, row.refunded_before)
     return charge

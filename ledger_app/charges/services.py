@@ -11,6 +11,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from ledger_app import errors, faults
+from ledger_app.charges.import_files import ChargeRow
 from ledger_app.charges.models import Charge, new_charge_id, new_payment_intent_id
 from ledger_app.db import drop_broken_connection
 from ledger_app.events import services as events
@@ -137,22 +138,44 @@ def record_charge(
         raise errors.InvalidChargeStatus()
     payment_intent = details.get("payment_intent")
     with transaction.atomic(durable=True):
-        charge = Charge.objects.create(
-            id=details.get("charge_id") or new_charge_id(),
-            amount=amount,
-            currency=currency,
-            status=status,
-            description=details.get("description", ""),
-            customer=details.get("customer", ""),
-            payment_intent=new_payment_intent_id() if payment_intent is None else payment_intent,
-            metadata=details.get("metadata") or {},
-            created_at=details.get("created_at") or timezone.now(),
+        return write_recorded(
+            ChargeRow(
+                charge_id=details.get("charge_id") or new_charge_id(),
+                amount=amount,
+                currency=currency,
+                status=status,
+                description=details.get("description", ""),
+                customer=details.get("customer", ""),
+                payment_intent=new_payment_intent_id()
+                if payment_intent is None
+                else payment_intent,
+                metadata=details.get("metadata") or {},
+                created_at=details.get("created_at"),
+            ),
+            actor,
         )
-        record_outcome(charge, actor)
+
+
+def write_recorded(row: ChargeRow, actor: str) -> Charge:
+    """The one write of a charge that exists at the provider as it is there (record_charge,
+    import_charges, a charge arriving from the provider), inside the caller's transaction:
+    the charge, its `charge_succeeded` entry when it succeeded, and its event."""
+    charge = Charge.objects.create(
+        id=row.charge_id,
+        amount=row.amount,
+        currency=row.currency,
+        status=row.status,
+        description=row.description,
+        customer=row.customer,
+        payment_intent=row.payment_intent,
+        metadata=row.metadata,
+        created_at=row.created_at or timezone.now(),
+    )
+    _record_outcome(charge, actor)
     return charge
 
 
-def record_outcome(charge: Charge, actor: str) -> None:
+def _record_outcome(charge: Charge, actor: str) -> None:
     """A recorded charge's ledger entry (when it succeeded) and its event."""
     if charge.status == Charge.Status.SUCCEEDED:
         append_entry(

@@ -16,15 +16,13 @@ as refund events or through sync_provider.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
+from ledger_app.charges.import_files import ChargeRow
 from ledger_app.charges.models import PAYMENT_INTENT_ID, Charge
-from ledger_app.charges.services import record_outcome
+from ledger_app.charges.services import write_recorded
 from ledger_app.errors import LedgerError
 from ledger_app.mirror.objects import amount_of, created_of, id_of, is_id, lower, shown, text
 from ledger_app.money import normalize_currency
@@ -32,21 +30,6 @@ from ledger_app.validation import validate_metadata
 
 ACTOR = "provider"
 MAX_ID = 64  # Charge.id's length
-
-
-@dataclass(frozen=True)
-class ProviderCharge:
-    """A provider charge object, checked: what an arrival keeps of it."""
-
-    id: str
-    amount: int
-    currency: str
-    status: str
-    customer: str
-    payment_intent: str
-    description: str
-    metadata: dict[str, str]
-    created_at: datetime | None
 
 
 def charged_amount(obj: dict[str, Any]) -> Any:
@@ -58,7 +41,7 @@ def charged_amount(obj: dict[str, Any]) -> Any:
     return min(captured, amount)
 
 
-def read_charge(obj: dict[str, Any]) -> ProviderCharge | str:
+def read_charge(obj: dict[str, Any]) -> ChargeRow | str:
     """The provider's charge object as an arrival keeps it, or why it is not one."""
     charge_id = obj.get("id")
     if not is_id(charge_id) or len(charge_id) > MAX_ID:
@@ -75,8 +58,8 @@ def read_charge(obj: dict[str, Any]) -> ProviderCharge | str:
         return f"charge {charge_id} is {shown(obj.get('status'))} at the provider: not arrived"
     payment_intent = id_of(obj.get("payment_intent"))
     customer = id_of(obj.get("customer"))
-    return ProviderCharge(
-        id=charge_id,
+    return ChargeRow(
+        charge_id=charge_id,
         amount=amount,
         currency=currency,
         status=status,
@@ -110,27 +93,16 @@ def _metadata(value: Any) -> dict[str, str]:
         return {}
 
 
-def arrive(seen: ProviderCharge) -> tuple[Charge | None, str]:
+def arrive(seen: ChargeRow) -> tuple[Charge | None, str]:
     """Write the charge as the provider has it, inside the caller's transaction: the
     charge, its ledger entry and its event. (None, why) when another request wrote it a
     moment ago: its own event applied it."""
     try:
         with transaction.atomic():  # a savepoint: the same charge arriving twice at once
-            charge = Charge.objects.create(
-                id=seen.id,
-                amount=seen.amount,
-                currency=seen.currency,
-                status=seen.status,
-                description=seen.description,
-                customer=seen.customer,
-                payment_intent=seen.payment_intent,
-                metadata=seen.metadata,
-                created_at=seen.created_at or timezone.now(),
-            )
+            charge = write_recorded(seen, ACTOR)
     except IntegrityError:
-        return None, f"charge {seen.id} arrived a moment ago"
-    record_outcome(charge, ACTOR)
-    return charge, f"charge {seen.id} arrived from the provider ({seen.status})"
+        return None, f"charge {seen.charge_id} arrived a moment ago"
+    return charge, f"charge {seen.charge_id} arrived from the provider ({seen.status})"
 
 
 def charge_of_payment_intent(obj: dict[str, Any]) -> dict[str, Any] | str:
