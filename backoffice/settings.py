@@ -439,6 +439,9 @@ REFUND_DISPATCH_LEASE_SECONDS = env.count(
 # The reconciler asks the provider again about refunds that succeeded this recently, in
 # case a later failure's webhook never arrived (0: it does not).
 RECONCILE_RECHECK_HOURS = env.count("RECONCILE_RECHECK_HOURS", 72, of="hours", low=0, high=8_784)
+# sync_provider: how often the worker walks the provider's objects for what its webhooks
+# missed, and how far back each run starts before where the last one ended (the overlap).
+PROVIDER_SYNC_INTERVAL = env.count("PROVIDER_SYNC_INTERVAL", 600, of="seconds", low=1, high=86_400)
 # The largest amount (minor units) a charge may have, created or imported, per currency:
 # Stripe's maxima by default (eight digits; twelve for IDR). AMOUNT_CEILINGS overrides
 # some, e.g. "usd=5000000,jpy=1000000"; AMOUNT_CEILING_DEFAULT the rest.

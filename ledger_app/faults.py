@@ -34,7 +34,10 @@ CHARGE_POINTS = (
 PURGE_POINTS = (
     "purge.batch_committed",  # one batch deleted and committed, the lease still held
 )
-POINTS = REFUND_POINTS + CHARGE_POINTS + PURGE_POINTS
+SYNC_POINTS = (
+    "sync.window_committed",  # sync_provider: one window applied, its cursor committed
+)
+POINTS = REFUND_POINTS + CHARGE_POINTS + PURGE_POINTS + SYNC_POINTS
 
 
 def checkpoint(point: str) -> None:

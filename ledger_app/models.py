@@ -31,6 +31,7 @@ from ledger_app.idempotency.models import (
 )
 from ledger_app.ids import ID_ALPHABET, ID_RANDOM_LENGTH, new_id
 from ledger_app.ledger.models import LedgerEntry, LedgerEntryQuerySet
+from ledger_app.mirror.models import ProviderSyncCursor
 from ledger_app.operations.models import JobLease, RateCounter
 from ledger_app.provider.models import ProviderEvent
 from ledger_app.refunds.models import Refund, RefundReason, new_refund_id
@@ -47,6 +48,7 @@ __all__ = [
     "IdempotencyOperation",
     "IdempotencyRecord",
     "JobLease",
+    "ProviderSyncCursor",
     "LEGACY_CLIENT_KEYS",
     "LedgerEntry",
     "LedgerEntryQuerySet",

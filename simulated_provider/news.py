@@ -21,8 +21,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from simulated_provider.card_network import destination_details
-from simulated_provider.models import ProviderRefund, ProviderRequest
+from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
+from simulated_provider.objects import charge_object, refund_object
 
 Status = ProviderRefund.Status
 LATER = {
@@ -51,22 +51,11 @@ def advance() -> list[dict]:
     return news
 
 
-def event_about(record: ProviderRefund, event_type: str) -> dict:
-    """A Stripe-shaped event for the refund as it is now."""
-    return _event(
-        event_type,
-        {
-            "id": record.provider_id,
-            "object": "refund",
-            "charge": record.charge_reference,
-            "amount": record.amount,
-            "currency": record.currency,
-            "status": str(record.status),
-            "failure_reason": record.decline_reason or None,
-            "destination_details": destination_details(record),
-            "metadata": record.metadata,
-        },
-    )
+def event_about(record: ProviderRefund | ProviderCharge, event_type: str) -> dict:
+    """A Stripe-shaped event for the refund or charge as it is now."""
+    if isinstance(record, ProviderRefund):
+        return _event(event_type, refund_object(record))
+    return _event(event_type, charge_object(record))
 
 
 def _event(event_type: str, obj: dict) -> dict:

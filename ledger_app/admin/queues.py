@@ -1,4 +1,5 @@
-"""The queues a person works through, counted for the admin's index page."""
+"""The queues a person works through, counted for the admin's index page; and the refunds
+made at the provider, counted the same way."""
 
 from __future__ import annotations
 
@@ -42,7 +43,20 @@ def queues_of(request) -> list[Queue]:
     for permission, title, rows, url_name in wanted:
         if not user.has_perm(permission):
             continue
-        count = rows.order_by()[: COUNT_CAP + 1].count()
-        shown = f"{COUNT_CAP}+" if count > COUNT_CAP else str(count)
-        queues.append(Queue(title, shown, reverse(url_name), count == 0))
+        queues.append(_queue(title, rows, reverse(url_name)))
+    if user.has_perm("ledger_app.view_refund"):
+        # Made outside the back office and adopted (ledger_app/mirror): the refund list,
+        # filtered by its source.
+        made_there = Refund.objects.filter(source=Refund.Source.PROVIDER)
+        url = (
+            reverse("admin:ledger_app_refund_changelist")
+            + f"?source__exact={Refund.Source.PROVIDER}"
+        )
+        queues.append(_queue("Refunded at the provider", made_there, url))
     return queues
+
+
+def _queue(title: str, rows, url: str) -> Queue:
+    count = rows.order_by()[: COUNT_CAP + 1].count()
+    shown = f"{COUNT_CAP}+" if count > COUNT_CAP else str(count)
+    return Queue(title, shown, url, count == 0)

@@ -29,7 +29,7 @@ CREATED_OUTCOMES = (
     MovementStatus.UNKNOWN,
     MovementStatus.AWAITING_APPROVAL,
 )
-PROVIDER_OPERATIONS = ("refund", "lookup_refund", "charge", "lookup_charge")
+PROVIDER_OPERATIONS = ("refund", "lookup_refund", "charge", "lookup_charge", "list")
 # The gateway wrapper's names for what went wrong (ledger_app/provider/gateways/instrumented.py).
 PROVIDER_ERRORS = ("timeout", "unavailable", "key_conflict", "outcome_unknown", "unexpected")
 # Seconds. The provider is normally answered in well under a second; GATEWAY_TIMEOUT_SECONDS

@@ -38,6 +38,7 @@ from ledger_app.ids import new_id
 from ledger_app.ledger.models import LedgerEntry
 from ledger_app.ledger.services import append_entry
 from ledger_app.mirror.objects import (
+    Applied,
     amount_of,
     created_of,
     id_of,
@@ -46,6 +47,7 @@ from ledger_app.mirror.objects import (
     shown,
     text,
 )
+from ledger_app.provider.card_references import card_reference
 from ledger_app.refunds.models import Refund, RefundReason
 
 log = logging.getLogger("ledger_app.mirror")
@@ -71,6 +73,7 @@ class ProviderRefund:
     status: str
     reason: str = ""
     created: float | None = None  # seconds since 1970
+    reference: str = ""  # its card reference (ARN), once the card network gave one
 
     @property
     def created_at(self) -> datetime | None:
@@ -105,41 +108,45 @@ def read_refund(obj: dict[str, Any]) -> ProviderRefund | str:
         status=text(status, 32),
         reason=reason if reason in RefundReason.values else "",
         created=None if created is None else created.timestamp(),
+        reference=card_reference(obj.get("destination_details")) if status == "succeeded" else "",
     )
 
 
-def adopt(seen: ProviderRefund, *, doubt: str = "") -> str:
+def adopt(seen: ProviderRefund, *, doubt: str = "") -> Applied:
     """Adopt the provider's refund into the ledger, inside the caller's transaction (the
     provider event's, or sync_provider's): what it did, as an outcome line. With a
     `doubt`, it is held for a lead instead, whatever room there is."""
     pk = charge_known_as(seen.charge)
     if pk is None:
-        return f"unknown charge {seen.charge} of refund {seen.id}"
+        return Applied(f"unknown charge {seen.charge} of refund {seen.id}")
     endpoints = live_endpoints()  # who is told; read before the charge's lock is taken
     charge = charge_for_update(pk)
     assert charge is not None  # a charge is never deleted
     if seen.status not in ADOPTED:
         dropped = _drop_held(charge, seen)
-        return f"refund {seen.id} made at the provider is {shown(seen.status)}: {dropped}"
+        said = f"refund {seen.id} made at the provider is {shown(seen.status)}: "
+        return Applied(
+            said + (f"no longer held on charge {charge.pk}" if dropped else "nothing to adopt"),
+            moved=dropped,
+        )
     if doubt and not Refund.objects.filter(provider_refund_id=seen.id).exists():
-        _hold(charge, seen, f"refund {seen.id}: {doubt}")
-        return f"charge {charge.pk} disagrees with the provider: refund {seen.id}: {doubt}"
+        return _hold(charge, seen, f"refund {seen.id}: {doubt}")
     return adopt_locked(charge, seen, endpoints)
 
 
-def _drop_held(charge: Charge, seen: ProviderRefund) -> str:
+def _drop_held(charge: Charge, seen: ProviderRefund) -> bool:
     """A held refund that failed at the provider moved no money: no longer held (the
     disagreement stays for a lead to apply the rest, or to see that nothing is left)."""
     disagreement = charge.provider_disagreement or {}
     held = disagreement.get("held", [])
     if not any(item["id"] == seen.id for item in held):
-        return "nothing to adopt"
+        return False
     charge.provider_disagreement = {
         **disagreement,
         "held": [item for item in held if item["id"] != seen.id],
     }
     charge.save(update_fields=["provider_disagreement", "updated_at"])
-    return f"no longer held on charge {charge.pk}"
+    return True
 
 
 def charge_known_as(reference: str) -> str | None:
@@ -149,19 +156,19 @@ def charge_known_as(reference: str) -> str | None:
     return Charge.objects.filter(by_ref).values_list("pk", flat=True).first()
 
 
-def adopt_locked(charge: Charge, seen: ProviderRefund, endpoints: list[WebhookEndpoint]) -> str:
+def adopt_locked(charge: Charge, seen: ProviderRefund, endpoints: list[WebhookEndpoint]) -> Applied:
     """adopt's work on the charge the caller locked: one refund per provider refund (the
     one holding its id is found under the lock; its provider key `provider:<id>` is
     unique besides)."""
     holder = Refund.objects.filter(provider_refund_id=seen.id).values_list("pk", flat=True).first()
     if holder is not None:
-        return f"refund {seen.id} is {holder} already"
+        return Applied(f"refund {seen.id} is {holder} already")
     why = _no_room(charge, seen)
     if why:
-        _hold(charge, seen, why)
-        return f"charge {charge.pk} disagrees with the provider: {why}"
+        return _hold(charge, seen, why)
     refund = _write(charge, seen, endpoints)
-    return f"refund {seen.id} made at the provider adopted as {refund.pk} ({refund.status})"
+    adopted = f"refund {seen.id} made at the provider adopted as {refund.pk} ({refund.status})"
+    return Applied(adopted, moved=True)
 
 
 def _no_room(charge: Charge, seen: ProviderRefund) -> str:
@@ -196,13 +203,21 @@ def _ours_unanswered(charge: Charge) -> bool:
     )
 
 
-def _hold(charge: Charge, seen: ProviderRefund, why: str) -> None:
-    """The disagreement on the charge: the first reason, and each refund held, once."""
+def _hold(charge: Charge, seen: ProviderRefund, why: str) -> Applied:
+    """The disagreement on the charge: the first reason, and each refund held, once (told
+    again as it was, nothing is written)."""
     held = dict(charge.provider_disagreement or {"why": why, "held": []})
-    held["held"] = [item for item in held["held"] if item["id"] != seen.id] + [asdict(seen)]
-    charge.provider_disagreement = held
-    charge.save(update_fields=["provider_disagreement", "updated_at"])
-    log.warning("charge %s disagrees with the provider: %s", charge.pk, why)
+    now = asdict(seen)
+    known = any(item["id"] == seen.id for item in held["held"])
+    after = [now if item["id"] == seen.id else item for item in held["held"]]
+    after += [] if known else [now]
+    moved = after != held["held"]
+    if moved:
+        held["held"] = after
+        charge.provider_disagreement = held
+        charge.save(update_fields=["provider_disagreement", "updated_at"])
+        log.warning("charge %s disagrees with the provider: %s", charge.pk, why)
+    return Applied(f"charge {charge.pk} disagrees with the provider: {why}", moved=moved)
 
 
 def _write(charge: Charge, seen: ProviderRefund, endpoints: list[WebhookEndpoint]) -> Refund:
@@ -219,6 +234,7 @@ def _write(charge: Charge, seen: ProviderRefund, endpoints: list[WebhookEndpoint
         actor=ACTOR,
         payment_intent=charge.payment_intent,
         provider_refund_id=seen.id,
+        destination_reference=seen.reference,
         provider_idempotency_key=f"provider:{seen.id}",  # never sent; unique: adopted once
         created_at=seen.created_at or timezone.now(),
     )
@@ -255,6 +271,6 @@ def apply_held(charge_id: str, *, actor: str) -> list[str]:
         held = [ProviderRefund(**item) for item in charge.provider_disagreement["held"]]
         charge.provider_disagreement = None
         charge.save(update_fields=["provider_disagreement", "updated_at"])
-        outcomes = [adopt_locked(charge, seen, endpoints) for seen in held]
+        outcomes = [adopt_locked(charge, seen, endpoints).outcome for seen in held]
     log.info("charge %s: %s applied the provider's held refunds: %s", charge_id, actor, outcomes)
     return outcomes

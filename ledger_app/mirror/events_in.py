@@ -36,7 +36,7 @@ from ledger_app.events.models import EventType, WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
 from ledger_app.mirror import adoption, arrivals
 from ledger_app.mirror.arrivals import charged_amount
-from ledger_app.mirror.objects import id_of, is_id, lower, metadata_of, shown, text
+from ledger_app.mirror.objects import Applied, id_of, is_id, lower, metadata_of, shown, text
 from ledger_app.provider.card_references import card_reference
 from ledger_app.provider.dispatch import (
     Outcome,
@@ -77,12 +77,6 @@ KINDS = {
     "refund": Kind("refund", Refund, REFUND_FINAL, "failure_reason", "ledger_refund_id", True),
     "charge": Kind("charge", Charge, CHARGE_FINAL, "failure_code", "ledger_charge_id", False),
 }
-
-
-@dataclass(frozen=True)
-class Applied:
-    outcome: str
-    ignored: bool = False  # the event is about nothing here that it may change
 
 
 def apply_provider_event(event: Any) -> str:
@@ -138,8 +132,10 @@ def apply_object(obj: dict[str, Any]) -> Applied:
     if not isinstance(data, list):
         return applied
     charge_ref = obj["id"]
-    also = [_apply({**item, "charge": charge_ref}) for item in data if isinstance(item, dict)]
-    return Applied("; ".join([applied.outcome, *(each.outcome for each in also)]))
+    each = [applied] + [
+        _apply({**item, "charge": charge_ref}) for item in data if isinstance(item, dict)
+    ]
+    return Applied("; ".join(one.outcome for one in each), moved=any(one.moved for one in each))
 
 
 def _apply(obj: dict[str, Any]) -> Applied:
@@ -185,7 +181,8 @@ def _arrive_or_adopt(obj: dict[str, Any]) -> Applied:
     seen = arrivals.read_charge(obj)
     if isinstance(seen, str):
         return Applied(f"ignored: {seen}", True)
-    return Applied(arrivals.arrive(seen)[1])
+    charge, outcome = arrivals.arrive(seen)
+    return Applied(outcome, moved=charge is not None)
 
 
 def _adopt(obj: dict[str, Any], doubt: str) -> Applied:
@@ -194,7 +191,7 @@ def _adopt(obj: dict[str, Any], doubt: str) -> Applied:
     seen = adoption.read_refund(obj)
     if isinstance(seen, str):
         return Applied(f"ignored: {seen}", True)
-    return Applied(adoption.adopt(seen, doubt=doubt))
+    return adoption.adopt(seen, doubt=doubt)
 
 
 def _locked(
@@ -234,7 +231,8 @@ def _settle(
         noted = ", card reference recorded" if after.destination_reference != had else ""
     else:
         after = settle_locked_charge(charge=charge, outcome=outcome, actor=ACTOR)
-    return Applied(f"{kind.name} {item.pk}: {before} -> {after.status}{noted}")
+    moved = before != after.status or bool(noted)
+    return Applied(f"{kind.name} {item.pk}: {before} -> {after.status}{noted}", moved=moved)
 
 
 def _not_an_id(kind: Kind, obj: dict[str, Any], provider_id: Any, named: Any) -> str | None:
@@ -284,7 +282,9 @@ def _apply_dispute(obj: dict[str, Any]) -> Applied:
         events.record_many(
             [(EventType.CHARGE_UPDATED, charge, {"disputed": False})], endpoints=endpoints
         )
-    return Applied(f"charge {charge.pk}: dispute {dispute_id} {before} -> {status}")
+    return Applied(
+        f"charge {charge.pk}: dispute {dispute_id} {before} -> {status}", moved=before != status
+    )
 
 
 def _disputed_charge(charge_ref: str) -> tuple[str, int, str] | None:

@@ -4,6 +4,7 @@ outside input, checked here before any query names it or any row keeps it."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
@@ -15,6 +16,15 @@ OBJECT_ID = re.compile(r"[A-Za-z0-9_]{1,255}")
 SHOWN = 60  # characters of an outside value that an outcome or a log line quotes
 # Stripe's `created` is seconds since 1970; before 2000 or past 2100 it is not one.
 FIRST_CREATED, LAST_CREATED = 946_684_800, 4_102_444_800
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What applying one of the provider's objects did, as an outcome line."""
+
+    outcome: str
+    ignored: bool = False  # about nothing here that it may change (logged at WARNING)
+    moved: bool = False  # it wrote something: a charge, a refund, a settle, a hold
 
 
 def is_id(value: Any) -> TypeGuard[str]:

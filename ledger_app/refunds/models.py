@@ -142,6 +142,8 @@ class Refund(ProviderMovement):
                 condition=Q(status=MovementStatus.AWAITING_APPROVAL),
             ),
             models.Index(fields=["actor", "currency", "created_at"], name="refund_actor_day"),
+            # made at the provider: the admin's count and its list filtered by source
+            models.Index(fields=["source", "-created_at"], name="refund_source_created"),
         ]
         constraints = [
             *ProviderMovement.Meta.constraints,

@@ -384,8 +384,8 @@ class TestCost:
             admin_client.get(INDEX)
         assert len(full) == len(empty)
         refund_queries = [q["sql"] for q in full if '"ledger_app_refund"' in q["sql"]]
-        # the two queues, today and the chart
-        assert len(refund_queries) == 4
+        # the two queues, the refunds made at the provider, today and the chart
+        assert len(refund_queries) == 5
 
     def test_the_figures_read_a_created_at_range_through_an_index(self, month_of_refunds):
         with CaptureQueriesContext(connection) as queries:

@@ -24,20 +24,23 @@ import re
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
 import stripe
-from django.db import connection
+from django.db import connection, transaction
 from django.test import override_settings
 
 from ledger_app.charges.services import record_charge
-from ledger_app.models import Refund
+from ledger_app.mirror.events_in import apply_object
+from ledger_app.models import Charge, Refund
 from ledger_app.provider.dispatch import reconcile_refunds
 from ledger_app.provider.dispatch.send import send_refund
 from ledger_app.provider.gateways import get_gateway
 from ledger_app.provider.gateways.base import GatewayUnavailable, OutcomeUnknown
+from ledger_app.provider.gateways.stripe import StripeGateway
 from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.invariants import assert_ledger_invariants
 from tests.processes import GunicornServer, manage_alone, run_command
@@ -311,3 +314,39 @@ def test_provider_sigkilled_mid_request_then_reconciled(provider, point, provide
         assert_one_provider_refund_per_ledger_refund(provider, [charge])
         charge.refresh_from_db()
         assert charge.amount_refunded == 3_500
+
+
+def test_sync_lists_the_providers_objects_page_by_page_and_they_apply(provider, monkeypatch):
+    """The adapter's list call (sync_provider's) through the stripe package and its
+    auto-pagination, against the provider instance: every charge and refund made there in
+    the window, none outside it; applied as a sync applies them, the books hold them."""
+    client = provider.client()
+    made = [
+        client.v1.charges.create(params={"amount": amount, "currency": "usd", "source": "tok_visa"})
+        for amount in (1_000, 2_000, 3_000)
+    ]
+    refunded = client.v1.refunds.create(params={"charge": made[0].id, "amount": 400})
+    start = datetime.fromtimestamp(min(c.created for c in made), tz=UTC)
+    end = start + timedelta(hours=1)
+    with pointed_at(provider):
+        monkeypatch.setattr(StripeGateway, "page_size", 2)  # three charges: two pages
+        gateway = get_gateway()
+
+        charges = gateway.list_created("charge", start=start, end=end)
+        refunds = gateway.list_created("refund", start=start, end=end)
+        before = gateway.list_created("charge", start=start - timedelta(hours=1), end=start)
+
+        assert sorted(c["id"] for c in charges) == sorted(c.id for c in made)
+        assert [r["id"] for r in refunds] == [refunded.id] and before == []
+        for obj in sorted(charges, key=lambda c: c["created"]) + refunds:
+            with transaction.atomic():
+                assert apply_object(obj).moved, obj["id"]
+    assert Charge.objects.count() == 3
+    adopted = Refund.objects.get()
+    assert (adopted.provider_refund_id, adopted.amount, adopted.source) == (
+        refunded.id,
+        400,
+        "provider",
+    )
+    assert Charge.objects.get(pk=made[0].id).amount_refunded == 400
+    assert_ledger_invariants()

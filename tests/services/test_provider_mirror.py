@@ -6,6 +6,7 @@ applied in part (ledger_app/mirror)."""
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -382,3 +383,18 @@ class TestALeadResolvesItFromTheCommandLine:
         call_command("apply_provider_refunds", arrived.pk, stdout=out)
         assert out.getvalue().endswith(f"charge {arrived.pk} agrees with the provider\n")
         assert Charge.objects.get(pk=arrived.pk).amount_refunded == 6_000
+
+
+@pytest.mark.django_db
+def test_the_admin_index_counts_the_refunds_made_at_the_provider(client, arrived, viewer_client):
+    """The queue "Refunded at the provider", beside the work waiting, with its count and a
+    link to the refund list filtered by that source."""
+    tell(client, "refund.created", provider_refund(), event_id="evt_r1")
+
+    page = viewer_client.get("/admin/").content.decode()
+
+    listed = "/admin/ledger_app/refund/?source__exact=provider"
+    assert f'<a href="{listed}">Refunded at the provider</a>: <strong' in page
+    assert re.search(r"Refunded at the provider</a>: <strong[^>]*>1<", page)
+    adopted = Refund.objects.get(provider_refund_id="re_3MadeInTheDashboard")
+    assert adopted.pk in viewer_client.get(listed).content.decode()

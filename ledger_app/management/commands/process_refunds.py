@@ -19,18 +19,24 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import CommandError
 from django.db import DatabaseError
+from django.utils import timezone
 
 from ledger_app.approvals.services import expire_approvals
 from ledger_app.counts import count_of
 from ledger_app.db import drop_broken_connection
 from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome
 from ledger_app.management.commands._polling import PollingWorker
+from ledger_app.mirror.objects import Applied
+from ledger_app.mirror.sync import LeaseLost, sync_provider
 from ledger_app.operations.retention import Purged, purge_expired_if_due
 from ledger_app.provider.dispatch import process_pending_refunds
+from ledger_app.provider.dispatch.send import OutcomeUnknown
 from ledger_app.provider.dispatch.worker import still_leased_refunds
 from ledger_app.refunds.models import Refund
 from ledger_app.worker_parts import RunOutcomes
@@ -55,7 +61,8 @@ class Command(PollingWorker, ExitsByOutcome):
         "ended unknown (run "
         "`manage.py reconcile`), else 3 when some failed (the provider declined), else 0. "
         "With --loop it also runs purge_expired once a day (when a whole run last finished "
-        "a day ago, as the database records it), in slices between passes."
+        "a day ago, as the database records it), in slices between passes, and "
+        "sync_provider every PROVIDER_SYNC_INTERVAL seconds."
     )
     # With --loop: how often this process asks whether the daily purge is due (a read), and
     # how long it waits after a database error in the purge before trying again.
@@ -68,6 +75,7 @@ class Command(PollingWorker, ExitsByOutcome):
         if options["lease_seconds"] is not None and not 0 <= options["lease_seconds"] <= 604_800:
             raise CommandError("--lease-seconds must be 0 to 604800 (a week)", returncode=2)
         self._purge_check_at = 0.0  # time.monotonic(): ask at the first pass
+        self._sync_check_at = 0.0
         total = self.run_passes(
             options, self._pass, on_refund=self._log_refund, purge_daily=options["loop"]
         )
@@ -91,7 +99,31 @@ class Command(PollingWorker, ExitsByOutcome):
         tally = process_pending_refunds(**kwargs)
         if purge_daily and time.monotonic() >= self._purge_check_at:
             self._purge_slice(kwargs["should_stop"])
+        if purge_daily and time.monotonic() >= self._sync_check_at:
+            self._sync_if_due()
         return tally
+
+    def _sync_if_due(self) -> None:
+        """sync_provider, when no whole run has finished within PROVIDER_SYNC_INTERVAL (as
+        the database records it); a provider that cannot answer or a database error is
+        logged and the sync asked about again later."""
+        self._sync_check_at = time.monotonic() + self.purge_check_seconds
+        due_after = timezone.now() - timedelta(seconds=settings.PROVIDER_SYNC_INTERVAL)
+        try:
+            report = sync_provider(finished_before=due_after, on_applied=self._log_synced)
+        except DatabaseError:
+            log.exception("sync_provider interrupted by a database error; tried again later")
+            drop_broken_connection()
+            return
+        except (OutcomeUnknown, LeaseLost) as exc:
+            log.warning("sync_provider stopped: %s; tried again later", exc)
+            return
+        if report is not None:
+            self.stdout.write(f"sync_provider: {report.line(dry_run=False)}")
+
+    def _log_synced(self, applied: Applied) -> None:
+        if applied.moved:
+            self.stdout.write(f"sync_provider: {applied.outcome}")
 
     def _purge_slice(self, should_stop: Callable[[], bool]) -> None:
         """A slice of the daily purge, if it is due; a database error is logged and the

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from django.conf import settings
 from django.db.models import F
@@ -35,7 +35,9 @@ from ledger_app.provider.dispatch.settle import (
 )
 from ledger_app.provider.gateways import get_gateway
 from ledger_app.provider.gateways.base import Gateway as Gateway  # the port, named for the callers
-from ledger_app.provider.gateways.base import OutcomeUnknown, ProviderAnswer
+from ledger_app.provider.gateways.base import Listed as Listed  # named for sync_provider
+from ledger_app.provider.gateways.base import OutcomeUnknown as OutcomeUnknown  # for the callers
+from ledger_app.provider.gateways.base import ProviderAnswer
 from ledger_app.refunds.models import Refund
 from ledger_app.refunds.selectors import refund_with_charge
 from serving.logs import bind, naming
@@ -313,3 +315,12 @@ _CHARGE = _Kind(
     before_call_point="charge.before_provider_call",
     after_call_point="charge.after_provider_call",
 )
+
+
+def list_created(
+    kind: Listed, *, start: datetime, end: datetime, gateway: Gateway | None = None
+) -> list[dict[str, Any]]:
+    """The provider's objects of `kind` made in [start, end) (sync_provider's one read of
+    the provider): asks, moves nothing. Raises OutcomeUnknown when it cannot say now."""
+    release_connection()  # no pooled connection is held while the provider answers
+    return (gateway or get_gateway()).list_created(kind, start=start, end=end)

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Literal, TypedDict, Unpack
+from datetime import datetime
+from typing import Any, Literal, TypedDict, Unpack
 
 Verdict = Literal["succeeded", "declined"]
+# What sync_provider walks: the provider's objects of each kind (ledger_app/mirror/sync.py).
+Listed = Literal["charge", "refund", "dispute"]
 
 
 class OutcomeUnknown(Exception):
@@ -93,3 +96,9 @@ class Gateway(abc.ABC):
     @abc.abstractmethod
     def lookup_charge(self, **request: Unpack[ChargeLookupParams]) -> ProviderAnswer | None:
         """Like lookup_refund, for charges."""
+
+    @abc.abstractmethod
+    def list_created(self, kind: Listed, *, start: datetime, end: datetime) -> list[dict[str, Any]]:
+        """Every object of `kind` the provider made from `start` (included) to `end` (not),
+        each as its API describes it (Stripe's shape, plain JSON), in any order. Raises
+        OutcomeUnknown when it cannot say right now."""

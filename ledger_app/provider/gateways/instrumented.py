@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
 from ledger_app import metrics
@@ -15,6 +16,7 @@ from ledger_app.provider.gateways.base import (
     GatewayTimeout,
     GatewayUnavailable,
     IdempotencyKeyConflict,
+    Listed,
     OutcomeUnknown,
     ProviderAnswer,
     RefundLookupParams,
@@ -31,7 +33,7 @@ ERROR_NAMES: tuple[tuple[type[Exception], str], ...] = (
 )
 
 
-Answer = TypeVar("Answer", ProviderAnswer, ProviderAnswer | None)
+Answer = TypeVar("Answer", ProviderAnswer, ProviderAnswer | None, list[dict[str, Any]])
 
 
 class InstrumentedGateway(Gateway):
@@ -52,6 +54,10 @@ class InstrumentedGateway(Gateway):
 
     def lookup_charge(self, **request: Unpack[ChargeLookupParams]) -> ProviderAnswer | None:
         return _observed("lookup_charge", self.adapter.lookup_charge, request)
+
+    def list_created(self, kind: Listed, *, start: datetime, end: datetime) -> list[dict[str, Any]]:
+        request = {"kind": kind, "start": start, "end": end}
+        return _observed("list", self.adapter.list_created, request)
 
 
 def error_name(exc: Exception) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from datetime import datetime
 from typing import Any, Unpack
 
 from django.conf import settings
@@ -42,6 +43,7 @@ from ledger_app.provider.gateways.base import (
     GatewayTimeout,
     GatewayUnavailable,
     IdempotencyKeyConflict,
+    Listed,
     OutcomeUnknown,
     ProviderAnswer,
     RefundLookupParams,
@@ -51,6 +53,7 @@ from ledger_app.provider.gateways.base import (
 from simulated_provider.card_network import acquirer_reference
 from simulated_provider.decline_tokens import decline_code
 from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
+from simulated_provider.objects import charge_object, refund_object
 
 Status = ProviderRefund.Status
 
@@ -119,6 +122,16 @@ class SimulatedGateway(Gateway):
     def lookup_charge(self, **request: Unpack[ChargeLookupParams]) -> ProviderAnswer | None:
         key, ledger_charge_id = request["provider_key"], request["ledger_charge_id"]
         return _lookup(ProviderCharge, "charge_lookup", key, ledger_charge_id)
+
+    def list_created(self, kind: Listed, *, start: datetime, end: datetime) -> list[dict[str, Any]]:
+        """Its refunds and charges made in [start, end); it keeps no disputes of its own
+        (simulate_dispute tells of them by webhook only)."""
+        window = {"created_at__gte": start, "created_at__lt": end}
+        if kind == "refund":
+            return [refund_object(r) for r in ProviderRefund.objects.filter(**window)]
+        if kind == "charge":
+            return [charge_object(c) for c in ProviderCharge.objects.filter(**window)]
+        return []
 
     def _apply(
         self,

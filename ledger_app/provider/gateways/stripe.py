@@ -39,6 +39,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from datetime import datetime
 from typing import Any, Unpack, cast
 
 import requests
@@ -52,6 +53,7 @@ from ledger_app.provider.gateways.base import (
     GatewayTimeout,
     GatewayUnavailable,
     IdempotencyKeyConflict,
+    Listed,
     OutcomeUnknown,
     ProviderAnswer,
     RefundLookupParams,
@@ -135,6 +137,19 @@ class StripeGateway(Gateway):
 
         found = self._lookup(matches, f"charge {ledger_charge_id}")
         return _charge_answer(found) if found is not None else None
+
+    # --- what sync_provider walks -------------------------------------------------------
+
+    def list_created(self, kind: Listed, *, start: datetime, end: datetime) -> list[dict[str, Any]]:
+        service = {"charge": "charges", "refund": "refunds", "dispute": "disputes"}[kind]
+        created = {"gte": int(start.timestamp()), "lt": int(end.timestamp())}
+        try:
+            listed = getattr(self._client(LOOKUP_TIMEOUT_SECONDS).v1, service).list(
+                params={"created": created, "limit": self.page_size}
+            )
+            return [found.to_dict() for found in listed.auto_paging_iter()]
+        except stripe.StripeError as exc:
+            raise _unknown(exc, f"the list of {service}") from exc
 
     # --- plumbing ----------------------------------------------------------------------
 
