@@ -98,8 +98,17 @@ demo: $(VENV)/.installed
 	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput -v0
 	$(DEMO_ENV) $(BIN)/python manage.py seed_demo
 
+# Beside the server, a trickle of customers paying at the simulated provider's checkout
+# (one every DEMO_PAYMENT_SECONDS, 60 by default; 0 for none): their charges arrive by
+# webhook, as a real provider's do. It stops with the server.
+DEMO_PAYMENT_SECONDS ?= 60
 run: demo
 	@echo "Starting the demo server; it prints the address it serves on (GUNICORN_BIND) once it listens"
+	@if [ "$(DEMO_PAYMENT_SECONDS)" != 0 ]; then \
+		$(DEMO_ENV) $(BIN)/python manage.py simulate_payment --amount 2500 --currency usd \
+			--description "A customer at the checkout" --every $(DEMO_PAYMENT_SECONDS) >/dev/null & \
+		trickle=$$!; trap 'kill $$trickle 2>/dev/null' EXIT INT TERM; \
+	fi; \
 	$(DEMO_ENV) WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \
 	PROMETHEUS_MULTIPROC_DIR=$${PROMETHEUS_MULTIPROC_DIR:-$(CURDIR)/.prometheus} \
 	$(BIN)/gunicorn -c gunicorn.conf.py backoffice.wsgi --access-logfile -

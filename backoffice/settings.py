@@ -405,6 +405,9 @@ GUNICORN_BIND = env.text("GUNICORN_BIND", "127.0.0.1:8000")
 SIMULATED_PROVIDER_WEBHOOK_URL = env.url(
     "SIMULATED_PROVIDER_WEBHOOK_URL", f"http://{GUNICORN_BIND}/webhooks/stripe"
 )
+# The simulated provider loses every webhook it would send (its news then reaches the back
+# office only through sync_provider), as a provider that cannot reach it does.
+SIMULATED_PROVIDER_LOSE_WEBHOOKS = env.switch("SIMULATED_PROVIDER_LOSE_WEBHOOKS", False)
 # gunicorn.conf.py's processes and threads per process, read here so that a bad value
 # stops gunicorn with the same one line as any other setting.
 WEB_CONCURRENCY = env.count("WEB_CONCURRENCY", 2, of="processes", high=64)

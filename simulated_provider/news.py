@@ -116,7 +116,10 @@ def _signed(body: str, secret: str) -> str:
 def send(events: list[dict]) -> list[str]:
     """POST each event, signed with STRIPE_WEBHOOK_SECRET, to
     SIMULATED_PROVIDER_WEBHOOK_URL, as Stripe delivers its webhooks; what the back office
-    answered for each (its `outcome`, or the HTTP error)."""
+    answered for each (its `outcome`, or the HTTP error); `lost` for each when
+    SIMULATED_PROVIDER_LOSE_WEBHOOKS is on (nothing is sent)."""
+    if settings.SIMULATED_PROVIDER_LOSE_WEBHOOKS:
+        return ["lost (SIMULATED_PROVIDER_LOSE_WEBHOOKS)"] * len(events)
     if not settings.STRIPE_WEBHOOK_SECRET:
         raise RuntimeError("STRIPE_WEBHOOK_SECRET is not set: the back office would refuse")
     url = settings.SIMULATED_PROVIDER_WEBHOOK_URL
