@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -25,8 +26,24 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-webhook", action="store_true", help="Tell the back office nothing."
         )
+        parser.add_argument(
+            "--every",
+            type=float,
+            help="Take one every SECONDS until stopped (make run's trickle of customers); a "
+            "webhook the back office did not take is said on stderr, and the next goes on.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        every = options["every"]
+        if every is not None and not every > 0:
+            raise CommandError("simulate_payment: --every must be a number of seconds above 0")
+        while True:
+            self._one(options)
+            if every is None:
+                return
+            time.sleep(every)
+
+    def _one(self, options: dict[str, Any]) -> None:
         try:
             charge = take_payment(
                 amount=options["amount"],
@@ -36,8 +53,14 @@ class Command(BaseCommand):
         except Refused as exc:
             raise CommandError(f"simulate_payment: {exc}") from exc
         self.stdout.write(charge.provider_id)
-        if not options["no_webhook"]:
+        if options["no_webhook"]:
+            return
+        try:
             tell(self, news.event_about(charge, "charge.succeeded"), "simulate_payment")
+        except CommandError as exc:
+            if options["every"] is None:
+                raise
+            self.stderr.write(str(exc))  # the server is not up yet, say: the sync finds it
 
 
 def tell(command: BaseCommand, event: dict, name: str) -> None:
