@@ -1,5 +1,5 @@
 """Test helpers: provider events as Stripe sends them to POST /webhooks/stripe, signed as
-Stripe signs them."""
+Stripe signs them; and the objects of a charge and a refund the provider made itself."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import hmac
 import json
 import time
 
-from ledger_app.models import Charge, Refund
+from ledger_app.models import Charge, Event, ProviderEvent, Refund
 
 SECRET = "whsec_test_provider_events_boundary"
 URL = "/webhooks/stripe"
@@ -74,3 +74,70 @@ def refund_event(refund: Refund, status: str, *, event_id: str) -> dict:
     """The provider's news of a refund: `refund.updated`, or `refund.failed` when it failed."""
     kind = "refund.failed" if status == "failed" else "refund.updated"
     return event_of(event_id, kind, refund_object(refund, status))
+
+
+# Objects the provider made itself (its checkout, its dashboard), as Stripe describes them.
+CREATED = 1_796_000_000  # 2026-11-30, as Stripe's `created`
+
+
+def provider_charge(charge_id="ch_3MadeAtTheProvider", **changed) -> dict:
+    """A charge as Stripe describes one its checkout took."""
+    obj = {
+        "id": charge_id,
+        "object": "charge",
+        "amount": 10_000,
+        "amount_captured": 10_000,
+        "amount_refunded": 0,
+        "captured": True,
+        "currency": "usd",
+        "customer": "cus_Nf4Customer",
+        "payment_intent": "pi_3MadeAtTheProvider",
+        "description": "Order 1041",
+        "metadata": {"order": "1041"},
+        "status": "succeeded",
+        "created": CREATED,
+    }
+    return {**obj, **changed}
+
+
+def provider_refund(refund_id="re_3MadeInTheDashboard", **changed) -> dict:
+    """A refund someone made in the provider's own dashboard: no metadata of ours."""
+    obj = {
+        "id": refund_id,
+        "object": "refund",
+        "charge": "ch_3MadeAtTheProvider",
+        "amount": 6_000,
+        "currency": "usd",
+        "status": "succeeded",
+        "reason": "requested_by_customer",
+        "metadata": {},
+        "created": CREATED + 60,
+    }
+    return {**obj, **changed}
+
+
+def tell(client, event_type: str, obj: dict, *, event_id: str) -> str:
+    answer = post_event(client, event_of(event_id, event_type, obj))
+    assert answer.status_code == 200, answer.content
+    return ProviderEvent.objects.get(pk=event_id).outcome
+
+
+def told_types(obj_id: str) -> list[str]:
+    return list(
+        Event.objects.filter(data_object__id=obj_id).order_by("id").values_list("type", flat=True)
+    )
+
+
+def payment_intent() -> dict:
+    return {
+        "id": "pi_3MadeAtTheProvider",
+        "object": "payment_intent",
+        "amount": 10_000,
+        "amount_received": 10_000,
+        "currency": "usd",
+        "customer": "cus_Nf4Customer",
+        "latest_charge": "ch_3MadeAtTheProvider",
+        "metadata": {},
+        "status": "succeeded",
+        "created": CREATED,
+    }

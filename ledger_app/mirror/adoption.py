@@ -53,6 +53,8 @@ from ledger_app.refunds.models import Refund, RefundReason
 log = logging.getLogger("ledger_app.mirror")
 
 ACTOR = "provider"  # how its ledger entries and the admin name who made it
+KEY_PREFIX = "provider:"  # its provider key: this and its provider id
+MAX_KEY = Refund._meta.get_field("provider_idempotency_key").max_length or 255
 NOTE = "Made at the provider, outside the back office."
 # A provider's status for a refund that moved (or is moving) money, and ours for it.
 ADOPTED = {
@@ -83,7 +85,7 @@ class ProviderRefund:
 def read_refund(obj: dict[str, Any]) -> ProviderRefund | str:
     """The provider's refund object as adoption keeps it, or why it is not one."""
     refund_id, charge = obj.get("id"), id_of(obj.get("charge"))
-    if not is_id(refund_id):
+    if not is_id(refund_id) or len(KEY_PREFIX + refund_id) > MAX_KEY:
         return f"its refund's id {shown(refund_id)} is not an id"
     if not is_id(charge):
         return f"refund {refund_id}'s charge {shown(charge)} is not an id"
@@ -235,7 +237,7 @@ def _write(charge: Charge, seen: ProviderRefund, endpoints: list[WebhookEndpoint
         payment_intent=charge.payment_intent,
         provider_refund_id=seen.id,
         destination_reference=seen.reference,
-        provider_idempotency_key=f"provider:{seen.id}",  # never sent; unique: adopted once
+        provider_idempotency_key=KEY_PREFIX + seen.id,  # never sent; unique: adopted once
         created_at=seen.created_at or timezone.now(),
     )
     kinds = [LedgerEntry.Kind.REFUND_RESERVED]

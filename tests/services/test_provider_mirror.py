@@ -5,84 +5,38 @@ applied in part (ledger_app/mirror)."""
 
 from __future__ import annotations
 
-import io
 import re
 
 import pytest
-from django.core.management import CommandError, call_command
 
 from ledger_app import errors
 from ledger_app.access.api_keys import create_api_key
-from ledger_app.approvals.services import reject_refund
-from ledger_app.ledger.drift import find_ledger_drift
 from ledger_app.mirror.adoption import apply_held
 from ledger_app.mirror.events_in import apply_provider_event
-from ledger_app.models import Charge, Event, LedgerEntry, ProviderEvent, Refund, RefundLimit
+from ledger_app.models import Charge, LedgerEntry, Refund
 from ledger_app.provider.dispatch import process_pending_refunds, reconcile_refunds
 from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.concurrency import run_at_once
-from tests.factories import LEADS_MIGRATION, migration_group
 from tests.invariants import assert_ledger_invariants
-from tests.provider_webhook import SECRET, event_of, post_event
-from tests.services.people import staff
+from tests.provider_webhook import (
+    CREATED,
+    SECRET,
+    event_of,
+    payment_intent,
+    provider_charge,
+    provider_refund,
+    tell,
+    told_types,
+)
 
 pytestmark = pytest.mark.usefixtures("inline_dispatch")
 ADOPTED = "refund re_3MadeInTheDashboard made at the provider adopted as {} (succeeded)"
-CREATED = 1_796_000_000  # 2026-11-30, as Stripe's `created`
 
 
 @pytest.fixture(autouse=True)
 def _webhook_secret(settings):
     settings.STRIPE_WEBHOOK_SECRET = SECRET
-
-
-def provider_charge(charge_id="ch_3MadeAtTheProvider", **changed) -> dict:
-    """A charge as Stripe describes one its checkout took."""
-    obj = {
-        "id": charge_id,
-        "object": "charge",
-        "amount": 10_000,
-        "amount_captured": 10_000,
-        "amount_refunded": 0,
-        "captured": True,
-        "currency": "usd",
-        "customer": "cus_Nf4Customer",
-        "payment_intent": "pi_3MadeAtTheProvider",
-        "description": "Order 1041",
-        "metadata": {"order": "1041"},
-        "status": "succeeded",
-        "created": CREATED,
-    }
-    return {**obj, **changed}
-
-
-def provider_refund(refund_id="re_3MadeInTheDashboard", **changed) -> dict:
-    """A refund someone made in the provider's own dashboard: no metadata of ours."""
-    obj = {
-        "id": refund_id,
-        "object": "refund",
-        "charge": "ch_3MadeAtTheProvider",
-        "amount": 6_000,
-        "currency": "usd",
-        "status": "succeeded",
-        "reason": "requested_by_customer",
-        "metadata": {},
-        "created": CREATED + 60,
-    }
-    return {**obj, **changed}
-
-
-def tell(client, event_type: str, obj: dict, *, event_id: str) -> str:
-    answer = post_event(client, event_of(event_id, event_type, obj))
-    assert answer.status_code == 200, answer.content
-    return ProviderEvent.objects.get(pk=event_id).outcome
-
-
-def told_types(obj_id: str) -> list[str]:
-    return list(
-        Event.objects.filter(data_object__id=obj_id).order_by("id").values_list("type", flat=True)
-    )
 
 
 @pytest.fixture
@@ -193,21 +147,6 @@ class TestChargesArrive:
         assert Charge.objects.get().metadata == {}
 
 
-def payment_intent() -> dict:
-    return {
-        "id": "pi_3MadeAtTheProvider",
-        "object": "payment_intent",
-        "amount": 10_000,
-        "amount_received": 10_000,
-        "currency": "usd",
-        "customer": "cus_Nf4Customer",
-        "latest_charge": "ch_3MadeAtTheProvider",
-        "metadata": {},
-        "status": "succeeded",
-        "created": CREATED,
-    }
-
-
 @pytest.mark.django_db
 class TestRefundsMadeAtTheProviderAreAdopted:
     def test_part_refunded_at_the_provider_leaves_the_books_right(self, client, arrived):
@@ -274,6 +213,25 @@ class TestRefundsMadeAtTheProviderAreAdopted:
 
         assert "nothing to adopt" in outcome and not Refund.objects.exists()
 
+    @pytest.mark.parametrize(
+        ("changed", "said"),
+        [
+            ({"id": "re_" + "x" * 244}, "is not an id"),  # its provider key would not fit
+            ({"id": "re 1"}, "is not an id"),
+            ({"charge": {"id": "ch\x00"}}, "is not an id"),
+            ({"amount": 0}, "is not one"),
+            ({"amount": 6_000.0}, "is not one"),
+            ({"amount": True}, "is not one"),
+            ({"currency": "us"}, "is not one"),
+            ({"status": None}, "has no status"),
+        ],
+    )
+    def test_a_refund_that_is_not_one_changes_nothing(self, client, arrived, changed, said):
+        outcome = tell(client, "refund.created", provider_refund(**changed), event_id="evt_bad")
+
+        assert outcome.startswith("ignored:") and said in outcome, outcome
+        assert not Refund.objects.exists() and Charge.objects.get().amount_refunded == 0
+
     def test_our_own_refund_is_settled_not_adopted(self, client, arrived):
         ours = create_refund(RefundRequest(charge_id=arrived.pk, amount=1_000)).item
         told = provider_refund(ours.provider_refund_id, amount=1_000)
@@ -282,59 +240,6 @@ class TestRefundsMadeAtTheProviderAreAdopted:
         tell(client, "refund.updated", told, event_id="evt_ours")
 
         assert Refund.objects.get() == ours and Charge.objects.get().amount_refunded == 1_000
-
-
-@pytest.mark.django_db
-class TestARefundThatDoesNotFit:
-    @pytest.fixture
-    def held(self, client, arrived, django_user_model):
-        """$80 of the $100 waits for a lead's approval; the provider then refunds $60."""
-        agent = staff(django_user_model, "agent")
-        RefundLimit.objects.create(user=agent, currency="usd", per_refund=1_000)
-        waiting = create_refund(RefundRequest(charge_id=arrived.pk, amount=8_000, actor=agent))
-        assert waiting.item.status == "awaiting_approval"
-        outcome = tell(client, "refund.created", provider_refund(), event_id="evt_r1")
-        return waiting.item, outcome
-
-    @pytest.mark.allows_drift("disagrees_with_provider")
-    def test_it_is_held_and_blocks_the_charge_without_a_partial_write(self, held, arrived):
-        waiting, outcome = held
-
-        assert outcome.startswith(f"charge {arrived.pk} disagrees with the provider:")
-        arrived.refresh_from_db()
-        assert arrived.amount_refunded == 8_000 and Refund.objects.count() == 1
-        assert [item["id"] for item in arrived.provider_disagreement["held"]] == [
-            "re_3MadeInTheDashboard"
-        ]
-        with pytest.raises(errors.ChargeDisagreesWithProvider):
-            create_refund(RefundRequest(charge_id=arrived.pk, amount=100))
-        drift = [d.problem for d in find_ledger_drift()]
-        assert drift == ["disagrees_with_provider"]
-        out = io.StringIO()
-        with pytest.raises(CommandError):
-            call_command("verify_ledger", stdout=out)
-        assert "re_3MadeInTheDashboard (6000)" in out.getvalue()
-
-    def test_once_ours_is_rejected_a_lead_applies_it(self, held, arrived, django_user_model):
-        waiting, _ = held
-        lead = staff(django_user_model, "lead", migration_group(LEADS_MIGRATION))
-        reject_refund(refund_id=waiting.pk, approver=lead, note="refunded at the provider")
-
-        outcomes = apply_held(arrived.pk, actor="user:lead")
-
-        adopted = Refund.objects.get(source="provider")
-        assert outcomes == [ADOPTED.format(adopted.pk)]
-        arrived.refresh_from_db()
-        assert arrived.provider_disagreement is None and arrived.amount_refunded == 6_000
-        assert_ledger_invariants()
-
-    @pytest.mark.allows_drift("disagrees_with_provider")
-    def test_applied_while_still_in_the_way_it_is_held_again(self, held, arrived):
-        outcomes = apply_held(arrived.pk, actor="user:lead")
-
-        assert "disagrees" in outcomes[0]
-        arrived.refresh_from_db()
-        assert arrived.provider_disagreement and arrived.amount_refunded == 8_000
 
 
 @pytest.mark.postgres
@@ -363,26 +268,6 @@ class TestAtOnce:
         assert arrived.provider_disagreement is None
         assert arrived.amount_refunded == 9_000 and Refund.objects.count() == 2
         assert_ledger_invariants()
-
-
-@pytest.mark.django_db
-class TestALeadResolvesItFromTheCommandLine:
-    def test_held_it_exits_1_and_once_it_fits_exits_0(self, client, arrived, django_user_model):
-        agent = staff(django_user_model, "agent")
-        RefundLimit.objects.create(user=agent, currency="usd", per_refund=1_000)
-        waiting = create_refund(RefundRequest(charge_id=arrived.pk, amount=8_000, actor=agent))
-        tell(client, "refund.created", provider_refund(), event_id="evt_r1")
-        out = io.StringIO()
-
-        with pytest.raises(CommandError) as still:
-            call_command("apply_provider_refunds", arrived.pk, stdout=out)
-
-        assert still.value.returncode == 1 and "disagrees" in out.getvalue()
-        lead = staff(django_user_model, "lead", migration_group(LEADS_MIGRATION))
-        reject_refund(refund_id=waiting.item.pk, approver=lead, note="refunded at the provider")
-        call_command("apply_provider_refunds", arrived.pk, stdout=out)
-        assert out.getvalue().endswith(f"charge {arrived.pk} agrees with the provider\n")
-        assert Charge.objects.get(pk=arrived.pk).amount_refunded == 6_000
 
 
 @pytest.mark.django_db

@@ -1,0 +1,109 @@
+"""A refund made at the provider that does not fit the ledger (more than is left, or
+maybe a refund of ours still unanswered) is held on its charge, never applied in part:
+refunds of the charge are refused with `charge_disagrees_with_provider`, verify_ledger
+names it, and a lead applies it once the way is clear (ledger_app/mirror/adoption.py)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from ledger_app import errors
+from ledger_app.approvals.services import reject_refund
+from ledger_app.ledger.drift import find_ledger_drift
+from ledger_app.mirror.adoption import apply_held
+from ledger_app.models import Charge, Refund, RefundLimit
+from ledger_app.refunds.services import RefundRequest, create_refund
+from tests.factories import LEADS_MIGRATION, migration_group
+from tests.invariants import assert_ledger_invariants
+from tests.provider_webhook import SECRET, provider_charge, provider_refund, tell
+from tests.services.people import staff
+
+pytestmark = pytest.mark.usefixtures("inline_dispatch")
+ADOPTED = "refund re_3MadeInTheDashboard made at the provider adopted as {} (succeeded)"
+
+
+@pytest.fixture(autouse=True)
+def _webhook_secret(settings):
+    settings.STRIPE_WEBHOOK_SECRET = SECRET
+
+
+@pytest.fixture
+def arrived(client, db) -> Charge:
+    tell(client, "charge.succeeded", provider_charge(), event_id="evt_arrive")
+    return Charge.objects.get(pk="ch_3MadeAtTheProvider")
+
+
+@pytest.mark.django_db
+class TestARefundThatDoesNotFit:
+    @pytest.fixture
+    def held(self, client, arrived, django_user_model):
+        """$80 of the $100 waits for a lead's approval; the provider then refunds $60."""
+        agent = staff(django_user_model, "agent")
+        RefundLimit.objects.create(user=agent, currency="usd", per_refund=1_000)
+        waiting = create_refund(RefundRequest(charge_id=arrived.pk, amount=8_000, actor=agent))
+        assert waiting.item.status == "awaiting_approval"
+        outcome = tell(client, "refund.created", provider_refund(), event_id="evt_r1")
+        return waiting.item, outcome
+
+    @pytest.mark.allows_drift("disagrees_with_provider")
+    def test_it_is_held_and_blocks_the_charge_without_a_partial_write(self, held, arrived):
+        waiting, outcome = held
+
+        assert outcome.startswith(f"charge {arrived.pk} disagrees with the provider:")
+        arrived.refresh_from_db()
+        assert arrived.amount_refunded == 8_000 and Refund.objects.count() == 1
+        assert [item["id"] for item in arrived.provider_disagreement["held"]] == [
+            "re_3MadeInTheDashboard"
+        ]
+        with pytest.raises(errors.ChargeDisagreesWithProvider):
+            create_refund(RefundRequest(charge_id=arrived.pk, amount=100))
+        drift = [d.problem for d in find_ledger_drift()]
+        assert drift == ["disagrees_with_provider"]
+        out = io.StringIO()
+        with pytest.raises(CommandError):
+            call_command("verify_ledger", stdout=out)
+        assert "re_3MadeInTheDashboard (6000)" in out.getvalue()
+
+    def test_once_ours_is_rejected_a_lead_applies_it(self, held, arrived, django_user_model):
+        waiting, _ = held
+        lead = staff(django_user_model, "lead", migration_group(LEADS_MIGRATION))
+        reject_refund(refund_id=waiting.pk, approver=lead, note="refunded at the provider")
+
+        outcomes = apply_held(arrived.pk, actor="user:lead")
+
+        adopted = Refund.objects.get(source="provider")
+        assert outcomes == [ADOPTED.format(adopted.pk)]
+        arrived.refresh_from_db()
+        assert arrived.provider_disagreement is None and arrived.amount_refunded == 6_000
+        assert_ledger_invariants()
+
+    @pytest.mark.allows_drift("disagrees_with_provider")
+    def test_applied_while_still_in_the_way_it_is_held_again(self, held, arrived):
+        outcomes = apply_held(arrived.pk, actor="user:lead")
+
+        assert "disagrees" in outcomes[0]
+        arrived.refresh_from_db()
+        assert arrived.provider_disagreement and arrived.amount_refunded == 8_000
+
+
+@pytest.mark.django_db
+class TestALeadResolvesItFromTheCommandLine:
+    def test_held_it_exits_1_and_once_it_fits_exits_0(self, client, arrived, django_user_model):
+        agent = staff(django_user_model, "agent")
+        RefundLimit.objects.create(user=agent, currency="usd", per_refund=1_000)
+        waiting = create_refund(RefundRequest(charge_id=arrived.pk, amount=8_000, actor=agent))
+        tell(client, "refund.created", provider_refund(), event_id="evt_r1")
+        out = io.StringIO()
+
+        with pytest.raises(CommandError) as still:
+            call_command("apply_provider_refunds", arrived.pk, stdout=out)
+
+        assert still.value.returncode == 1 and "disagrees" in out.getvalue()
+        lead = staff(django_user_model, "lead", migration_group(LEADS_MIGRATION))
+        reject_refund(refund_id=waiting.item.pk, approver=lead, note="refunded at the provider")
+        call_command("apply_provider_refunds", arrived.pk, stdout=out)
+        assert out.getvalue().endswith(f"charge {arrived.pk} agrees with the provider\n")
+        assert Charge.objects.get(pk=arrived.pk).amount_refunded == 6_000
