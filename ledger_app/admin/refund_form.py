@@ -32,6 +32,7 @@ from ledger_app.charges.selectors import charge_state
 from ledger_app.db import drop_broken_connection
 from ledger_app.errors import (
     ChargeChanged,
+    ChargeDisagreesWithProvider,
     ChargeDisputed,
     ChargeNotRefundable,
     IdempotencyKeyReused,
@@ -359,6 +360,8 @@ def why_not_refundable(charge: Charge) -> str:
         return f"charge is {charge.status}"
     if blocker == ChargeDisputed.code:
         return f"disputed: {charge.dispute_status}"
+    if blocker == ChargeDisagreesWithProvider.code:
+        return "disagrees with the provider: a lead resolves it"
     return "fully refunded"
 
 

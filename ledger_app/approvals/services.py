@@ -139,6 +139,12 @@ def _decide(refund_id: str, approver: AbstractUser, note: str, *, approve: bool)
                 f"refund {refund.pk} cannot be approved until it is closed; reject it, or "
                 "wait."
             )
+        if approve and refund.charge.provider_disagreement:  # the provider may have given it
+            raise errors.ChargeDisagreesWithProvider(
+                f"Charge {refund.charge.pk} disagrees with the provider: refund {refund.pk} "
+                "cannot be approved until a lead resolves it; reject it if the provider "
+                "already gave the money back."
+            )
         expired = refund.approval_expires_at is not None and refund.approval_expires_at <= now
         if expired:  # too late: canceled now rather than left for the expiry run
             _cancel(refund, EXPIRY_ACTOR, "not approved in time", now, endpoints)

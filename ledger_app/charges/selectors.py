@@ -7,6 +7,7 @@ from django.db import connection
 from django.db.models import (
     Case,
     Max,
+    Q,
     QuerySet,
     When,
 )
@@ -84,3 +85,10 @@ def charge_states(charge_ids: list[str]) -> dict[str, int]:
         .values_list("charge_id", "newest")
     )
     return {pk: 0 for pk in charge_ids} | dict(newest)
+
+
+def known_to_the_provider_as(reference: str) -> Q:
+    """The charge the provider knows by `reference` (Charge.provider_reference, read the
+    other way): its own id for a charge it answered for; the charge's id for one that
+    arrived from it, or was imported."""
+    return Q(provider_charge_id=reference) | Q(pk=reference, provider_charge_id="")

@@ -11,10 +11,12 @@ Limits and four-eyes do not apply: it has already happened. It is never sent (it
 When it does not fit (more than is left, another currency, a charge that has not
 succeeded here), nothing is written but the charge's `provider_disagreement`: why, and the
 provider's refund, held. Refunds of the charge are refused with
-`charge_disagrees_with_provider` until a lead applies what is held again (`apply_held`:
-the admin's "Apply the provider's refunds" action) once our own refund in the way has
+`charge_disagrees_with_provider` until a lead applies what is held again (`apply_held`,
+`manage.py apply_provider_refunds`) once our own refund in the way has
 settled or been canceled. A provider refund that already failed moved no money: it is not
-adopted.
+adopted. A refund `import_charges` recorded as made before the import (without the
+provider's id) is the provider's refund of the same amount: it takes that id; any other
+provider refund of such a charge is held, since the import's lump may already count it.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from ledger_app import metrics
 from ledger_app.charges.models import Charge
-from ledger_app.charges.selectors import charge_for_update
+from ledger_app.charges.selectors import charge_for_update, known_to_the_provider_as
+from ledger_app.errors import LedgerError
 from ledger_app.events import services as events
 from ledger_app.events.models import EventType, WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
@@ -47,6 +49,7 @@ from ledger_app.mirror.objects import (
     shown,
     text,
 )
+from ledger_app.money import normalize_currency
 from ledger_app.provider.card_references import card_reference
 from ledger_app.refunds.models import Refund, RefundReason
 
@@ -96,7 +99,9 @@ def read_refund(obj: dict[str, Any]) -> ProviderRefund | str:
     )
     if amount is None:
         return f"refund {refund_id}'s amount {shown(obj.get('amount'))} is not one"
-    if not (isinstance(currency, str) and len(currency) == 3 and currency.isalpha()):
+    try:
+        currency = normalize_currency(currency)
+    except LedgerError:
         return f"refund {refund_id}'s currency {shown(currency)} is not one"
     if not isinstance(status, str):
         return f"refund {refund_id} has no status"
@@ -118,7 +123,8 @@ def adopt(seen: ProviderRefund, *, doubt: str = "") -> Applied:
     """Adopt the provider's refund into the ledger, inside the caller's transaction (the
     provider event's, or sync_provider's): what it did, as an outcome line. With a
     `doubt`, it is held for a lead instead, whatever room there is."""
-    pk = charge_known_as(seen.charge)
+    known = Charge.objects.filter(known_to_the_provider_as(seen.charge))
+    pk = known.values_list("pk", flat=True).first()
     if pk is None:
         return Applied(f"unknown charge {seen.charge} of refund {seen.id}")
     endpoints = live_endpoints()  # who is told; read before the charge's lock is taken
@@ -131,9 +137,7 @@ def adopt(seen: ProviderRefund, *, doubt: str = "") -> Applied:
             said + (f"no longer held on charge {charge.pk}" if dropped else "nothing to adopt"),
             moved=dropped,
         )
-    if doubt and not Refund.objects.filter(provider_refund_id=seen.id).exists():
-        return _hold(charge, seen, f"refund {seen.id}: {doubt}")
-    return adopt_locked(charge, seen, endpoints)
+    return adopt_locked(charge, seen, endpoints, doubt=doubt)
 
 
 def _drop_held(charge: Charge, seen: ProviderRefund) -> bool:
@@ -151,20 +155,27 @@ def _drop_held(charge: Charge, seen: ProviderRefund) -> bool:
     return True
 
 
-def charge_known_as(reference: str) -> str | None:
-    """The pk of the charge the provider knows by `reference`: its own id for a charge it
-    answered for, the charge's id for one that arrived from it or was imported."""
-    by_ref = Q(provider_charge_id=reference) | Q(pk=reference, provider_charge_id="")
-    return Charge.objects.filter(by_ref).values_list("pk", flat=True).first()
-
-
-def adopt_locked(charge: Charge, seen: ProviderRefund, endpoints: list[WebhookEndpoint]) -> Applied:
+def adopt_locked(
+    charge: Charge, seen: ProviderRefund, endpoints: list[WebhookEndpoint], *, doubt: str = ""
+) -> Applied:
     """adopt's work on the charge the caller locked: one refund per provider refund (the
     one holding its id is found under the lock; its provider key `provider:<id>` is
-    unique besides)."""
+    unique besides). A refund an import recorded without the provider's id, of the same
+    amount, is that refund: it takes the id instead of a second refund being made."""
     holder = Refund.objects.filter(provider_refund_id=seen.id).values_list("pk", flat=True).first()
     if holder is not None:
         return Applied(f"refund {seen.id} is {holder} already")
+    imported = Refund.objects.filter(
+        charge=charge, source=Refund.Source.IMPORT, provider_refund_id=""
+    ).order_by("created_at", "id")
+    same = imported.filter(amount=seen.amount).first()
+    if same is not None and not doubt:
+        same.provider_refund_id = seen.id
+        same.save(update_fields=["provider_refund_id", "updated_at"])
+        return Applied(f"refund {seen.id} is {same.pk}, recorded by the import", moved=True)
+    if doubt or imported.exists():
+        why = doubt or "an import recorded refunds of this charge without the provider's ids"
+        return _hold(charge, seen, f"refund {seen.id}: {why}")
     why = _no_room(charge, seen)
     if why:
         return _hold(charge, seen, why)

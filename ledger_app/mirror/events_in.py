@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 
 from ledger_app.charges.models import DISPUTE_STATUSES, Charge, ProviderMovement
-from ledger_app.charges.selectors import charges_for_update
+from ledger_app.charges.selectors import charges_for_update, known_to_the_provider_as
 from ledger_app.events import services as events
 from ledger_app.events.models import EventType, WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
@@ -290,8 +289,8 @@ def _apply_dispute(obj: dict[str, Any]) -> Applied:
 def _disputed_charge(charge_ref: str) -> tuple[str, int, str] | None:
     """The pk, amount and currency of the charge the provider knows as `charge_ref`, read
     before its lock: a charge's amount and currency never change."""
-    by_ref = Q(provider_charge_id=charge_ref) | Q(pk=charge_ref, provider_charge_id="")
-    return Charge.objects.filter(by_ref).values_list("pk", "amount", "currency").first()
+    known = Charge.objects.filter(known_to_the_provider_as(charge_ref))
+    return known.values_list("pk", "amount", "currency").first()
 
 
 def _candidate(kind: Kind, provider_id: str, named: str | None) -> tuple[str, str] | str | None:
@@ -301,9 +300,7 @@ def _candidate(kind: Kind, provider_id: str, named: str | None) -> tuple[str, st
     columns = ("pk", "charge_id") if kind.names_charge else ("pk", "pk")
     holding = kind.model.objects.filter(**{kind.model.provider_id_field: provider_id})
     if not kind.names_charge:  # a charge that arrived, or was imported, has the provider's id
-        holding = Charge.objects.filter(
-            Q(provider_charge_id=provider_id) | Q(pk=provider_id, provider_charge_id="")
-        )
+        holding = Charge.objects.filter(known_to_the_provider_as(provider_id))
     rows = list(holding.values_list(*columns)[:2])
     if len(rows) > 1:
         return f"more than one {kind.name} holds provider id {provider_id}"

@@ -118,7 +118,9 @@ class _Run:
         while start < end:
             until = min(start + WINDOW, end)
             listed = list_created(kind, start=start, end=until, gateway=self.gateway)
-            for obj in sorted(listed, key=_oldest_first):
+            objects = [obj for obj in listed if isinstance(obj, dict)]  # an object, or nothing
+            self.report.ignored += len(listed) - len(objects)
+            for obj in sorted(objects, key=_oldest_first):
                 self.report.read[kind] += 1
                 self._apply(obj)
             if not self.dry_run:

@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from ledger_app import errors
-from ledger_app.approvals.services import reject_refund
+from ledger_app.approvals.services import approve_refund, reject_refund
 from ledger_app.ledger.drift import find_ledger_drift
 from ledger_app.mirror.adoption import apply_held
 from ledger_app.models import Charge, Refund, RefundLimit
@@ -107,3 +107,57 @@ class TestALeadResolvesItFromTheCommandLine:
         call_command("apply_provider_refunds", arrived.pk, stdout=out)
         assert out.getvalue().endswith(f"charge {arrived.pk} agrees with the provider\n")
         assert Charge.objects.get(pk=arrived.pk).amount_refunded == 6_000
+
+
+@pytest.mark.django_db
+class TestAnImportsRefundsAreNotCountedTwice:
+    """import_charges records what the provider had refunded as one refund without the
+    provider's id; the provider then tells of its refund (a sync over that history, an
+    event carrying its card reference)."""
+
+    @pytest.fixture
+    def imported(self, tmp_path) -> Charge:
+        path = tmp_path / "charges.csv"
+        path.write_text(
+            "id,amount,currency,status,amount_refunded\n"
+            "ch_3MadeAtTheProvider,10000,usd,succeeded,6000\n"
+        )
+        call_command("import_charges", str(path), stdout=io.StringIO())
+        return Charge.objects.get(pk="ch_3MadeAtTheProvider")
+
+    def test_the_same_amount_is_that_refund_and_takes_the_providers_id(self, client, imported):
+        outcome = tell(client, "refund.updated", provider_refund(), event_id="evt_r1")
+
+        recorded = Refund.objects.get()
+        assert outcome == f"refund re_3MadeInTheDashboard is {recorded.pk}, recorded by the import"
+        assert recorded.provider_refund_id == "re_3MadeInTheDashboard"
+        imported.refresh_from_db()
+        assert imported.amount_refunded == 6_000 and imported.provider_disagreement is None
+        assert_ledger_invariants()
+
+    @pytest.mark.allows_drift("disagrees_with_provider")
+    def test_another_amount_is_held_not_added(self, client, imported):
+        tell(client, "refund.created", provider_refund(amount=1_000), event_id="evt_r1")
+
+        imported.refresh_from_db()
+        assert imported.amount_refunded == 6_000 and Refund.objects.count() == 1
+        assert "without the provider's ids" in imported.provider_disagreement["why"]
+
+
+@pytest.mark.django_db
+def test_an_approval_waits_while_the_charge_disagrees(client, arrived, django_user_model):
+    """The money an approval would send may be what the provider already gave back."""
+    agent = staff(django_user_model, "agent")
+    RefundLimit.objects.create(user=agent, currency="usd", per_refund=1_000)
+    waiting = create_refund(RefundRequest(charge_id=arrived.pk, amount=8_000, actor=agent)).item
+    tell(client, "refund.created", provider_refund(), event_id="evt_r1")
+    lead = staff(django_user_model, "lead", migration_group(LEADS_MIGRATION))
+
+    with pytest.raises(errors.ChargeDisagreesWithProvider):
+        approve_refund(refund_id=waiting.pk, approver=lead)
+
+    assert Refund.objects.get(pk=waiting.pk).status == "awaiting_approval"
+    reject_refund(refund_id=waiting.pk, approver=lead, note="refunded at the provider")
+    assert apply_held(arrived.pk, actor="user:lead")[0] == ADOPTED.format(
+        Refund.objects.get(source="provider").pk
+    )

@@ -118,6 +118,9 @@ class Command(PollingWorker, ExitsByOutcome):
         except (OutcomeUnknown, LeaseLost) as exc:
             log.warning("sync_provider stopped: %s; tried again later", exc)
             return
+        except Exception:  # whatever the provider listed, refunds go on being sent
+            log.exception("sync_provider failed; tried again later")
+            return
         if report is not None:
             self.stdout.write(f"sync_provider: {report.line(dry_run=False)}")
 
