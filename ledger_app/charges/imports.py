@@ -33,12 +33,8 @@ from ledger_app.charges.import_files import (
     stripe_row,
 )
 from ledger_app.charges.models import Charge
-from ledger_app.charges.services import write_recorded
+from ledger_app.charges.services import book_refund_made_at_provider, write_recorded
 from ledger_app.csv_files import UnusableFile
-from ledger_app.events import services as events
-from ledger_app.events.models import EventType
-from ledger_app.ledger.models import LedgerEntry
-from ledger_app.ledger.services import append_entry
 from ledger_app.refunds.models import Refund, new_refund_id
 
 ACTOR = "import_charges"
@@ -209,7 +205,7 @@ def _record_refunded_before(charge: Charge, amount: int) -> Refund:
     """The refund the provider made before the import: final (succeeded), so no sender ever
     takes it; reserved and settled in the ledger at once, as a refund made here would be."""
     refund_id = new_refund_id()
-    refund = Refund.objects.create(
+    refund = Refund(
         id=refund_id,
         charge=charge,
         amount=amount,
@@ -224,21 +220,4 @@ def _record_refunded_before(charge: Charge, amount: int) -> Refund:
         # figures of today's refunds never count a year of imported history.
         created_at=charge.created_at,
     )
-    for kind in (LedgerEntry.Kind.REFUND_RESERVED, LedgerEntry.Kind.REFUND_SUCCEEDED):
-        append_entry(
-            charge=charge,
-            refund=refund,
-            kind=kind,
-            amount=amount,
-            actor=ACTOR,
-            memo="refunded at the provider before import",
-        )
-    moved = {"amount_refunded": charge.amount_refunded}
-    charge.amount_refunded = amount
-    if charge.refunded:
-        moved["refunded"] = False
-    charge.save(update_fields=["amount_refunded", "updated_at"])
-    events.record_many(
-        [(EventType.REFUND_CREATED, refund, None), (EventType.CHARGE_REFUNDED, charge, moved)]
-    )
-    return refund
+    return book_refund_made_at_provider(refund, memo="refunded at the provider before import")

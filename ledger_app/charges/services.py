@@ -15,7 +15,7 @@ from ledger_app.charges.import_files import ChargeRow
 from ledger_app.charges.models import Charge, new_charge_id, new_payment_intent_id
 from ledger_app.db import drop_broken_connection
 from ledger_app.events import services as events
-from ledger_app.events.models import EventType
+from ledger_app.events.models import EventType, WebhookEndpoint
 from ledger_app.idempotency import services as idempotency
 from ledger_app.idempotency.models import IdempotencyRecord
 from ledger_app.idempotency.services import Created
@@ -24,6 +24,7 @@ from ledger_app.ledger.services import append_entry
 from ledger_app.money import normalize_currency, validate_amount, validate_within_ceiling
 from ledger_app.provider.dispatch import send_charge
 from ledger_app.provider.dispatch.pool import send_within_budget
+from ledger_app.refunds.models import Refund
 from ledger_app.validation import validate_metadata, validate_text
 
 log = logging.getLogger("ledger_app.charges")
@@ -187,3 +188,37 @@ def _record_outcome(charge: Charge, actor: str) -> None:
         events.record(EventType.CHARGE_SUCCEEDED, charge)
     elif charge.status == Charge.Status.FAILED:
         events.record(EventType.CHARGE_FAILED, charge)
+
+
+def book_refund_made_at_provider(
+    refund: Refund, *, memo: str, endpoints: list[WebhookEndpoint] | None = None
+) -> Refund:
+    """Write a refund the provider made itself (one an import found, one adopted from the
+    provider's word: never sent), inside the caller's transaction, on its charge as the
+    caller holds it: the refund, its `refund_reserved` entry (and `refund_succeeded` once
+    it succeeded), the charge's new balance, and `refund.created` and `charge.refunded`,
+    as a refund made here would be booked."""
+    charge = refund.charge
+    refund.save(force_insert=True)
+    kinds = [LedgerEntry.Kind.REFUND_RESERVED]
+    if refund.status == Refund.Status.SUCCEEDED:
+        kinds.append(LedgerEntry.Kind.REFUND_SUCCEEDED)
+    for kind in kinds:
+        append_entry(
+            charge=charge,
+            refund=refund,
+            kind=kind,
+            amount=refund.amount,
+            actor=refund.actor,
+            memo=memo,
+        )
+    moved: dict[str, Any] = {"amount_refunded": charge.amount_refunded}
+    charge.amount_refunded += refund.amount
+    if charge.refunded:
+        moved["refunded"] = False
+    charge.save(update_fields=["amount_refunded", "updated_at"])
+    events.record_many(
+        [(EventType.REFUND_CREATED, refund, None), (EventType.CHARGE_REFUNDED, charge, moved)],
+        endpoints=endpoints,
+    )
+    return refund

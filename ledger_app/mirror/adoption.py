@@ -32,13 +32,11 @@ from django.utils import timezone
 from ledger_app import metrics
 from ledger_app.charges.models import Charge
 from ledger_app.charges.selectors import charge_for_update, known_to_the_provider_as
+from ledger_app.charges.services import book_refund_made_at_provider
 from ledger_app.errors import LedgerError
-from ledger_app.events import services as events
-from ledger_app.events.models import EventType, WebhookEndpoint
+from ledger_app.events.models import WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
 from ledger_app.ids import new_id
-from ledger_app.ledger.models import LedgerEntry
-from ledger_app.ledger.services import append_entry
 from ledger_app.mirror.objects import (
     Applied,
     amount_of,
@@ -234,13 +232,12 @@ def _hold(charge: Charge, seen: ProviderRefund, why: str) -> Applied:
 
 
 def _write(charge: Charge, seen: ProviderRefund, endpoints: list[WebhookEndpoint]) -> Refund:
-    status = ADOPTED[seen.status]
-    refund = Refund.objects.create(
+    refund = Refund(
         id=new_id("re_"),
         charge=charge,
         amount=seen.amount,
         currency=charge.currency,
-        status=status,
+        status=ADOPTED[seen.status],
         reason=seen.reason,
         note=NOTE,
         source=Refund.Source.PROVIDER,
@@ -251,22 +248,7 @@ def _write(charge: Charge, seen: ProviderRefund, endpoints: list[WebhookEndpoint
         provider_idempotency_key=KEY_PREFIX + seen.id,  # never sent; unique: adopted once
         created_at=seen.created_at or timezone.now(),
     )
-    kinds = [LedgerEntry.Kind.REFUND_RESERVED]
-    if status == Refund.Status.SUCCEEDED:
-        kinds.append(LedgerEntry.Kind.REFUND_SUCCEEDED)
-    for kind in kinds:
-        append_entry(
-            charge=charge, refund=refund, kind=kind, amount=seen.amount, actor=ACTOR, memo=NOTE
-        )
-    moved: dict[str, Any] = {"amount_refunded": charge.amount_refunded}
-    charge.amount_refunded += seen.amount
-    if charge.refunded:
-        moved["refunded"] = False
-    charge.save(update_fields=["amount_refunded", "updated_at"])
-    events.record_many(
-        [(EventType.REFUND_CREATED, refund, None), (EventType.CHARGE_REFUNDED, charge, moved)],
-        endpoints=endpoints,
-    )
+    book_refund_made_at_provider(refund, memo=NOTE, endpoints=endpoints)
     transaction.on_commit(lambda: metrics.count_refund_created(refund))
     return refund
 
