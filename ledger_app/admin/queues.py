@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from django.urls import reverse
 
+from ledger_app.charges.models import Charge
 from ledger_app.refunds.models import Refund
 from ledger_app.refunds.selectors import needing_attention
 
@@ -44,6 +45,11 @@ def queues_of(request) -> list[Queue]:
         if not user.has_perm(permission):
             continue
         queues.append(_queue(title, rows, reverse(url_name)))
+    if user.has_perm("ledger_app.view_charge"):
+        # Refunds the provider made that the ledger had no room for: a lead resolves each.
+        disagreeing = Charge.objects.filter(provider_disagreement__has_key="held")
+        url = reverse("admin:ledger_app_charge_changelist") + "?provider=disagrees"
+        queues.append(_queue("Charges disagreeing with the provider", disagreeing, url))
     if user.has_perm("ledger_app.view_refund"):
         # Made outside the back office and adopted (ledger_app/mirror): the refund list,
         # filtered by its source.

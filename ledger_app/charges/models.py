@@ -159,6 +159,12 @@ class Charge(ProviderMovement):
             models.Index(fields=["customer"], name="charge_customer"),
             # the provider's id: its webhooks and lookups name a charge by it
             models.Index(fields=["provider_charge_id"], name="charge_provider_id"),
+            # the few that disagree with the provider: the admin's count, verify_ledger
+            models.Index(
+                fields=["id"],
+                name="charge_disagreeing",
+                condition=Q(provider_disagreement__has_key="held"),
+            ),
         ]
         constraints = [
             *ProviderMovement.Meta.constraints,

@@ -376,7 +376,7 @@ class TestCost:
         refund_at(now, amount=100, currency="eur", behaviour="decline")
         canceled_at(now)
 
-        with django_assert_max_num_queries(10):
+        with django_assert_max_num_queries(11):
             page = admin_client.get(INDEX)
 
         assert page.content.decode().count("<rect ") == 10 * 4  # 10 days in range, 4 reasons

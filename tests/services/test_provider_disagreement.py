@@ -6,6 +6,7 @@ names it, and a lead applies it once the way is clear (ledger_app/mirror/adoptio
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -66,6 +67,18 @@ class TestARefundThatDoesNotFit:
         with pytest.raises(CommandError):
             call_command("verify_ledger", stdout=out)
         assert "re_3MadeInTheDashboard (6000)" in out.getvalue()
+
+    @pytest.mark.allows_drift("disagrees_with_provider")
+    def test_it_waits_on_the_admin_index_and_in_the_charge_list(self, held, viewer_client):
+        page = viewer_client.get("/admin/").content.decode()
+
+        listed = "/admin/ledger_app/charge/?provider=disagrees"
+        assert re.search(
+            rf'<a href="{re.escape(listed)}">Charges disagreeing with the provider</a>: '
+            r"<strong[^>]*>1<",
+            page,
+        )
+        assert "ch_3MadeAtTheProvider" in viewer_client.get(listed).content.decode()
 
     def test_once_ours_is_rejected_a_lead_applies_it(self, held, arrived, django_user_model):
         waiting, _ = held
