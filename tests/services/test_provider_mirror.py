@@ -47,7 +47,9 @@ def arrived(client, db) -> Charge:
 
 @pytest.mark.django_db
 class TestChargesArrive:
-    def test_a_charge_the_provider_made_arrives_refundable_within_the_request(self, client):
+    def test_a_charge_the_provider_made_arrives_refundable_within_the_request(
+        self, client, viewer_client
+    ):
         outcome = tell(client, "charge.succeeded", provider_charge(), event_id="evt_1")
 
         assert outcome == "charge ch_3MadeAtTheProvider arrived from the provider (succeeded)"
@@ -67,6 +69,10 @@ class TestChargesArrive:
         shown = client.get(f"/v1/charges/{charge.pk}", HTTP_AUTHORIZATION=f"Bearer {api_key}")
         shown = shown.json()
         assert (shown["id"], shown["amount"], shown["refunded"]) == (charge.pk, 10_000, False)
+        listed = viewer_client.get("/admin/ledger_app/charge/?q=ch_3MadeAtTheProvider")
+        assert charge.pk in listed.content.decode()
+        page = viewer_client.get(f"/admin/ledger_app/charge/{charge.pk}/change/")
+        assert page.status_code == 200 and "cus_Nf4Customer" in page.content.decode()
         refund = create_refund(RefundRequest(charge_id=charge.pk, amount=2_500)).item
         assert refund.status == Refund.Status.SUCCEEDED
         assert ProviderRefund.objects.get().charge_reference == charge.pk

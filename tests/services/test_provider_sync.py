@@ -15,10 +15,12 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from ledger_app.charges.services import create_charge
+from ledger_app.management.commands.process_refunds import Command as ProcessRefunds
 from ledger_app.mirror.events_in import apply_provider_event
 from ledger_app.mirror.models import ProviderSyncCursor
 from ledger_app.mirror.sync import sync_provider
 from ledger_app.models import Charge, Event, JobLease, LedgerEntry, Refund
+from ledger_app.operations import job_leases
 from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider import news
 from simulated_provider.models import ProviderCharge, ProviderRefund
@@ -206,3 +208,38 @@ def test_a_webhook_a_sync_and_an_agents_refund_of_one_charge_at_once(a_day_witho
         call_command("apply_provider_refunds", charge_id, stdout=io.StringIO())
     assert Refund.objects.filter(provider_refund_id=made_there).count() == 1
     assert_books_equal_the_providers()
+
+
+@pytest.mark.django_db
+class TestOneRunAtATime:
+    def test_a_run_while_another_holds_the_job_does_nothing_and_says_so(
+        self, a_day_without_webhooks
+    ):
+        held = job_leases.claim_lease(name="sync_provider", seconds=60)
+        assert held is not None
+        out = io.StringIO()
+
+        call_command("sync_provider", "--since", "2026-01-01", stdout=out)
+
+        assert "another sync_provider run is under way; nothing done" in out.getvalue()
+        assert not Charge.objects.filter(pk=a_day_without_webhooks["first"]).exists()
+
+    def test_the_worker_runs_it_once_per_interval(self, a_day_without_webhooks, settings):
+        """process_refunds --loop asks between passes; a whole run that finished within
+        PROVIDER_SYNC_INTERVAL makes the next one wait."""
+        settings.PROVIDER_SYNC_INTERVAL = 86_400  # a day: the whole simulated day
+        worker = ProcessRefunds(stdout=io.StringIO())
+
+        worker._sync_if_due()
+        later = pay(1_200)
+        worker._sync_if_due()
+
+        said = worker.stdout._out.getvalue()
+        assert said.count("sync_provider: read") == 1  # the second was not due
+        assert Charge.objects.filter(pk=a_day_without_webhooks["first"]).exists()
+        assert not Charge.objects.filter(pk=later).exists()
+        JobLease.objects.filter(pk="sync_provider").update(
+            last_finished_at=timezone.now() - timedelta(days=2)  # as a day later
+        )
+        worker._sync_if_due()
+        assert Charge.objects.filter(pk=later).exists()
