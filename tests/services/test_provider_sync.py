@@ -228,13 +228,14 @@ class TestOneRunAtATime:
         """process_refunds --loop asks between passes; a whole run that finished within
         PROVIDER_SYNC_INTERVAL makes the next one wait."""
         settings.PROVIDER_SYNC_INTERVAL = 86_400  # a day: the whole simulated day
-        worker = ProcessRefunds(stdout=io.StringIO())
+        out = io.StringIO()
+        worker = ProcessRefunds(stdout=out)
 
         worker._sync_if_due()
         later = pay(1_200)
         worker._sync_if_due()
 
-        said = worker.stdout._out.getvalue()
+        said = out.getvalue()
         assert said.count("sync_provider: read") == 1  # the second was not due
         assert Charge.objects.filter(pk=a_day_without_webhooks["first"]).exists()
         assert not Charge.objects.filter(pk=later).exists()
