@@ -133,18 +133,8 @@ def _decide(refund_id: str, approver: AbstractUser, note: str, *, approve: bool)
             )
         if refund.created_by_id == approver.pk or refund.actor == decider:
             raise errors.ApprovalByRequester()
-        if approve and refund.charge.dispute_open:  # it may still be rejected
-            raise errors.ChargeDisputed(
-                f"Charge {refund.charge.pk} has an open dispute ({refund.charge.dispute_id}): "
-                f"refund {refund.pk} cannot be approved until it is closed; reject it, or "
-                "wait."
-            )
-        if approve and refund.charge.provider_disagreement:  # the provider may have given it
-            raise errors.ChargeDisagreesWithProvider(
-                f"Charge {refund.charge.pk} disagrees with the provider: refund {refund.pk} "
-                "cannot be approved until a lead resolves it; reject it if the provider "
-                "already gave the money back."
-            )
+        if approve:  # it may still be rejected
+            _ensure_approvable(refund)
         expired = refund.approval_expires_at is not None and refund.approval_expires_at <= now
         if expired:  # too late: canceled now rather than left for the expiry run
             _cancel(refund, EXPIRY_ACTOR, "not approved in time", now, endpoints)
@@ -159,6 +149,24 @@ def _decide(refund_id: str, approver: AbstractUser, note: str, *, approve: bool)
             "amount released."
         )
     return refund
+
+
+def _ensure_approvable(refund: Refund) -> None:
+    """What stops sending a refund's reserved money, under the charge's lock: an open
+    dispute (the dispute takes it too), or the provider's refunds held on the charge (the
+    provider may have given it back already)."""
+    charge = refund.charge
+    if charge.dispute_open:
+        raise errors.ChargeDisputed(
+            f"Charge {charge.pk} has an open dispute ({charge.dispute_id}): refund "
+            f"{refund.pk} cannot be approved until it is closed; reject it, or wait."
+        )
+    if charge.provider_disagreement:
+        raise errors.ChargeDisagreesWithProvider(
+            f"Charge {charge.pk} disagrees with the provider: refund {refund.pk} cannot be "
+            "approved until a lead resolves it; reject it if the provider already gave the "
+            "money back."
+        )
 
 
 def _lock(refund_id: str) -> Refund:
