@@ -115,6 +115,14 @@ def ledger_invariants(request):
 
 
 @pytest.fixture
+def provider_webhook_secret(settings):
+    """The secret the provider's webhooks are signed with in tests (tests/provider_webhook.py)."""
+    from tests.provider_webhook import SECRET
+
+    settings.STRIPE_WEBHOOK_SECRET = SECRET
+
+
+@pytest.fixture
 def worker_dispatch(settings):
     """Refunds stay pending after create_refund, for process_refunds to send."""
     settings.REFUND_DISPATCH = "worker"

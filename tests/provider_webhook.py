@@ -141,3 +141,12 @@ def payment_intent() -> dict:
         "status": "succeeded",
         "created": CREATED,
     }
+
+
+ADOPTED = "refund re_3MadeInTheDashboard made at the provider adopted as {} (succeeded)"
+
+
+def arrive(client) -> Charge:
+    """provider_charge() told by its charge.succeeded: the charge, arrived."""
+    tell(client, "charge.succeeded", provider_charge(), event_id="evt_arrive")
+    return Charge.objects.get(pk=provider_charge()["id"])

@@ -19,22 +19,15 @@ from ledger_app.models import Charge, Refund, RefundLimit
 from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import LEADS_MIGRATION, migration_group
 from tests.invariants import assert_ledger_invariants
-from tests.provider_webhook import SECRET, provider_charge, provider_refund, tell
+from tests.provider_webhook import ADOPTED, arrive, provider_refund, tell
 from tests.services.people import staff
 
-pytestmark = pytest.mark.usefixtures("inline_dispatch")
-ADOPTED = "refund re_3MadeInTheDashboard made at the provider adopted as {} (succeeded)"
-
-
-@pytest.fixture(autouse=True)
-def _webhook_secret(settings):
-    settings.STRIPE_WEBHOOK_SECRET = SECRET
+pytestmark = pytest.mark.usefixtures("inline_dispatch", "provider_webhook_secret")
 
 
 @pytest.fixture
 def arrived(client, db) -> Charge:
-    tell(client, "charge.succeeded", provider_charge(), event_id="evt_arrive")
-    return Charge.objects.get(pk="ch_3MadeAtTheProvider")
+    return arrive(client)
 
 
 @pytest.mark.django_db

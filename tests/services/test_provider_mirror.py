@@ -20,8 +20,9 @@ from simulated_provider.models import ProviderRefund, ProviderRequest
 from tests.concurrency import run_at_once
 from tests.invariants import assert_ledger_invariants
 from tests.provider_webhook import (
+    ADOPTED,
     CREATED,
-    SECRET,
+    arrive,
     event_of,
     payment_intent,
     provider_charge,
@@ -30,19 +31,12 @@ from tests.provider_webhook import (
     told_types,
 )
 
-pytestmark = pytest.mark.usefixtures("inline_dispatch")
-ADOPTED = "refund re_3MadeInTheDashboard made at the provider adopted as {} (succeeded)"
-
-
-@pytest.fixture(autouse=True)
-def _webhook_secret(settings):
-    settings.STRIPE_WEBHOOK_SECRET = SECRET
+pytestmark = pytest.mark.usefixtures("inline_dispatch", "provider_webhook_secret")
 
 
 @pytest.fixture
 def arrived(client, db) -> Charge:
-    tell(client, "charge.succeeded", provider_charge(), event_id="evt_arrive")
-    return Charge.objects.get(pk="ch_3MadeAtTheProvider")
+    return arrive(client)
 
 
 @pytest.mark.django_db
