@@ -398,6 +398,9 @@ SIMULATED_GATEWAY_LATENCY_MS = env.count(
 SIMULATED_ARN_DELAY_SECONDS = env.count(
     "SIMULATED_ARN_DELAY_SECONDS", 60, of="seconds", low=0, high=30 * 86_400
 )
+# The simulated provider pays a balance transaction out this many days after the day it was
+# made (UTC), in its daily payout, as Stripe's standard schedule does.
+SIMULATED_PAYOUT_DELAY_DAYS = env.count("SIMULATED_PAYOUT_DELAY_DAYS", 2, of="days", high=30)
 # Where the simulated provider sends its webhooks (advance_simulated_provider,
 # simulate_dispute), signed with STRIPE_WEBHOOK_SECRET, as Stripe sends them: the server
 # `make run` serves (GUNICORN_BIND, gunicorn.conf.py's address).
@@ -445,6 +448,9 @@ RECONCILE_RECHECK_HOURS = env.count("RECONCILE_RECHECK_HOURS", 72, of="hours", l
 # sync_provider: how often the worker walks the provider's objects for what its webhooks
 # missed, and how far back each run starts before where the last one ended (the overlap).
 PROVIDER_SYNC_INTERVAL = env.count("PROVIDER_SYNC_INTERVAL", 600, of="seconds", low=1, high=86_400)
+# close_books (and the worker, daily after the sync) closes each day not closed yet, this
+# many days back at most (docs/operating/books.md).
+BOOKS_CLOSE_DAYS = env.count("BOOKS_CLOSE_DAYS", 35, of="days", low=1, high=3_660)
 # The largest amount (minor units) a charge may have, created or imported, per currency:
 # Stripe's maxima by default (eight digits; twelve for IDR). AMOUNT_CEILINGS overrides
 # some, e.g. "usd=5000000,jpy=1000000"; AMOUNT_CEILING_DEFAULT the rest.

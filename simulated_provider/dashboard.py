@@ -10,6 +10,7 @@ import secrets
 from django.db import transaction
 from django.db.models import Sum
 
+from simulated_provider import books
 from simulated_provider.models import ProviderCharge, ProviderObject, ProviderRefund
 
 # Its own refunds that hold money of a charge: done, or still going.
@@ -27,15 +28,18 @@ def take_payment(*, amount: int, currency: str, description: str = "") -> Provid
     if not (len(currency) == 3 and currency.isalpha()):
         raise Refused(f"{currency[:10]!r} is not a currency code")
     charge_id = "ch_sim_" + secrets.token_hex(12)
-    return ProviderCharge.objects.create(
-        provider_id=charge_id,
-        idempotency_key=f"checkout:{charge_id}",
-        fingerprint="",
-        amount=amount,
-        currency=currency.lower(),
-        status=ProviderObject.Status.SUCCEEDED,
-        description=description,
-    )
+    with transaction.atomic():
+        charge = ProviderCharge.objects.create(
+            provider_id=charge_id,
+            idempotency_key=f"checkout:{charge_id}",
+            fingerprint="",
+            amount=amount,
+            currency=currency.lower(),
+            status=ProviderObject.Status.SUCCEEDED,
+            description=description,
+        )
+        books.book_charge(charge)
+    return charge
 
 
 def refund_from_dashboard(*, charge_id: str, amount: int) -> ProviderRefund:
@@ -50,7 +54,7 @@ def refund_from_dashboard(*, charge_id: str, amount: int) -> ProviderRefund:
         if not 0 < amount <= left:
             raise Refused(f"refund of {amount} refused: {left} is left of charge {charge_id}")
         refund_id = "re_sim_" + secrets.token_hex(12)
-        return ProviderRefund.objects.create(
+        refund = ProviderRefund.objects.create(
             provider_id=refund_id,
             idempotency_key=f"dashboard:{refund_id}",
             fingerprint="",
@@ -59,3 +63,5 @@ def refund_from_dashboard(*, charge_id: str, amount: int) -> ProviderRefund:
             status=ProviderObject.Status.SUCCEEDED,
             charge_reference=charge_id,
         )
+        books.book_refund(refund)
+        return refund

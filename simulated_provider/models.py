@@ -59,3 +59,65 @@ class ProviderRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.operation} {self.idempotency_key} -> {self.outcome}"
+
+
+class ProviderDispute(models.Model):
+    """A dispute of one of its charges (the cardholder's bank asks the money back): at most
+    one per charge. Its funds are withdrawn when it opens past the inquiry stage
+    (`warning_*` statuses take none) and reinstated when it is won."""
+
+    provider_id = models.CharField(max_length=64, unique=True)
+    charge_reference = models.CharField(max_length=255, unique=True)
+    amount = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    status = models.CharField(max_length=32)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.provider_id
+
+
+class ProviderPayout(models.Model):
+    """Money sent to the merchant's bank: every balance transaction of one currency that
+    was available by its day (simulated_provider/books.py)."""
+
+    provider_id = models.CharField(max_length=64, unique=True)
+    amount = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    arrival_date = models.DateField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.provider_id
+
+
+class ProviderBalanceTransaction(models.Model):
+    """One movement of the merchant's balance at the provider, in Stripe's terms: `amount`
+    signed (a refund's is negative), `fee` what the provider kept, `net` = amount - fee,
+    `source` the id of the charge, refund, dispute or payout that moved it."""
+
+    provider_id = models.CharField(max_length=64, unique=True)
+    type = models.CharField(max_length=32)
+    reporting_category = models.CharField(max_length=32)
+    source = models.CharField(max_length=255, blank=True, db_index=True)
+    amount = models.BigIntegerField()
+    fee = models.BigIntegerField(default=0)
+    net = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    available_on = models.DateField()
+    payout = models.ForeignKey(
+        ProviderPayout, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.provider_id} {self.type} {self.amount} {self.currency}"

@@ -2,7 +2,8 @@
 
 A refund accepted as `pending` (the charge's simulate_refund=pending_then_succeed)
 succeeds; one that succeeded with simulate_refund=succeed_then_fail fails, as a refund to
-a closed or expired card does. A charge can be disputed, and the dispute closed. Each
+a closed or expired card does. A charge can be disputed, and the dispute closed (its funds
+withdrawn and reinstated in the provider's books, simulated_provider/books.py). Each
 change is told as Stripe tells it: an event with the object in `data.object`, sent (`send`)
 as a signed HTTP POST to the back office's POST /webhooks/stripe, the door a real
 provider's webhooks come through.
@@ -21,8 +22,15 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
-from simulated_provider.objects import charge_object, refund_object
+from simulated_provider import books
+from simulated_provider.models import (
+    ProviderBalanceTransaction,
+    ProviderCharge,
+    ProviderDispute,
+    ProviderRefund,
+    ProviderRequest,
+)
+from simulated_provider.objects import charge_object, dispute_object, refund_object
 
 Status = ProviderRefund.Status
 LATER = {
@@ -47,6 +55,8 @@ def advance() -> list[dict]:
         with transaction.atomic():
             record.status, record.decline_reason = later[1], later[3]
             record.save(update_fields=["status", "decline_reason"])
+            if record.status == Status.FAILED:
+                books.book_refund_failure(record)
         news.append(event_about(record, later[2]))
     return news
 
@@ -68,41 +78,59 @@ def _event(event_type: str, obj: dict) -> dict:
     }
 
 
-def dispute_event(
-    *,
-    charge_reference: str,
-    amount: int,
-    currency: str,
-    dispute_id: str,
-    status: str,
-    is_open: bool,
-) -> dict:
-    """The news of a dispute of the charge the provider knows as `charge_reference`, in
-    `status`: created (its first word, when there is no `dispute_id` yet), updated while
-    it `is_open` (an open dispute leaves the charge unrefundable), closed once it ends.
-    One dispute per charge, with an id made from it."""
-    first = not dispute_id
-    event_type = (
+# A dispute's statuses that hold its funds: past the inquiry stage (warning_*), and not
+# closed because the charge was refunded during it.
+HOLD_FUNDS = frozenset({"needs_response", "under_review", "won", "lost"})
+OPEN = frozenset(
+    {"warning_needs_response", "warning_under_review", "needs_response", "under_review"}
+)
+
+
+def dispute_news(*, charge_reference: str, amount: int, currency: str, status: str) -> list[dict]:
+    """Open, move or close the dispute of the charge the provider knows as
+    `charge_reference` (one per charge), and the events that tell of it:
+    charge.dispute.created (its first word), .updated while it is open, .closed once it
+    ended; then .funds_withdrawn when it first holds funds (the amount and the dispute fee
+    leave the balance), .funds_reinstated when it is won."""
+    with transaction.atomic():
+        dispute = (
+            ProviderDispute.objects.select_for_update()
+            .filter(charge_reference=charge_reference)
+            .first()
+        )
+        first = dispute is None
+        if dispute is None:
+            dispute = ProviderDispute.objects.create(
+                provider_id="dp_sim_" + secrets.token_hex(12),
+                charge_reference=charge_reference,
+                amount=amount,
+                currency=currency,
+                status=status,
+            )
+        else:
+            dispute.status = status
+            dispute.save(update_fields=["status"])
+        moved = set(
+            ProviderBalanceTransaction.objects.filter(
+                source=dispute.provider_id, type="adjustment"
+            ).values_list("reporting_category", flat=True)
+        )
+        money = []
+        if status in HOLD_FUNDS and "dispute" not in moved:
+            books.book_dispute(dispute, withdraw=True)
+            money.append("charge.dispute.funds_withdrawn")
+        if status == "won" and "dispute_reversal" not in moved:
+            books.book_dispute(dispute, withdraw=False)
+            money.append("charge.dispute.funds_reinstated")
+        told = dispute_object(dispute)
+    said = (
         "charge.dispute.created"
         if first
         else "charge.dispute.updated"
-        if is_open
+        if status in OPEN
         else "charge.dispute.closed"
     )
-    return _event(
-        event_type,
-        {
-            "id": dispute_id or "dp_sim_" + secrets.token_hex(12),
-            "object": "dispute",
-            "charge": charge_reference,
-            "amount": amount,
-            "currency": currency,
-            "status": status,
-            "reason": "fraudulent",
-            "is_charge_refundable": not is_open,
-            "metadata": {},
-        },
-    )
+    return [_event(event_type, told) for event_type in [said, *money]]
 
 
 def _signed(body: str, secret: str) -> str:

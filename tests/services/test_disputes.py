@@ -187,14 +187,12 @@ class TestTheSimulatedProviderOverHttp:
     def test_a_wrong_secret_is_refused_at_the_door(self, door, live_server):
         charge = ChargeFactory(amount=5_000)
         body = json.dumps(
-            news.dispute_event(
+            news.dispute_news(
                 charge_reference=charge.provider_reference,
                 amount=charge.amount,
                 currency=charge.currency,
-                dispute_id="",
                 status="needs_response",
-                is_open=True,
-            )
+            )[0]
         )
         request = urllib.request.Request(  # noqa: S310 - the test's own server
             f"{live_server.url}/webhooks/stripe",

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger_app.charges.models import DISPUTE_STATUSES, OPEN_DISPUTE_STATUSES, Charge
+from ledger_app.charges.models import DISPUTE_STATUSES, Charge
 from simulated_provider import news
 
 
@@ -27,16 +27,15 @@ class Command(BaseCommand):
         found = Charge.objects.filter(pk=charge).first()
         if found is None:
             raise CommandError(f"simulate_dispute: no such charge {charge[:64]!r}")
-        event = news.dispute_event(
+        events = news.dispute_news(
             charge_reference=found.provider_reference,
             amount=found.amount,
             currency=found.currency,
-            dispute_id=found.dispute_id,
             status=status,
-            is_open=status in OPEN_DISPUTE_STATUSES,
         )
         try:
-            [outcome] = news.send([event])
+            outcomes = news.send(events)
         except (OSError, RuntimeError) as exc:
             raise CommandError(f"simulate_dispute: news not sent: {exc}") from exc
-        self.stdout.write(f"{event['type']} {event['data']['object']['id']}: {outcome}")
+        for event, outcome in zip(events, outcomes, strict=True):
+            self.stdout.write(f"{event['type']} {event['data']['object']['id']}: {outcome}")
