@@ -448,6 +448,9 @@ class TestProviderCalls:
 
             refund = charge = lookup_charge = not_called
 
+            def list_paid_out(self, payout_id) -> NoReturn:
+                raise AssertionError("not called")
+
             def list_created(self, kind, *, start, end) -> NoReturn:
                 raise AssertionError("not called")
 

@@ -324,3 +324,10 @@ def list_created(
     the provider): asks, moves nothing. Raises OutcomeUnknown when it cannot say now."""
     release_connection()  # no pooled connection is held while the provider answers
     return (gateway or get_gateway()).list_created(kind, start=start, end=end)
+
+
+def list_paid_out(payout_id: str, *, gateway: Gateway | None = None) -> list[dict[str, Any]]:
+    """The balance transactions the provider paid out in that payout: asks, moves nothing.
+    Raises OutcomeUnknown when it cannot say now."""
+    release_connection()
+    return (gateway or get_gateway()).list_paid_out(payout_id)

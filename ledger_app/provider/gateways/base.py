@@ -14,7 +14,7 @@ from typing import Any, Literal, TypedDict, Unpack
 
 Verdict = Literal["succeeded", "declined"]
 # What sync_provider walks: the provider's objects of each kind (ledger_app/mirror/sync.py).
-Listed = Literal["charge", "refund", "dispute"]
+Listed = Literal["charge", "refund", "dispute", "balance_transaction", "payout"]
 
 
 class OutcomeUnknown(Exception):
@@ -102,3 +102,9 @@ class Gateway(abc.ABC):
         """Every object of `kind` the provider made from `start` (included) to `end` (not),
         each as its API describes it (Stripe's shape, plain JSON), in any order. Raises
         OutcomeUnknown when it cannot say right now."""
+
+    @abc.abstractmethod
+    def list_paid_out(self, payout_id: str) -> list[dict[str, Any]]:
+        """The balance transactions the provider paid out in that payout (its own payout
+        transaction included), as its API describes them. Raises OutcomeUnknown when it
+        cannot say right now."""

@@ -59,6 +59,9 @@ class InstrumentedGateway(Gateway):
         request = {"kind": kind, "start": start, "end": end}
         return _observed("list", self.adapter.list_created, request)
 
+    def list_paid_out(self, payout_id: str) -> list[dict[str, Any]]:
+        return _observed("list", self.adapter.list_paid_out, {"payout_id": payout_id})
+
 
 def error_name(exc: Exception) -> str:
     return next(name for kind, name in ERROR_NAMES if isinstance(exc, kind))

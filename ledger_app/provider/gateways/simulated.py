@@ -14,7 +14,9 @@ Behaviours come from metadata, for demos and tests:
   `source`, when it is one of Stripe's test tokens that decline (tok_chargeDeclined,
   tok_chargeDeclinedInsufficientFunds, ...: simulated_provider/decline_tokens.py), is
   declined with that token's decline code;
-- the charge's `simulate_lookup`: answer (default) or unavailable (lookups cannot say).
+- the charge's `simulate_lookup`: answer (default) or unavailable (lookups cannot say);
+- the charge's `simulate_books`: a fault in its refunds' balance transactions
+  (simulated_provider/books.py: refund_other_amount, refund_dropped).
 A succeeded refund's answer carries its card network reference (ARN) once the simulated
 card network has given it, SIMULATED_ARN_DELAY_SECONDS after the refund was made
 (simulated_provider/card_network.py): so a lookup after that has it, the first answer not.
@@ -50,10 +52,24 @@ from ledger_app.provider.gateways.base import (
     RefundParams,
     Verdict,
 )
+from simulated_provider import books
 from simulated_provider.card_network import acquirer_reference
 from simulated_provider.decline_tokens import decline_code
-from simulated_provider.models import ProviderCharge, ProviderRefund, ProviderRequest
-from simulated_provider.objects import charge_object, refund_object
+from simulated_provider.models import (
+    ProviderBalanceTransaction,
+    ProviderCharge,
+    ProviderDispute,
+    ProviderPayout,
+    ProviderRefund,
+    ProviderRequest,
+)
+from simulated_provider.objects import (
+    balance_transaction_object,
+    charge_object,
+    dispute_object,
+    payout_object,
+    refund_object,
+)
 
 Status = ProviderRefund.Status
 
@@ -75,7 +91,8 @@ Provided = type[ProviderRefund] | type[ProviderCharge]
 class SimulatedGateway(Gateway):
     def refund(self, **request: Unpack[RefundParams]) -> ProviderAnswer:
         charge_reference = request["charge_reference"]
-        behaviour = _charge_metadata(charge_reference).get("simulate_refund", "succeed")
+        metadata = _charge_metadata(charge_reference)
+        behaviour = metadata.get("simulate_refund", "succeed")
         record = self._apply(
             ProviderRefund,
             "refund",
@@ -89,6 +106,7 @@ class SimulatedGateway(Gateway):
                 "metadata": request["metadata"],
             },
             charge_reference=charge_reference,
+            books_fault=str(metadata.get("simulate_books", "")),
         )
         return _answer(record)
 
@@ -124,14 +142,25 @@ class SimulatedGateway(Gateway):
         return _lookup(ProviderCharge, "charge_lookup", key, ledger_charge_id)
 
     def list_created(self, kind: Listed, *, start: datetime, end: datetime) -> list[dict[str, Any]]:
-        """Its refunds and charges made in [start, end); it keeps no disputes of its own
-        (simulate_dispute tells of them by webhook only)."""
+        """Its objects of `kind` made in [start, end). Its payouts are made, as due, first
+        (simulated_provider/books.py)."""
         window = {"created_at__gte": start, "created_at__lt": end}
         if kind == "refund":
             return [refund_object(r) for r in ProviderRefund.objects.filter(**window)]
         if kind == "charge":
             return [charge_object(c) for c in ProviderCharge.objects.filter(**window)]
-        return []
+        if kind == "dispute":
+            return [dispute_object(d) for d in ProviderDispute.objects.filter(**window)]
+        books.pay_out()
+        if kind == "balance_transaction":
+            moves = ProviderBalanceTransaction.objects.filter(**window)
+            return [balance_transaction_object(bt) for bt in moves]
+        paid = ProviderPayout.objects.filter(**window)
+        return [payout_object(p, _payout_transaction(p.provider_id)) for p in paid]
+
+    def list_paid_out(self, payout_id: str) -> list[dict[str, Any]]:
+        moves = ProviderBalanceTransaction.objects.filter(payout__provider_id=payout_id)
+        return [balance_transaction_object(bt) for bt in moves]
 
     def _apply(
         self,
@@ -197,9 +226,10 @@ def _record(
     """What the provider applies under this key: made once; the same key again finds it."""
     status = {"decline": Status.DECLINED, "pending_then_succeed": Status.PENDING}
     reason = fields.pop("decline_reason", "simulated_decline")
+    fault = fields.pop("books_fault", "")
     try:
         with transaction.atomic():
-            return model.objects.create(
+            record = model.objects.create(
                 provider_id=new_id("sim_re_" if model is ProviderRefund else "sim_ch_"),
                 idempotency_key=key,
                 fingerprint=fingerprint,
@@ -210,8 +240,21 @@ def _record(
                 metadata=params["metadata"],
                 **fields,
             )
+            _book(record, fault)
+            return record
     except IntegrityError:
         return model.objects.get(idempotency_key=key)
+
+
+def _book(record: ProviderRefund | ProviderCharge, fault: str) -> None:
+    """What the request moved in the provider's balance: a charge that succeeded; a
+    refund accepted, pending or not (its money leaves when it is made)."""
+    if record.status == Status.DECLINED:
+        return
+    if isinstance(record, ProviderRefund):
+        books.book_refund(record, fault)
+    elif record.status == Status.SUCCEEDED:
+        books.book_charge(record)
 
 
 def _answer(record: ProviderRefund | ProviderCharge) -> ProviderAnswer:
@@ -232,6 +275,11 @@ def _lookup(
     record = model.objects.filter(idempotency_key=key).first()
     _log(operation, key, "answer", "found" if record else "not_found")
     return None if record is None else _answer(record)
+
+
+def _payout_transaction(payout_id: str) -> str | None:
+    found = ProviderBalanceTransaction.objects.filter(type="payout", source=payout_id)
+    return found.values_list("provider_id", flat=True).first()
 
 
 def _charge_metadata(reference: str) -> dict[str, Any]:

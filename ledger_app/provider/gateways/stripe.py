@@ -64,6 +64,14 @@ log = logging.getLogger("ledger_app.provider.gateways.stripe")
 
 TEST_SOURCE = "tok_visa"  # Stripe's test card token, when the charge names no source
 LOOKUP_TIMEOUT_SECONDS = 10.0
+# The stripe package's service of each kind sync_provider walks.
+LISTS = {
+    "charge": "charges",
+    "refund": "refunds",
+    "dispute": "disputes",
+    "balance_transaction": "balance_transactions",
+    "payout": "payouts",
+}
 SUCCEEDED = {"succeeded"}
 REFUND_DECLINED = {"failed", "canceled"}
 CHARGE_DECLINED = {"failed"}
@@ -141,11 +149,17 @@ class StripeGateway(Gateway):
     # --- what sync_provider walks -------------------------------------------------------
 
     def list_created(self, kind: Listed, *, start: datetime, end: datetime) -> list[dict[str, Any]]:
-        service = {"charge": "charges", "refund": "refunds", "dispute": "disputes"}[kind]
+        service = LISTS[kind]
         created = {"gte": int(start.timestamp()), "lt": int(end.timestamp())}
+        return self._list(service, {"created": created})
+
+    def list_paid_out(self, payout_id: str) -> list[dict[str, Any]]:
+        return self._list("balance_transactions", {"payout": payout_id})
+
+    def _list(self, service: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         try:
             listed = getattr(self._client(LOOKUP_TIMEOUT_SECONDS).v1, service).list(
-                params={"created": created, "limit": self.page_size}
+                params={**params, "limit": self.page_size}
             )
             return [found.to_dict() for found in listed.auto_paging_iter()]
         except stripe.StripeError as exc:
