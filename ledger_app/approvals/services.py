@@ -156,7 +156,7 @@ def _ensure_approvable(refund: Refund) -> None:
     dispute (the dispute takes it too), or the provider's refunds held on the charge (the
     provider may have given it back already)."""
     charge = refund.charge
-    if charge.dispute_open:
+    if charge.dispute_blocks_refunds:
         raise errors.ChargeDisputed(
             f"Charge {charge.pk} has an open dispute ({charge.dispute_id}): refund "
             f"{refund.pk} cannot be approved until it is closed; reject it, or wait."

@@ -130,6 +130,12 @@ class Charge(ProviderMovement):
         "(needs_response, under_review, warning_needs_response, warning_under_review) the "
         "charge cannot be refunded.",
     )
+    dispute_refundable = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Whether the provider says the charge may still be refunded while its "
+        "dispute is open (its is_charge_refundable: true in the inquiry stage).",
+    )
     payment_intent = models.CharField(
         max_length=255,
         blank=True,
@@ -195,7 +201,8 @@ class Charge(ProviderMovement):
     def refund_blocker(self) -> str | None:
         """What stops any refund of this charge now, as the code the refusal carries:
         `charge_not_refundable` unless it succeeded, `charge_disputed` while a dispute of it
-        is open (refunding it would give the money back twice: the dispute takes it too),
+        is open and the provider does not allow a refund (refunding it would give the money
+        back twice: the dispute takes it too),
         `charge_already_refunded` when nothing is left; None when a refund may be made.
         The one statement of the rule: the service refuses by it under the charge's lock,
         and the admin offers refunds by it."""
@@ -203,7 +210,7 @@ class Charge(ProviderMovement):
             return "charge_not_refundable"
         if self.provider_disagreement:  # a hold, {"why": ..., "held": [...]}; None or null: none
             return "charge_disagrees_with_provider"
-        if self.dispute_open:
+        if self.dispute_blocks_refunds:
             return "charge_disputed"
         if self.amount_refundable <= 0:
             return "charge_already_refunded"
@@ -212,6 +219,12 @@ class Charge(ProviderMovement):
     @property
     def dispute_open(self) -> bool:
         return self.dispute_status in OPEN_DISPUTE_STATUSES
+
+    @property
+    def dispute_blocks_refunds(self) -> bool:
+        """Open, and the provider does not allow a refund while it is (it does in an
+        inquiry, a dispute's `warning_*` stage, by its is_charge_refundable)."""
+        return self.dispute_open and not self.dispute_refundable
 
     @property
     def is_refundable(self) -> bool:

@@ -22,7 +22,7 @@ def new_endpoint_id() -> str:
 
 
 class EventType(models.TextChoices):
-    """Stripe's names for what happened to a charge or refund."""
+    """Stripe's names for what happened to a charge, a refund or a charge's dispute."""
 
     CHARGE_SUCCEEDED = "charge.succeeded", "Charge succeeded"
     CHARGE_FAILED = "charge.failed", "Charge failed"
@@ -31,6 +31,11 @@ class EventType(models.TextChoices):
     REFUND_CREATED = "refund.created", "Refund created"
     REFUND_UPDATED = "refund.updated", "Refund updated"
     REFUND_FAILED = "refund.failed", "Refund failed"
+    DISPUTE_CREATED = "charge.dispute.created", "Dispute created"
+    DISPUTE_UPDATED = "charge.dispute.updated", "Dispute updated"
+    DISPUTE_CLOSED = "charge.dispute.closed", "Dispute closed"
+    DISPUTE_FUNDS_WITHDRAWN = "charge.dispute.funds_withdrawn", "Dispute funds withdrawn"
+    DISPUTE_FUNDS_REINSTATED = "charge.dispute.funds_reinstated", "Dispute funds reinstated"
 
 
 class Event(models.Model):

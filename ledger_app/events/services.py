@@ -17,10 +17,12 @@ from django.db import connection
 
 from ledger_app import api_versions, sql_writes
 from ledger_app.charges.models import Charge
+from ledger_app.disputes.models import Dispute
 from ledger_app.events import checks as webhook_checks
 from ledger_app.events.models import Event, EventType, WebhookDelivery, WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
 from ledger_app.refunds.models import Refund
+from ledger_app.rendering.disputes import render_dispute
 from ledger_app.rendering.snapshots import object_snapshot, previous_snapshot
 from serving.request_id import serving_keys, serving_request_id
 
@@ -54,6 +56,35 @@ def record_many(
     if not connection.in_atomic_block:
         raise RuntimeError("an event is recorded in the transaction of its change")
     events, deliveries = build_many(changes, idempotency_key=idempotency_key, endpoints=endpoints)
+    Event.objects.bulk_create(events)
+    WebhookDelivery.objects.bulk_create(deliveries)
+    return events
+
+
+def record_disputed(
+    changes: list[tuple[EventType, Dispute]], *, endpoints: list[WebhookEndpoint]
+) -> list[Event]:
+    """The events of a dispute's change (charge.dispute.*), each carrying the dispute as
+    it is now, written in the change's transaction; `endpoints`: the live ones, read
+    before the charge's lock."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("an event is recorded in the transaction of its change")
+    endpoints = capped(endpoints)
+    events = [
+        Event(
+            type=event_type,
+            data_object=render_dispute(dispute),
+            request_id=serving_request_id.get(),
+            charge_id=dispute.charge_id,
+        )
+        for event_type, dispute in changes
+    ]
+    deliveries = [
+        WebhookDelivery(event=event, endpoint=endpoint, next_attempt_at=event.created_at)
+        for event in events
+        for endpoint in endpoints
+        if endpoint.wants(event.type)
+    ]
     Event.objects.bulk_create(events)
     WebhookDelivery.objects.bulk_create(deliveries)
     return events

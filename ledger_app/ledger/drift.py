@@ -64,7 +64,8 @@ def find_ledger_drift() -> Iterator[Drift]:
     the charge's currency and its own provider key (refund:<id>); each succeeded refund
     has its settlement entry; each key's refund is the one its request asked for; each
     refund is bound by at most one idempotency key; no charge disagrees with the provider
-    (refunds it made that the ledger had no room for, held: ledger_app/mirror/adoption.py).
+    (refunds it made that the ledger had no room for, held: ledger_app/mirror/adoption.py);
+    no charge's dispute reinstated more than it withdrew, or withdrew more than the charge.
     Streams with iterators, so memory does not grow with the table; each check's query
     runs only when the one before it is exhausted.
     """
@@ -75,6 +76,7 @@ def find_ledger_drift() -> Iterator[Drift]:
     yield from _key_does_not_match_refund()
     yield from _refund_bound_by_several_keys()
     yield from _disagrees_with_provider()
+    yield from _dispute_money_drift()
 
 
 def _balance_drift() -> Iterator[Drift]:
@@ -201,3 +203,40 @@ def _disagrees_with_provider() -> Iterator[Drift]:
         said = disagreement or {}
         held = ", ".join(f"{item['id']} ({item['amount']})" for item in said.get("held", []))
         yield Drift(pk, "disagrees_with_provider", f"{said.get('why')}; held: {held or 'none'}")
+
+
+def _dispute_money_drift() -> Iterator[Drift]:
+    """Charges whose dispute entries reinstate more than they withdrew, or withdraw more
+    than the charge's amount."""
+    disputed = LedgerEntry.objects.filter(kind__startswith="dispute_")
+    charges = (
+        Charge.objects.filter(pk__in=disputed.values("charge"))
+        .annotate(
+            withdrawn=_sum_per_charge(
+                disputed.filter(kind=LedgerEntry.Kind.DISPUTE_WITHDRAWN), "amount"
+            ),
+            reinstated=_sum_per_charge(
+                disputed.filter(kind=LedgerEntry.Kind.DISPUTE_REINSTATED), "amount"
+            ),
+        )
+        .filter(Q(reinstated__gt=F("withdrawn")) | Q(withdrawn__gt=F("amount")))
+        .order_by("pk")
+        .values_list("pk", "amount", "withdrawn", "reinstated")
+    )
+    for pk, amount, withdrawn, reinstated in charges.iterator(chunk_size=CHUNK_SIZE):
+        yield Drift(
+            pk,
+            "dispute_money_drift",
+            f"amount={amount} withdrawn={withdrawn} reinstated={reinstated}",
+        )
+
+
+def count_entries() -> dict[str, int]:
+    """How many ledger entries of each kind there are, in the kinds' order."""
+    counted = dict(
+        LedgerEntry.objects.order_by()
+        .values_list("kind")
+        .annotate(n=Count("pk"))
+        .values_list("kind", "n")
+    )
+    return {kind: counted[kind] for kind in LedgerEntry.Kind.values if counted.get(kind)}

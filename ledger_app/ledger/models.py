@@ -34,6 +34,10 @@ class LedgerEntry(models.Model):
         REFUND_RESERVED = "refund_reserved", "Refund reserved"
         REFUND_SUCCEEDED = "refund_succeeded", "Refund succeeded"
         REFUND_RELEASED = "refund_released", "Refund released"
+        # A dispute's money at the provider (ledger_app/disputes): moves no amount_refunded.
+        DISPUTE_WITHDRAWN = "dispute_withdrawn", "Dispute funds withdrawn"
+        DISPUTE_FEE = "dispute_fee", "Dispute fee"
+        DISPUTE_REINSTATED = "dispute_reinstated", "Dispute funds reinstated"
 
     charge = models.ForeignKey(Charge, on_delete=models.PROTECT, related_name="ledger_entries")
     refund = models.ForeignKey(
@@ -45,6 +49,13 @@ class LedgerEntry(models.Model):
     currency = models.CharField(max_length=3)
     actor = models.CharField(max_length=200, blank=True)
     memo = models.TextField(blank=True)
+    balance_transaction = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The provider's balance transaction that moved it (a dispute's), if one did.",
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     objects = LedgerEntryQuerySet.as_manager()
@@ -62,8 +73,19 @@ class LedgerEntry(models.Model):
                     | Q(kind="refund_released", refunded_delta=-F("amount"), refund__isnull=False)
                     | Q(kind="refund_succeeded", refunded_delta=0, refund__isnull=False)
                     | Q(kind="charge_succeeded", refunded_delta=0, refund__isnull=True)
+                    | Q(
+                        kind__in=["dispute_withdrawn", "dispute_fee", "dispute_reinstated"],
+                        refunded_delta=0,
+                        refund__isnull=True,
+                    )
                 ),
                 name="ledger_delta_matches_kind",
+            ),
+            # A provider's balance transaction is booked once of each kind it moves.
+            models.UniqueConstraint(
+                fields=["balance_transaction", "kind"],
+                condition=~Q(balance_transaction=""),
+                name="ledger_balance_transaction_once",
             ),
         ]
 

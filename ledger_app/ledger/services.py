@@ -13,6 +13,9 @@ REFUNDED_SIGN = {
     LedgerEntry.Kind.REFUND_RESERVED: 1,
     LedgerEntry.Kind.REFUND_SUCCEEDED: 0,
     LedgerEntry.Kind.REFUND_RELEASED: -1,
+    LedgerEntry.Kind.DISPUTE_WITHDRAWN: 0,
+    LedgerEntry.Kind.DISPUTE_FEE: 0,
+    LedgerEntry.Kind.DISPUTE_REINSTATED: 0,
 }
 
 
