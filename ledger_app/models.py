@@ -5,6 +5,7 @@
 
 from ledger_app.access.models import ApiKey, StaffPreference
 from ledger_app.approvals.models import RefundApproval, RefundAttention, RefundLimit
+from ledger_app.books.models import BalanceTransaction, BooksDay, BooksDifference, Payout
 from ledger_app.charges.models import (
     DISPUTE_STATUSES,
     OPEN_DISPUTE_STATUSES,
@@ -15,6 +16,7 @@ from ledger_app.charges.models import (
     new_charge_id,
     new_payment_intent_id,
 )
+from ledger_app.disputes.models import Dispute
 from ledger_app.events.models import (
     Event,
     EventType,
@@ -39,8 +41,12 @@ from ledger_app.refunds.models import Refund, RefundReason, new_refund_id
 __all__ = [
     "ApiKey",
     "BACK_OFFICE_KEYS",
+    "BalanceTransaction",
+    "BooksDay",
+    "BooksDifference",
     "Charge",
     "DISPUTE_STATUSES",
+    "Dispute",
     "Event",
     "EventType",
     "ID_ALPHABET",
@@ -55,6 +61,7 @@ __all__ = [
     "MovementStatus",
     "OPEN_DISPUTE_STATUSES",
     "PAYMENT_INTENT_ID",
+    "Payout",
     "ProviderEvent",
     "ProviderMovement",
     "RateCounter",

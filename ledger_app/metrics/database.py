@@ -1,10 +1,11 @@
 """Figures read from the database when /metrics is scraped: what waits, and for how long.
 
 Read at scrape time, not counted in a process, so every web process reports the same
-numbers and gunicorn's workers never add them up. Three queries whatever the row count,
-each reading only the open rows through an index on status (refund_status_lease for the
-refunds in doubt and the worker's queue, delivery_due for the webhooks): succeeded and
-failed refunds, however many, are never read. docs/operating/metrics.md has the figures.
+numbers and gunicorn's workers never add them up. Four queries whatever the row count:
+the books' over the days close_books keeps; the others each reading only the open rows
+through an index on status (refund_status_lease for the refunds in doubt and the worker's
+queue, delivery_due for the webhooks): succeeded and failed refunds, however many, are
+never read. docs/operating/metrics.md has the figures.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.db.models import Case, CharField, Count, Min, Q, QuerySet, Value, When
+from django.db.models import Case, CharField, Count, Min, Q, QuerySet, Sum, Value, When
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ledger_app.books.models import BooksDay
 from ledger_app.charges.models import MovementStatus
 from ledger_app.events.selectors import due_deliveries
 from ledger_app.leases import in_doubt, waiting_to_send
@@ -55,6 +57,7 @@ class DatabaseCollector(Collector):
                 *in_doubt_families(now),
                 *send_queue_families(now),
                 *webhook_families(now),
+                *books_families(now),
             ]
         except DatabaseError:
             # A scrape without these figures, and a 0 to alert on, rather than a 500 that
@@ -198,6 +201,63 @@ def webhook_families(now: datetime) -> list[Metric]:
             value=_age(now, figures["oldest"]),
         ),
     ]
+
+
+# The books' ages: a day refunded more than BOOKS_SETTLED_DAYS ago should be matched and
+# paid out (the provider pays out within a few days).
+BOOKS_SETTLED_DAYS = 4
+BOOKS_AGES = ("0-4d", "4d+")
+
+
+def books_families(now: datetime) -> list[Metric]:
+    """The books against the provider as close_books last found them (BooksDay), over the
+    last BOOKS_CLOSE_DAYS: the value refunded and the part matched to the provider and paid
+    out (or explained), by currency and age of the day (0-4d: refunded in the last four
+    days; 4d+: before); the days with an unexplained difference. One grouped query."""
+    today = now.date()
+    settled = today - timedelta(days=BOOKS_SETTLED_DAYS)
+    days = BooksDay.objects.filter(day__gte=today - timedelta(days=settings.BOOKS_CLOSE_DAYS))
+    groups = (
+        days.order_by()
+        .annotate(
+            age=Case(
+                When(day__lt=settled, then=Value(BOOKS_AGES[1])),
+                default=Value(BOOKS_AGES[0]),
+                output_field=CharField(),
+            )
+        )
+        .values("currency", "age")
+        .annotate(
+            refunded=Sum("refunded"),
+            matched=Sum("matched"),
+            open_days=Count("pk", filter=Q(status=BooksDay.Status.OPEN)),
+        )
+    )
+    refunded = GaugeMetricFamily(
+        "ledger_books_refunded_value",
+        "Value refunded (minor units), by currency and age of its day (0-4d, 4d+), over "
+        "the days close_books keeps.",
+        labels=["currency", "age"],
+    )
+    matched = GaugeMetricFamily(
+        "ledger_books_matched_value",
+        "Of it: matched to the provider's balance transactions and paid out, or explained "
+        "by a lead (minor units).",
+        labels=["currency", "age"],
+    )
+    open_days = GaugeMetricFamily(
+        "ledger_books_open_days",
+        "Days (per currency) with a difference from the provider nobody has explained.",
+        labels=["currency"],
+    )
+    opened: dict[str, int] = {}
+    for row in groups:
+        refunded.add_metric([row["currency"], row["age"]], row["refunded"] or 0)
+        matched.add_metric([row["currency"], row["age"]], row["matched"] or 0)
+        opened[row["currency"]] = opened.get(row["currency"], 0) + row["open_days"]
+    for currency, count in sorted(opened.items()):
+        open_days.add_metric([currency], count)
+    return [refunded, matched, open_days]
 
 
 def _age(now: datetime, since: datetime | None) -> float:

@@ -27,15 +27,26 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from ledger_app.charges.models import DISPUTE_STATUSES, Charge, ProviderMovement
 from ledger_app.charges.selectors import charges_for_update, known_to_the_provider_as
-from ledger_app.events import services as events
-from ledger_app.events.models import EventType, WebhookEndpoint
+from ledger_app.disputes.services import DisputeSaid, Moved, record_dispute
+from ledger_app.events.models import WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
 from ledger_app.mirror import adoption, arrivals
 from ledger_app.mirror.arrivals import charged_amount
-from ledger_app.mirror.objects import Applied, id_of, is_id, lower, metadata_of, shown, text
+from ledger_app.mirror.books_in import apply_balance_transaction
+from ledger_app.mirror.objects import (
+    Applied,
+    created_of,
+    id_of,
+    is_id,
+    lower,
+    metadata_of,
+    shown,
+    text,
+)
 from ledger_app.provider.card_references import card_reference
 from ledger_app.provider.dispatch import (
     Outcome,
@@ -115,11 +126,13 @@ def apply_provider_event(event: Any) -> str:
 
 def apply_object(obj: dict[str, Any]) -> Applied:
     """What the provider says of one object (an event's, or one sync_provider listed),
-    applied inside the caller's transaction: a dispute; a PaymentIntent's latest charge;
-    a charge, and the refunds it lists; a refund."""
+    applied inside the caller's transaction: a dispute; a balance transaction; a
+    PaymentIntent's latest charge; a charge, and the refunds it lists; a refund."""
     said_kind = obj.get("object")
     if said_kind == "dispute":
         return _apply_dispute(obj)
+    if said_kind == "balance_transaction":
+        return apply_balance_transaction(obj)
     if said_kind == "payment_intent":
         latest = arrivals.charge_of_payment_intent(obj)
         if isinstance(latest, str):
@@ -247,11 +260,11 @@ def _not_an_id(kind: Kind, obj: dict[str, Any], provider_id: Any, named: Any) ->
 
 
 def _apply_dispute(obj: dict[str, Any]) -> Applied:
-    """A dispute the provider tells of (charge.dispute.created, .updated, .closed): kept
-    on its charge, under the charge's lock, so no refund is reserved while it is open. The
-    charge is the one the provider knows by the dispute's `charge`; a charge has at most
-    one dispute, of at most its amount, in its currency. Its first word appends
-    `charge.updated` (`disputed` becomes true)."""
+    """A dispute the provider tells of (charge.dispute.*, or listed by sync_provider):
+    kept on its charge, under the charge's lock, with its money in the ledger
+    (disputes.services). The charge is the one the provider knows by the dispute's
+    `charge`; a charge has at most one dispute, of at most its amount, in its currency;
+    each balance transaction of it moves at most that amount, in that currency."""
     dispute_id, charge_ref, status = obj.get("id"), charge_of(obj), obj.get("status")
     for field, value in (("id", dispute_id), ("charge", charge_ref)):
         if not is_id(value):
@@ -269,21 +282,50 @@ def _apply_dispute(obj: dict[str, Any]) -> Applied:
             f"charge {pk} ({charge_amount} {charge_currency})",
             True,
         )
+    moved = _dispute_money(obj.get("balance_transactions"), amount, charge_currency)
+    if isinstance(moved, str):
+        return Applied(f"ignored: dispute {dispute_id}: {moved}", True)
+    said = DisputeSaid(
+        id=cast(str, dispute_id),  # checked above
+        amount=amount,
+        status=status,
+        reason=text(obj.get("reason"), 64),
+        is_charge_refundable=obj.get("is_charge_refundable") is True,
+        created=created_of(obj) or timezone.now(),
+        moved=moved,
+    )
     endpoints = live_endpoints()  # read before the charge's lock, as every move does
     charge = charges_for_update().get(pk=pk)
     if charge.dispute_id and charge.dispute_id != dispute_id:
         return Applied(f"ignored: charge {charge.pk} is disputed as {charge.dispute_id}", True)
-    before = charge.dispute_status or "none"
-    first = not charge.dispute_id
-    charge.dispute_id, charge.dispute_status = cast(str, dispute_id), status  # checked above
-    charge.save(update_fields=["dispute_id", "dispute_status", "updated_at"])
-    if first:
-        events.record_many(
-            [(EventType.CHARGE_UPDATED, charge, {"disputed": False})], endpoints=endpoints
-        )
-    return Applied(
-        f"charge {charge.pk}: dispute {dispute_id} {before} -> {status}", moved=before != status
-    )
+    outcome, changed = record_dispute(charge, said, endpoints)
+    return Applied(outcome, moved=changed)
+
+
+# A dispute's money, as Stripe lists it: zero, one or two balance transactions.
+MAX_DISPUTE_MOVES = 2
+MAX_DISPUTE_FEE = 1_000_000
+
+
+def _dispute_money(listed: Any, amount: int, currency: str) -> tuple[Moved, ...] | str:
+    """The dispute's balance transactions, withdrawals first, or why they are not its."""
+    if listed is None:
+        return ()
+    if not isinstance(listed, list) or len(listed) > MAX_DISPUTE_MOVES:
+        return "its balance_transactions are not a list of at most two"
+    moves = []
+    for item in listed:
+        if not isinstance(item, dict) or not is_id(item.get("id")):
+            return "a balance transaction of it has no id"
+        moved, fee, created = item.get("amount"), item.get("fee", 0), item.get("created", 0)
+        if type(moved) is not int or not 0 < abs(moved) <= amount:
+            return f"balance transaction {item['id']} moves {shown(moved)}, not within {amount}"
+        if type(fee) is not int or not 0 <= fee <= MAX_DISPUTE_FEE or type(created) is not int:
+            return f"balance transaction {item['id']} has a fee or time that is not one"
+        if lower(item.get("currency", currency)) != currency:
+            return f"balance transaction {item['id']} is not in {currency}"
+        moves.append(Moved(item["id"], moved, fee if moved < 0 else 0, created))
+    return tuple(sorted(moves, key=lambda move: move.amount))
 
 
 def _disputed_charge(charge_ref: str) -> tuple[str, int, str] | None:

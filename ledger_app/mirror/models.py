@@ -6,11 +6,12 @@ from django.db import models
 
 
 class ProviderSyncCursor(models.Model):
-    """For one kind of the provider's objects (charge, refund, dispute): every object made
+    """For one kind of the provider's objects (charge, refund, dispute, balance
+    transaction, payout): every object made
     before `synced_until` has been applied. The next run starts one
     PROVIDER_SYNC_INTERVAL before it, so an object the provider listed late is not missed."""
 
-    kind = models.CharField(primary_key=True, max_length=16)
+    kind = models.CharField(primary_key=True, max_length=32)
     synced_until = models.DateTimeField()
     updated_at = models.DateTimeField(auto_now=True)
 

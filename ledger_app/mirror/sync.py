@@ -1,11 +1,13 @@
-"""Catching up with the provider: `sync_provider` walks its charges, refunds and disputes
-made since a stored cursor, through the gateway port's list call, and applies each through
-the same code as its webhooks (`events_in.apply_object`). What a lost webhook would have
-told arrives this way; what was already applied changes nothing.
+"""Catching up with the provider: `sync_provider` walks its charges, refunds, disputes,
+balance transactions and payouts made since a stored cursor, through the gateway port's
+list call, and applies each through the same code as its webhooks
+(`events_in.apply_object`); a payout with the balance transactions the provider says it
+paid out (the port's list_paid_out), kept by the books (`books_in`). What a lost webhook
+would have told arrives this way; what was already applied changes nothing.
 
 - One run at a time: the job lease `sync_provider` (operations/job_leases.py), renewed in
   each object's transaction, so an object commits only under a lease still held.
-- Charges first, then refunds, then disputes, so a refund finds its charge. Each kind is
+- In KINDS' order, so a refund finds its charge. Each kind is
   walked in windows of at most a day, oldest first; within a window the objects are applied
   oldest first, each in a transaction of its own. The kind's cursor
   (`ProviderSyncCursor.synced_until`) moves to a window's end once all of it is applied.
@@ -35,16 +37,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger_app import faults
+from ledger_app.mirror.books_in import apply_payout
 from ledger_app.mirror.events_in import apply_object
 from ledger_app.mirror.models import ProviderSyncCursor
-from ledger_app.mirror.objects import Applied
+from ledger_app.mirror.objects import Applied, is_id
 from ledger_app.operations import job_leases
-from ledger_app.provider.dispatch.send import Gateway, Listed, list_created
+from ledger_app.provider.dispatch.send import Gateway, Listed, list_created, list_paid_out
 
 JOB = "sync_provider"
 LEASE_SECONDS = 300  # renewed with every object; a dead run's lease frees this soon after
 WINDOW = timedelta(days=1)
-KINDS: tuple[Listed, ...] = ("charge", "refund", "dispute")  # a refund after its charge
+# A refund after its charge; a payout after the balance transactions it pays out.
+KINDS: tuple[Listed, ...] = ("charge", "refund", "dispute", "balance_transaction", "payout")
 
 
 class LeaseLost(Exception):
@@ -61,7 +65,7 @@ class SyncReport:
     def line(self, *, dry_run: bool) -> str:
         if self.busy:
             return "another sync_provider run is under way; nothing done"
-        read = ", ".join(f"{self.read[kind]} {kind}s" for kind in KINDS)
+        read = ", ".join(f"{self.read[kind]} {kind.replace('_', ' ')}s" for kind in KINDS)
         changed = "would change" if dry_run else "changed"
         return f"read {read}; {self.moved} {changed} something, {self.ignored} ignored"
 
@@ -122,7 +126,7 @@ class _Run:
             self.report.ignored += len(listed) - len(objects)
             for obj in sorted(objects, key=_oldest_first):
                 self.report.read[kind] += 1
-                self._apply(obj)
+                self._apply(obj, self._paid_out(obj) if kind == "payout" else None)
             if not self.dry_run:
                 ProviderSyncCursor.objects.update_or_create(
                     kind=kind, defaults={"synced_until": until}
@@ -130,13 +134,18 @@ class _Run:
                 faults.checkpoint("sync.window_committed")
             start = until
 
-    def _apply(self, obj: dict[str, Any]) -> None:
+    def _paid_out(self, payout: dict[str, Any]) -> list[Any]:
+        """What the provider says the payout paid out, asked before its transaction."""
+        payout_id = payout.get("id")
+        return list_paid_out(payout_id, gateway=self.gateway) if is_id(payout_id) else []
+
+    def _apply(self, obj: dict[str, Any], paid: list[Any] | None) -> None:
         if self.dry_run:  # its transaction is rolled back: the renewal cannot be in it
             self._renew()
         with transaction.atomic(durable=True):
             if not self.dry_run:
                 self._renew()
-            applied = apply_object(obj)
+            applied = apply_payout(obj, paid) if paid is not None else apply_object(obj)
             if self.dry_run:
                 transaction.set_rollback(True)
         self.report.moved += applied.moved

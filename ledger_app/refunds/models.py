@@ -87,6 +87,22 @@ class Refund(ProviderMovement):
     provider_refund_id = models.CharField(
         max_length=255, blank=True, help_text="The provider's id, once it has answered."
     )
+    balance_transaction = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The provider's balance transaction of it (txn_...), once close_books "
+        "matched one.",
+    )
+    failure_balance_transaction = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The provider's balance transaction that gave its money back when it "
+        "failed after it succeeded, once close_books matched one.",
+    )
     destination_reference = models.CharField(
         max_length=64,
         blank=True,

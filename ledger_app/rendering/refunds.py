@@ -42,7 +42,10 @@ class RefundSerializer(StripeObject):
     object = serializers.CharField(read_only=True)
     amount = serializers.IntegerField(help_text="Minor units.")
     application = Fixed()
-    balance_transaction = Fixed()
+    balance_transaction = BlankAsNull(
+        help_text="The provider's balance transaction of this refund (txn_...), once the "
+        "books matched it (GET /v1/balance_transactions/{id}); null before."
+    )
     charge = ExpandableId("Charge", source="charge_id")
     created = serializers.IntegerField(read_only=True)
     currency = serializers.CharField()
@@ -55,6 +58,12 @@ class RefundSerializer(StripeObject):
         "number a customer's bank traces it by) once the provider has it "
         "(`card.reference_status`: pending, available, or unavailable for a refund that "
         "failed or was canceled).",
+    )
+    failure_balance_transaction = serializers.CharField(
+        read_only=True,
+        required=False,
+        help_text="When it failed after its money had left: the provider's balance "
+        "transaction that gave the money back, once the books matched it. Absent otherwise.",
     )
     failure_reason = serializers.CharField(
         read_only=True,
@@ -101,7 +110,7 @@ def render_refund(refund: Refund) -> dict[str, Any]:
         "object": "refund",
         "amount": refund.amount,
         "application": None,
-        "balance_transaction": None,
+        "balance_transaction": refund.balance_transaction or None,
         "charge": refund.charge_id or None,
         "created": unix(refund.created_at),
         "currency": refund.currency,
@@ -113,6 +122,8 @@ def render_refund(refund: Refund) -> dict[str, Any]:
         shown["failure_reason"] = "merchant_request"
     elif status == Refund.Status.FAILED:
         detail = refund.status_detail
+        if refund.failure_balance_transaction:  # it failed after its money had left
+            shown["failure_balance_transaction"] = refund.failure_balance_transaction
         shown["failure_reason"] = detail if detail in FAILURE_REASONS else "unknown"
     shown.update(
         metadata=shown_metadata(refund.metadata),

@@ -28,6 +28,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from ledger_app.approvals.services import expire_approvals
+from ledger_app.books.services import close_books
 from ledger_app.counts import count_of
 from ledger_app.db import drop_broken_connection
 from ledger_app.management.commands._output import UNSETTLED, ExitsByOutcome
@@ -61,8 +62,9 @@ class Command(PollingWorker, ExitsByOutcome):
         "ended unknown (run "
         "`manage.py reconcile`), else 3 when some failed (the provider declined), else 0. "
         "With --loop it also runs purge_expired once a day (when a whole run last finished "
-        "a day ago, as the database records it), in slices between passes, and "
-        "sync_provider every PROVIDER_SYNC_INTERVAL seconds."
+        "a day ago, as the database records it), in slices between passes, "
+        "sync_provider every PROVIDER_SYNC_INTERVAL seconds, and close_books after a sync "
+        "once a day."
     )
     # With --loop: how often this process asks whether the daily purge is due (a read), and
     # how long it waits after a database error in the purge before trying again.
@@ -123,6 +125,23 @@ class Command(PollingWorker, ExitsByOutcome):
             return
         if report is not None:
             self.stdout.write(f"sync_provider: {report.line(dry_run=False)}")
+            self._close_if_due()
+
+    def _close_if_due(self) -> None:
+        """close_books, after a sync, when no whole run has finished within a day (as the
+        database records it); an error is logged and the close asked about after the next
+        sync."""
+        try:
+            closed = close_books(finished_before=timezone.now() - timedelta(days=1))
+        except DatabaseError:
+            log.exception("close_books interrupted by a database error; tried again later")
+            drop_broken_connection()
+            return
+        except Exception:
+            log.exception("close_books failed; tried again later")
+            return
+        for one in closed or []:
+            self.stdout.write(f"close_books: {one.line()}")
 
     def _log_synced(self, applied: Applied) -> None:
         if applied.moved:

@@ -1,0 +1,114 @@
+"""The books closed against the provider (ledger_app/books): over a simulated month every
+day closes with all its refunded value matched to the provider's balance transactions and
+paid out; each fault the provider can plant is found on its day, by kind, and keeps the day
+open until a lead explains it; disputes' money is in the ledger and told to our clients."""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db.models import Sum
+
+from ledger_app.metrics.database import books_families
+from ledger_app.models import (
+    BalanceTransaction,
+    BooksDay,
+    BooksDifference,
+    Charge,
+    Dispute,
+    Event,
+    LedgerEntry,
+    Payout,
+    Refund,
+)
+from simulated_provider.models import ProviderBalanceTransaction, ProviderPayout
+from tests.books_month import DAYS, FIRST_DAY, at, live_a_month
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("inline_dispatch", "ledger_invariants"),
+]
+
+
+def gauges(name: str) -> dict[tuple[str, ...], float]:
+    families = books_families(at(FIRST_DAY + timedelta(days=DAYS + 3), 12))  # the month's end
+    (family,) = [f for f in families if f.name == name]
+    return {tuple(s.labels.values()): s.value for s in family.samples}
+
+
+class TestAMonth:
+    def test_every_day_closes_with_everything_matched(self):
+        roles = live_a_month(then=3)
+
+        days = list(BooksDay.objects.order_by("day", "currency"))
+        assert {d.day for d in days} == {FIRST_DAY + timedelta(days=n) for n in range(DAYS)}
+        assert [d for d in days if d.status != "closed"] == []
+        assert all(d.refunded == d.matched > 0 for d in days if d.currency == "usd")
+        assert BooksDifference.objects.count() == 0
+        # What the provider paid out is what its books moved, and the ledger holds each move.
+        for payout in ProviderPayout.objects.all():
+            paid = ProviderBalanceTransaction.objects.filter(payout=payout).exclude(type="payout")
+            assert payout.amount == paid.aggregate(net=Sum("net"))["net"]
+        assert Payout.objects.count() == ProviderPayout.objects.count()
+        assert set(BalanceTransaction.objects.values_list("pk", flat=True)) == set(
+            ProviderBalanceTransaction.objects.values_list("provider_id", flat=True)
+        )
+        # Each refund shows its balance transaction; the late failure its second one.
+        moved = Refund.objects.filter(ledger_entries__kind="refund_succeeded").distinct()
+        assert moved.count() > DAYS and not moved.filter(balance_transaction="").exists()
+        failed = Refund.objects.get(charge=roles["late_failure"])
+        assert failed.status == "failed" and failed.failure_balance_transaction.startswith("txn_")
+        assert Refund.objects.filter(source="provider").count() >= 7  # dashboard refunds
+        # The metric says the same: all of the value refunded before the last 4 days matched.
+        refunded, matched = (
+            gauges("ledger_books_refunded_value"),
+            gauges("ledger_books_matched_value"),
+        )
+        assert refunded[("usd", "4d+")] > 0 and matched == refunded
+
+    def test_disputes_money_is_in_the_ledger_and_told_to_our_clients(self):
+        roles = live_a_month(days=20)
+
+        won, lost, inquiry = (roles[name] for name in ("won", "lost", "inquiry"))
+        entries = LedgerEntry.objects.filter(kind__startswith="dispute_")
+        assert sorted(entries.filter(charge=won).values_list("kind", "amount")) == [
+            ("dispute_fee", 1_500),
+            ("dispute_reinstated", 8_000),
+            ("dispute_withdrawn", 8_000),
+        ]
+        assert sorted(entries.filter(charge=lost).values_list("kind", "amount")) == [
+            ("dispute_fee", 1_500),
+            ("dispute_withdrawn", 6_500),
+        ]
+        assert not entries.filter(charge=inquiry).exists()  # an inquiry takes no money
+        assert Charge.objects.get(pk=inquiry.pk).amount_refunded == 5_000
+        assert (
+            Dispute.objects.get(charge=won).status,
+            Dispute.objects.get(charge=lost).status,
+        ) == (
+            "won",
+            "lost",
+        )
+        told = list(
+            Event.objects.filter(charge=won, type__startswith="charge.dispute.")
+            .order_by("created_at", "id")
+            .values_list("type", flat=True)
+        )
+        assert sorted(told) == sorted(
+            [
+                "charge.dispute.created",
+                "charge.dispute.funds_withdrawn",
+                "charge.dispute.updated",
+                "charge.dispute.closed",
+                "charge.dispute.funds_reinstated",
+            ]
+        )
+        closed = Event.objects.get(charge=won, type="charge.dispute.funds_reinstated").data_object
+        assert closed["object"] == "dispute" and closed["charge"] == won.pk
+        assert [bt["amount"] for bt in closed["balance_transactions"]] == [-8_000, 8_000]
+        out = io.StringIO()
+        call_command("verify_ledger", stdout=out)
+        assert "dispute_withdrawn" in out.getvalue() and "dispute_reinstated" in out.getvalue()
