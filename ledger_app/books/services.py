@@ -93,7 +93,8 @@ class Closed:
 
 def days_to_close(today: date) -> list[date]:
     """Every day from the first the ledger or the provider moved money (at most
-    BOOKS_CLOSE_DAYS back) to yesterday."""
+    BOOKS_CLOSE_DAYS back) to today: today's differences show the day they happen, and
+    the day is closed again tomorrow, with what the provider listed since."""
     earliest = today - timedelta(days=settings.BOOKS_CLOSE_DAYS)
     firsts = [
         Refund.objects.aggregate(first=Min("created_at"))["first"],
@@ -104,7 +105,7 @@ def days_to_close(today: date) -> list[date]:
     ]
     known = [moment.date() for moment in firsts if moment is not None]
     start = max(earliest, min(known)) if known else today
-    return [start + timedelta(days=n) for n in range((today - start).days)]
+    return [start + timedelta(days=n) for n in range((today - start).days + 1)]
 
 
 def close_books(

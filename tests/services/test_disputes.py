@@ -19,7 +19,7 @@ from ledger_app.approvals.services import approve_refund, reject_refund
 from ledger_app.charges.selectors import charges_for_update
 from ledger_app.events.delivery import signature_header
 from ledger_app.mirror import events_in as provider_events
-from ledger_app.models import Charge, Event, ProviderEvent, Refund, RefundLimit
+from ledger_app.models import Charge, Event, LedgerEntry, ProviderEvent, Refund, RefundLimit
 from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider import news
 from tests.commands.bulk_runs import bulk, write_csv
@@ -169,8 +169,18 @@ class TestTheSimulatedProviderOverHttp:
         assert opened.dispute_status == "needs_response" and opened.dispute_id.startswith("dp_")
         assert (closed.dispute_id, closed.dispute_status) == (opened.dispute_id, "lost")
         types = list(ProviderEvent.objects.order_by("received_at").values_list("type", flat=True))
-        assert types == ["charge.dispute.created", "charge.dispute.closed"]
+        # Its funds leave when it opens (with the provider's dispute fee), and stay gone.
+        assert types == [
+            "charge.dispute.created",
+            "charge.dispute.funds_withdrawn",
+            "charge.dispute.closed",
+        ]
         assert "charge.dispute.closed" in capsys.readouterr().out
+        moved = LedgerEntry.objects.filter(charge=charge, kind__startswith="dispute_")
+        assert sorted(moved.values_list("kind", "amount")) == [
+            ("dispute_fee", 1_500),
+            ("dispute_withdrawn", 5_000),
+        ]
 
     def test_advance_sends_its_news_signed_over_http(self, door):
         charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "pending_then_succeed"})

@@ -115,7 +115,10 @@ class TestOneRunCatchesUp:
 
         assert_books_equal_the_providers()
         said = out.getvalue()
-        assert "read 4 charges, 4 refunds, 0 disputes; 6 changed something, 0 ignored" in said
+        assert (
+            "read 4 charges, 4 refunds, 0 disputes, 8 balance transactions, 0 payouts; "
+            "14 changed something, 0 ignored"
+        ) in said
         assert f"charge {a_day_without_webhooks['first']} arrived from the provider" in said
         first = Charge.objects.get(pk=a_day_without_webhooks["first"])
         assert (first.amount_refunded, first.amount_refundable) == (6_000, 4_000)
@@ -149,7 +152,7 @@ class TestOneRunCatchesUp:
         said = out.getvalue()
         assert f"would: charge {a_day_without_webhooks['second']} arrived" in said
         # Each alone: a refund of a charge that has not arrived yet is of an unknown charge.
-        assert "4 would change something" in said
+        assert "12 would change something" in said  # 4 charges, 8 balance transactions
 
     def test_without_since_it_starts_one_interval_before_its_cursor(
         self, a_day_without_webhooks, settings
@@ -162,7 +165,7 @@ class TestOneRunCatchesUp:
         assert Charge.objects.filter(pk=a_day_without_webhooks["third"]).exists()
         assert not Charge.objects.filter(pk=a_day_without_webhooks["second"]).exists()
         cursors = dict(ProviderSyncCursor.objects.values_list("kind", "synced_until"))
-        assert set(cursors) == {"charge", "refund", "dispute"}
+        assert set(cursors) == {"charge", "refund", "dispute", "balance_transaction", "payout"}
         assert max(cursors.values()) <= timezone.now() + timedelta(seconds=1)
 
 
