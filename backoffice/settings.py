@@ -400,7 +400,7 @@ SIMULATED_ARN_DELAY_SECONDS = env.count(
 )
 # The simulated provider pays a balance transaction out this many days after the day it was
 # made (UTC), in its daily payout, as Stripe's standard schedule does.
-SIMULATED_PAYOUT_DELAY_DAYS = env.count("SIMULATED_PAYOUT_DELAY_DAYS", 2, of="days", high=30)
+SIMULATED_PAYOUT_DELAY_DAYS = env.count("SIMULATED_PAYOUT_DELAY_DAYS", 2, of="days", low=0, high=30)
 # Where the simulated provider sends its webhooks (advance_simulated_provider,
 # simulate_dispute), signed with STRIPE_WEBHOOK_SECRET, as Stripe sends them: the server
 # `make run` serves (GUNICORN_BIND, gunicorn.conf.py's address).
