@@ -9,6 +9,7 @@ import io
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.core.management import call_command
 from django.db.models import Sum
 
@@ -62,6 +63,14 @@ class TestAMonth:
         failed = Refund.objects.get(charge=roles["late_failure"])
         assert failed.status == "failed" and failed.failure_balance_transaction.startswith("txn_")
         assert Refund.objects.filter(source="provider").count() >= 7  # dashboard refunds
+        # The command says the same, and verify_ledger finds no difference.
+        out = io.StringIO()
+        with time_machine.travel(at(FIRST_DAY + timedelta(days=DAYS + 3), 12), tick=False):
+            call_command("close_books", stdout=out)
+            call_command("verify_ledger", "--provider", stdout=io.StringIO())  # exit 0
+        lines = [line for line in out.getvalue().splitlines() if line.startswith("2026-")]
+        assert len(lines) == len(days) and all(": closed;" in line for line in lines), lines
+        assert all("(100.00%)" in line for line in lines if " usd: " in line), lines
         # The metric says the same: all of the value refunded before the last 4 days matched.
         refunded, matched = (
             gauges("ledger_books_refunded_value"),
