@@ -24,7 +24,6 @@ from django.utils import timezone
 from ledger_app import errors
 from ledger_app.books.models import BalanceTransaction, BooksDay, BooksDifference, Payout
 from ledger_app.books.selectors import Day, Found, compare_day
-from ledger_app.ledger.models import LedgerEntry
 from ledger_app.operations import job_leases
 from ledger_app.refunds.models import Refund
 
@@ -92,19 +91,15 @@ class Closed:
 
 
 def days_to_close(today: date) -> list[date]:
-    """Every day from the first the ledger or the provider moved money (at most
-    BOOKS_CLOSE_DAYS back) to today: today's differences show the day they happen, and
+    """Every day from the first the books know of the provider's (the oldest balance
+    transaction sync_provider fetched: a new installation's books begin with its first
+    sync, or as far back as a `sync_provider --since` back-fill reached), at most
+    BOOKS_CLOSE_DAYS back, to today: today's differences show the day they happen, and
     the day is closed again tomorrow, with what the provider listed since."""
-    earliest = today - timedelta(days=settings.BOOKS_CLOSE_DAYS)
-    firsts = [
-        Refund.objects.aggregate(first=Min("created_at"))["first"],
-        LedgerEntry.objects.filter(kind__startswith="dispute_").aggregate(first=Min("created_at"))[
-            "first"
-        ],
-        BalanceTransaction.objects.aggregate(first=Min("created"))["first"],
-    ]
-    known = [moment.date() for moment in firsts if moment is not None]
-    start = max(earliest, min(known)) if known else today
+    first = BalanceTransaction.objects.aggregate(first=Min("created"))["first"]
+    if first is None:
+        return []
+    start = max(today - timedelta(days=settings.BOOKS_CLOSE_DAYS), first.date())
     return [start + timedelta(days=n) for n in range((today - start).days + 1)]
 
 

@@ -159,6 +159,7 @@ class TestTheWorkersDailyClose:
 
         settings.PROVIDER_SYNC_INTERVAL = 3600
         dropped = a_refund(simulate_books="refund_dropped")
+        sync_provider(since=at(DAY, 0))  # the books begin: the first sync's back-fill
         out = io.StringIO()
         worker = ProcessRefunds(stdout=out)
 

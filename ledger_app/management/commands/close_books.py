@@ -23,7 +23,8 @@ class Command(BaseCommand):
         "payouts as sync_provider last fetched them, and record per day and currency: the "
         "value refunded, the value matched and paid out (or explained), the unexplained "
         "differences by kind, and whether the day is closed. Without --day: every day from "
-        "the first money moved (at most BOOKS_CLOSE_DAYS back) to today. Prints a line "
+        "the oldest balance transaction sync_provider fetched (at most BOOKS_CLOSE_DAYS back) "
+        "to today. Prints a line "
         "per day and currency; exit 1 when a day has a difference nobody explained."
     )
 
