@@ -98,28 +98,9 @@ def _refunds(result: Day, start: datetime, end: datetime, today: date, ids: set[
         .filter(_moved_money())
         .order_by("created_at", "pk")
     )
-    provider = _by_source((r.provider_refund_id for r in refunds), "refund")
     for refund in refunds:
         result.refunded[refund.currency] += refund.amount
-        bt = provider.get(refund.provider_refund_id) if refund.provider_refund_id else None
-        if bt is not None:
-            result.links.append((refund.pk, "balance_transaction", bt.id))
-        _match(
-            result,
-            today,
-            ids,
-            bt,
-            Found(
-                kind="",
-                currency=refund.currency,
-                reference=f"refund {refund.pk}",
-                detail="",
-                charge_id=refund.charge_id,
-                refund_id=refund.pk,
-                ledger_amount=-refund.amount,
-                refunded=refund.amount,
-            ),
-        )
+    _match_refunds(result, today, ids, refunds, failed=False)
 
 
 def _failures(result: Day, start: datetime, end: datetime, today: date, ids: set[str]) -> None:
@@ -127,19 +108,29 @@ def _failures(result: Day, start: datetime, end: datetime, today: date, ids: set
         kind=Entry.REFUND_RELEASED, created_at__gte=start, created_at__lt=end
     ).values("refund")
     refunds = list(Refund.objects.filter(pk__in=released).filter(_moved_money()).order_by("pk"))
-    provider = _by_source((r.provider_refund_id for r in refunds), "refund_failure")
+    _match_refunds(result, today, ids, refunds, failed=True)
+
+
+def _match_refunds(
+    result: Day, today: date, ids: set[str], refunds: list[Refund], *, failed: bool
+) -> None:
+    """Each refund's money leaving (minus its amount, in its `refund` transaction), or,
+    `failed`, coming back (its amount, in its `refund_failure` transaction)."""
+    kind, field = ("refund_failure", "failure_") if failed else ("refund", "")
+    provider = _by_source((r.provider_refund_id for r in refunds), kind)
     for refund in refunds:
         bt = provider.get(refund.provider_refund_id) if refund.provider_refund_id else None
         if bt is not None:
-            result.links.append((refund.pk, "failure_balance_transaction", bt.id))
+            result.links.append((refund.pk, f"{field}balance_transaction", bt.id))
         found = Found(
             kind="",
             currency=refund.currency,
-            reference=f"refund failure {refund.pk}",
+            reference=f"refund {'failure ' if failed else ''}{refund.pk}",
             detail="",
             charge_id=refund.charge_id,
             refund_id=refund.pk,
-            ledger_amount=refund.amount,
+            ledger_amount=refund.amount if failed else -refund.amount,
+            refunded=0 if failed else refund.amount,
         )
         _match(result, today, ids, bt, found)
 
