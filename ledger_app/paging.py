@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import (
+    Model,
     Q,
     QuerySet,
 )
@@ -29,43 +30,52 @@ def page_newest_first(
 ) -> Page:
     """One page of a list, newest first, by cursor: the id of an object on the previous page.
 
-    Cursors compare (created_at, id), so a page does not shift when new objects are
-    inserted while a client walks the list. The cursor is read from the database the
+    Cursors compare (the time it was made, id), so a page does not shift when new objects
+    are inserted while a client walks the list. The cursor is read from the database the
     queryset reads (the replica's list pages by the replica's rows).
     """
     model = queryset.model
+    made = made_at(model)
     cursor_id = starting_after or ending_before
     if cursor_id is None:
-        rows = list(queryset.order_by("-created_at", "-id")[: limit + 1])
+        rows = list(queryset.order_by(f"-{made}", "-id")[: limit + 1])
         return Page(rows[:limit], len(rows) > limit)
     cursors = model.objects.using(queryset.db)
-    cursor = cursors.filter(pk=cursor_id).values("created_at", "id").first()
+    cursor = cursors.filter(pk=cursor_id).values(made, "id").first()
     if cursor is None:
         param = "starting_after" if starting_after else "ending_before"
-        raise ResourceMissing(f"No such {model._meta.model_name}: '{cursor_id}'", param=param)
-    at, pk = cursor["created_at"], cursor["id"]
+        raise ResourceMissing(f"No such {model._meta.verbose_name}: '{cursor_id}'", param=param)
+    at, pk = cursor[made], cursor["id"]
     if starting_after:
-        older = queryset.filter(Q(created_at__lt=at) | Q(created_at=at, id__lt=pk))
-        rows = list(older.order_by("-created_at", "-id")[: limit + 1])
+        older = queryset.filter(Q(**{f"{made}__lt": at}) | Q(**{made: at, "id__lt": pk}))
+        rows = list(older.order_by(f"-{made}", "-id")[: limit + 1])
         return Page(rows[:limit], len(rows) > limit)
-    newer = queryset.filter(Q(created_at__gt=at) | Q(created_at=at, id__gt=pk))
-    rows = list(newer.order_by("created_at", "id")[: limit + 1])
+    newer = queryset.filter(Q(**{f"{made}__gt": at}) | Q(**{made: at, "id__gt": pk}))
+    rows = list(newer.order_by(made, "id")[: limit + 1])
     return Page(list(reversed(rows[:limit])), len(rows) > limit)
 
 
-def created_in(bounds: dict[str, int] | None) -> Q:
-    """Stripe's `created` filter on created_at: {"eq", "gt", "gte", "lt" or "lte": unix
-    seconds}. An object's `created` is its created_at in whole seconds, so created[gt]=T
-    starts at T+1 and created=T is anything within second T."""
+def made_at(model: type[Model]) -> str:
+    """The field that says when `model`'s objects were made: `created_at`, or `created`
+    on the provider's objects the books mirror (the time the provider gave them)."""
+    fields = {field.name for field in model._meta.get_fields()}
+    return "created_at" if "created_at" in fields else "created"
+
+
+def created_in(bounds: dict[str, int] | None, field: str = "created_at") -> Q:
+    """Stripe's `created` filter on created_at (or on another moment, `field`: a payout's
+    arrival_date): {"eq", "gt", "gte", "lt" or "lte": unix seconds}. An object's `created`
+    is its created_at in whole seconds, so created[gt]=T starts at T+1 and created=T is
+    anything within second T."""
     condition = Q()
     for operator, seconds in (bounds or {}).items():
         start, end = _moment(seconds), _moment(seconds + 1)
         condition &= {
-            "eq": Q(created_at__gte=start, created_at__lt=end),
-            "gt": Q(created_at__gte=end),
-            "gte": Q(created_at__gte=start),
-            "lt": Q(created_at__lt=start),
-            "lte": Q(created_at__lt=end),
+            "eq": Q(**{f"{field}__gte": start, f"{field}__lt": end}),
+            "gt": Q(**{f"{field}__gte": end}),
+            "gte": Q(**{f"{field}__gte": start}),
+            "lt": Q(**{f"{field}__lt": start}),
+            "lte": Q(**{f"{field}__lt": end}),
         }[operator]
     return condition
 

@@ -18,8 +18,10 @@ from django.test import Client
 from ledger_app.access.api_keys import create_api_key, revoke_api_key
 from ledger_app.models import (
     ApiKey,
+    BalanceTransaction,
     Charge,
     Event,
+    Payout,
     Refund,
     WebhookEndpoint,
     new_charge_id,
@@ -28,6 +30,7 @@ from ledger_app.models import (
 from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider.models import ProviderRefund
 from tests import tally
+from tests.api.books_rows import balance_transaction, books_as_they_are, payout
 from tests.api_routes import FORM, api_endpoints, send, walk
 from tests.factories import ChargeFactory
 from tests.invariants import books, rows_written
@@ -46,13 +49,16 @@ def fill(route: str, charge: Charge, refund: Refund) -> str:
         url="https://hooks.example.com/ledger", defaults={"secret": "whsec_matrix"}
     )[0]
     route = route.replace("<str:endpoint_id>", endpoint.id)
+    route = route.replace("<str:balance_transaction_id>", BalanceTransaction.objects.get().pk)
+    route = route.replace("<str:payout_id>", Payout.objects.get().pk)
     return route.replace("<path:object_id>", "{object_id}")
 
 
 @pytest.fixture
 def url_objects(inline_dispatch):
     """(charge, refund, snapshot): an object for every URL here to find, and what a refused
-    request must leave as it was (every table's rows and the charge's books)."""
+    request must leave as it was (every table's rows, the charge's books and the provider's
+    balance transactions and payouts)."""
     # A refund left unknown by a provider timeout: it is in the attention queue too, so
     # every refund admin URL finds its object and answers for the permission alone.
     charge = ChargeFactory(amount=5_000, metadata={"simulate_refund": "timeout"})
@@ -60,8 +66,11 @@ def url_objects(inline_dispatch):
     assert refund.status == "unknown"
     sent = create_refund(RefundRequest(charge_id=ChargeFactory(amount=1_000).id, amount=100)).item
     assert sent.status == "succeeded"  # and the simulated provider holds its record
+    # the provider's balance transaction of it and its payout, as sync_provider mirrors them
+    balance_transaction("txn_matrix", type="refund", source="re_matrix", payout="po_matrix")
+    payout("po_matrix")
 
-    return charge, refund, lambda: (rows_written(), books(charge))
+    return charge, refund, lambda: (rows_written(), books(charge), books_as_they_are())
 
 
 def test_the_api_has_the_endpoints_this_file_checks():
@@ -78,12 +87,20 @@ def test_the_api_has_the_endpoints_this_file_checks():
         "/v1/payment_intents/<str:intent_id>",
         "/v1/webhook_endpoints",
         "/v1/webhook_endpoints/<str:endpoint_id>",
+        "/v1/balance_transactions",
+        "/v1/balance_transactions/<str:balance_transaction_id>",
+        "/v1/payouts",
+        "/v1/payouts/<str:payout_id>",
     }
 
 
 @pytest.mark.parametrize("credential", ["none", "wrong", "revoked", "basic-wrong"])
-def test_every_api_endpoint_and_method_without_a_valid_key_is_401(client, url_objects, credential):
+def test_every_api_endpoint_and_method_without_a_valid_key_is_401(
+    client, url_objects, credential, settings
+):
     charge, refund, snapshot = url_objects
+    # more wrong keys from one address than it is let send (test_auth_failure_limit.py)
+    settings.API_AUTH_FAILURE_LIMIT = "1000/minute"
     key, secret = create_api_key(name="soon revoked")
     revoke_api_key(prefix=key.prefix)
     header = {

@@ -41,7 +41,10 @@ from ledger_app.api.fields import (
     Text,
     refuse,
 )
+from ledger_app.errors import InvalidCurrency
+from ledger_app.money import normalize_currency
 from ledger_app.refunds.models import Refund
+from ledger_app.rendering.books import BALANCE_TRANSACTION_TYPES, PAYOUT_STATUSES
 
 T = TypeVar("T", bound=Callable[..., Any])  # the serializer class create_body decorates
 
@@ -124,6 +127,30 @@ class TypeFilter(Params):
         super().check_together(data)
 
 
+class Listed(Choice):
+    """A filter's value, one of Stripe's `choices`; any other is refused here (a filter
+    has no service behind it to refuse it)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if value not in self.choices:
+            refuse(
+                "parameter_invalid",
+                f"Invalid {self.field_name}: must be one of {', '.join(self.choices)}.",
+            )
+        return value
+
+
+class Currency(Text):
+    """A currency to filter by: an ISO 4217 code, in any case (lower-cased, as stored)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        try:
+            return normalize_currency(super().to_internal_value(data))
+        except InvalidCurrency:
+            refuse("parameter_invalid", "Invalid currency: send an ISO 4217 code, such as usd.")
+
+
 class RefundPage(ListParams):
     expand = Expand(allowed=in_list(REFUND_FIELDS))
 
@@ -142,6 +169,33 @@ class RefundListParams(ChargeFilter, PaymentIntentFilter, CreatedFilter, RefundP
 
 class EventListParams(TypeFilter, CreatedFilter, ListParams):
     """The type and created filters, then the page."""
+
+
+class BalanceTransactionListParams(CreatedFilter, ListParams):
+    """The created filter, then the page, then the payout, type, source and currency
+    filters."""
+
+    payout = ObjectId(required=False, help_text="Only those paid out in this payout (po_...).")
+    type = Listed(
+        choices=BALANCE_TRANSACTION_TYPES, required=False, help_text="Only those of this type."
+    )
+    source = ObjectId(  # type: ignore[assignment]  # a declared field (the metaclass takes it off the class)
+        required=False,
+        help_text="Only those this object moved: the provider's id of a charge, refund, "
+        "dispute or payout.",
+    )
+    currency = Currency(required=False, help_text="Only those in this currency.")
+
+
+class PayoutListParams(CreatedFilter, ListParams):
+    """The created filter, then the page, then the arrival_date and status filters."""
+
+    arrival_date = Created(
+        required=False,
+        help_text="Unix seconds of its arrival day: arrival_date=T, or arrival_date[gt], "
+        "[gte], [lt], [lte].",
+    )
+    status = Listed(choices=PAYOUT_STATUSES, required=False, help_text="Only those in it.")
 
 
 class ChargeRetrieveParams(Params):

@@ -1,5 +1,5 @@
 """What the /v1/ endpoints share. Each view (charges.py, refunds.py, events.py,
-payment_intents.py, webhook_endpoints.py) checks its parameters with its serializer
+payment_intents.py, webhook_endpoints.py, books.py) checks its parameters with its serializer
 (params.py, through checked_params), makes one service or selector call, and renders
 through rendered, list_page and created_response here; read_schema and create_schema give
 it its OpenAPI schema, idempotency_key reads a create's Idempotency-Key header.

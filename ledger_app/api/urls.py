@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from ledger_app.api import charges, events, payment_intents, refunds, webhook_endpoints
+from ledger_app.api import books, charges, events, payment_intents, refunds, webhook_endpoints
 from ledger_app.api.docs import DocsView, SchemaView
 from ledger_app.api.errors import not_found
 
@@ -27,6 +27,18 @@ urlpatterns = [
     path("events", events.EventsView.as_view(), name="events"),
     path("events/<str:event_id>", events.EventView.as_view(), name="event"),
     *webhook_endpoints.urlpatterns,
+    path(
+        "balance_transactions",
+        books.BalanceTransactionsView.as_view(),
+        name="balance-transactions",
+    ),
+    path(
+        "balance_transactions/<str:balance_transaction_id>",
+        books.BalanceTransactionView.as_view(),
+        name="balance-transaction",
+    ),
+    path("payouts", books.PayoutsView.as_view(), name="payouts"),
+    path("payouts/<str:payout_id>", books.PayoutView.as_view(), name="payout"),
     path("openapi.json", SchemaView.as_view(), name="openapi"),
     path("docs", DocsView.as_view(url_name="openapi"), name="api-docs"),
     re_path(r"^[\s\S]*$", not_found),  # [\s\S]: a %0A in the path is unknown too

@@ -18,11 +18,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.api.stripe_package_fields import package_params
+
 REFERENCE = json.loads(
     (Path(__file__).parent / "stripe_reference" / "stripe_fields_2026.json").read_text()
 )
 SCHEMAS: dict[str, dict[str, Any]] = REFERENCE["schemas"]
-PARAMS: dict[str, list[str]] = SCHEMAS["params"]
+# Stripe's parameters of every endpoint served here: the reference's, and those of the
+# balance transactions and payouts, which it lacks, as the stripe package declares them.
+PARAMS: dict[str, list[str]] = {**SCHEMAS["params"], **package_params()}
 
 # Fields of our own, beside Stripe's (docs/api.md, "Fields of our own"), and Stripe's own
 # fields newer than this file (stripe_fields_2026-11-18.json has them: stripe_fields.py).

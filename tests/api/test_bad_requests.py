@@ -157,6 +157,10 @@ ROWS = [
         code="resource_missing", param="starting_after"),
     Bad("ending-before-NUL", **get("/v1/charges?ending_before=ch_%00"),
         code="resource_missing", param="ending_before"),
+    Bad("balance-transactions-type-NUL", **get("/v1/balance_transactions?type=charge%00"),
+        code="parameter_invalid", param="type"),
+    Bad("payout-retrieve-unknown", **get("/v1/payouts/po_doesnotexist", status=404),
+        code="resource_missing", param=None),
     # --- malformed bodies and content types ---
     json_refund("json-malformed", '{"charge": ', code="body_invalid"),
     json_refund("json-array", '[{"charge": "{charge}"}]', code="body_invalid"),

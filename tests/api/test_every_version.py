@@ -14,6 +14,7 @@ from ledger_app.events.delivery import deliver_due
 from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import Refund, WebhookEndpoint
 from ledger_app.refunds.services import RefundRequest, create_refund
+from tests.api.books_rows import a_few_days_of_books
 from tests.api.stripe_fields import problems
 from tests.factories import ChargeFactory
 from tests.processes import manage_alone
@@ -184,6 +185,20 @@ class TestEveryObjectInEveryVersion:
             "intent statuses"
         ]
         assert {"refund.created", "refund.failed", "charge.refund.updated"} <= seen["event types"]
+
+    def test_balance_transactions_are_the_same_in_every_version(self, api):
+        """Stripe's upgrade notes change nothing of a balance transaction or a payout."""
+        moved = a_few_days_of_books().moved
+        newest = api.get("/v1/balance_transactions").json()["data"]
+        payouts = api.get("/v1/payouts").json()["data"]
+
+        for version in shapes():
+            asked = {"HTTP_STRIPE_VERSION": version}
+            shown = api.get("/v1/balance_transactions", **asked).json()["data"]
+            assert [bt["id"] for bt in shown] == moved and shown == newest, version
+            for bt in shown:
+                assert problems(bt, "balance_transaction", version) == [], (version, bt["id"])
+            assert api.get("/v1/payouts", **asked).json()["data"] == payouts, version
 
 
 @pytest.mark.django_db

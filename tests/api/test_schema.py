@@ -16,6 +16,7 @@ from schemathesis.specs.openapi import checks as openapi_checks
 from ledger_app.access.api_keys import create_api_key
 from ledger_app.models import Event, Refund
 from ledger_app.refunds.services import RefundRequest, create_refund
+from tests.api.books_rows import T, a_few_days_of_books
 from tests.api.schema_checks import ALL_CHECKS, FUZZ, schema
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("wsgi_in_test_transaction")]
@@ -47,6 +48,17 @@ def refunded_charge(succeeded_charge):
 @schema.include(path_regex="^/v1/events").parametrize()
 @FUZZ
 def test_fuzzed_event_requests_conform(case, auth, refunded_charge):
+    case.call_and_validate(headers=auth, checks=ALL_CHECKS)
+
+
+@pytest.fixture
+def books(db):
+    return a_few_days_of_books()
+
+
+@schema.include(path_regex="^/v1/(balance_transactions|payouts)").parametrize()
+@FUZZ
+def test_fuzzed_balance_transaction_and_payout_requests_conform(case, auth, books):
     case.call_and_validate(headers=auth, checks=ALL_CHECKS)
 
 
@@ -120,6 +132,24 @@ KNOWN = [
     Known("events-retrieve-unknown", "GET", "/v1/events/{event_id}", 404,
           {"event_id": "evt_nope"}),
     Known("events-list-read-only", "GET", "/v1/events", 200, auth="read-only"),
+    Known("balance-transactions-list", "GET", "/v1/balance_transactions", 200),
+    Known("balance-transactions-list-filtered", "GET", "/v1/balance_transactions", 200,
+          query={"payout": "po_usd", "type": "charge", "currency": "usd", "created[gte]": T,
+                 "limit": 1}),
+    Known("balance-transactions-list-bad-type", "GET", "/v1/balance_transactions", 400,
+          query={"type": "charge.succeeded"}),
+    Known("balance-transactions-retrieve", "GET",
+          "/v1/balance_transactions/{balance_transaction_id}", 200,
+          {"balance_transaction_id": "txn_dispute_usd"}),
+    Known("balance-transactions-retrieve-unknown", "GET",
+          "/v1/balance_transactions/{balance_transaction_id}", 404,
+          {"balance_transaction_id": "txn_nope"}),
+    Known("payouts-list", "GET", "/v1/payouts", 200,
+          query={"status": "paid", "arrival_date[gte]": T, "ending_before": "po_usd"}),
+    Known("payouts-retrieve", "GET", "/v1/payouts/{payout_id}", 200, {"payout_id": "po_eur"}),
+    Known("payouts-retrieve-unknown", "GET", "/v1/payouts/{payout_id}", 404,
+          {"payout_id": "po_nope"}),
+    Known("payouts-list-read-only", "GET", "/v1/payouts", 200, auth="read-only"),
 ]
 # fmt: on
 
@@ -137,6 +167,7 @@ def _fill(value, ids):
 @pytest.mark.parametrize("known", KNOWN, ids=lambda known: known.id)
 def test_known_requests_match_the_schema(known, api_key, succeeded_charge):
     create_refund(RefundRequest(charge_id=succeeded_charge.id, amount=1_000))  # so a refund exists
+    a_few_days_of_books()  # and the provider's balance transactions and payouts
     refund = Refund.objects.order_by("-created_at").first()
     event = Event.objects.order_by("-created_at").first()
     assert refund is not None and event is not None

@@ -1,6 +1,8 @@
 """Every object the API returns, in every status we can produce, against Stripe's published
-schema (stripe_conformance.py): no field Stripe's object lacks (beyond our documented
-extensions), every required field, and only Stripe's values in its enums. Also: every
+schema (stripe_conformance.py; a balance transaction against stripe_fields.py's reference,
+a payout against the stripe package's declared fields): no field Stripe's object lacks
+(beyond our documented extensions), every required field, and only Stripe's values in its
+enums. Also: every
 parameter Stripe lists for an endpoint we serve is either accepted or on docs/api.md's
 list of those we refuse (test_stripe_parameters.py holds the parameters to the docs)."""
 
@@ -9,7 +11,10 @@ import json
 import pytest
 from django.test import Client
 
+from tests.api import stripe_fields
+from tests.api.books_rows import a_few_days_of_books
 from tests.api.stripe_conformance import problems
+from tests.api.stripe_package_fields import package_problems
 
 pytestmark = pytest.mark.usefixtures("inline_dispatch", "ledger_invariants")
 JSON = "application/json"
@@ -81,6 +86,21 @@ class TestEveryObjectConforms:
 
         for endpoint in (made, fetched, *listed):
             assert problems(endpoint, "webhook_endpoint") == []
+
+    def test_balance_transactions_and_payouts(self, api):
+        books = a_few_days_of_books()
+        listed = api.get("/v1/balance_transactions", {"limit": 100}).json()["data"]
+        payouts = api.get("/v1/payouts", {"limit": 100}).json()["data"]
+
+        assert [bt["id"] for bt in listed] == books.moved
+        for bt in listed:
+            fetched = api.get(f"/v1/balance_transactions/{bt['id']}").json()
+            assert stripe_fields.problems(bt, "balance_transaction") == [], bt["id"]
+            assert stripe_fields.problems(fetched, "balance_transaction") == [], bt["id"]
+        assert [p["id"] for p in payouts] == books.payouts
+        for paid in payouts:
+            fetched = api.get(f"/v1/payouts/{paid['id']}").json()
+            assert package_problems(paid, "payout") == package_problems(fetched, "payout") == []
 
     def test_errors(self, api):
         client = Client()  # no key

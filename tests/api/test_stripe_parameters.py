@@ -22,6 +22,7 @@ import pytest
 from ledger_app import api_versions
 from ledger_app.access.api_keys import PREFIX_LENGTH
 from ledger_app.models import ApiKey, Event, RefundLimit
+from tests.api.books_rows import balance_transaction, payout
 from tests.api.stripe_conformance import PARAMS
 from tests.factories import ChargeFactory
 from tests.invariants import rows_written
@@ -40,6 +41,7 @@ FORM = "application/x-www-form-urlencoded"
 SAMPLES = {
     "amount": ("amount", "1"),
     "api_version": ("api_version", api_versions.LATEST),
+    "arrival_date": ("arrival_date[gte]", "0"),
     "capture": ("capture", "true"),
     "charge": ("charge", "{charge}"),
     "connect": ("connect", "false"),
@@ -55,6 +57,7 @@ SAMPLES = {
     "metadata": ("metadata[k]", "v"),
     "origin": ("origin", "customer_balance"),
     "payment_intent": ("payment_intent", "{payment_intent}"),
+    "payout": ("payout", "{payout}"),
     "radar_options": ("radar_options[session]", "rses_1"),
     "reason": ("reason", "requested_by_customer"),
     "receipt_email": ("receipt_email", "buyer@example.com"),
@@ -63,11 +66,14 @@ SAMPLES = {
     "shipping": ("shipping[name]", "Buyer"),
     "source": ("source", "tok_visa"),
     "starting_after": ("starting_after", "{first}"),
+    "status": ("status", "paid"),
     "transfer_data": ("transfer_data[destination]", "acct_1"),
     "type": ("type", "charge.succeeded"),
     "types": ("types[]", "charge.succeeded"),
     "url": ("url", "https://8.8.8.8/hooks"),
 }
+# Where one endpoint's parameter takes other values than another's of the same name.
+SAMPLES_OF = {("GET /v1/balance_transactions", "type"): ("type", "charge")}
 EXPANDS = {  # an expansion each endpoint takes
     "GET /v1/charges": "data.payment_intent",
     "GET /v1/refunds": "data.charge",
@@ -92,6 +98,8 @@ FIRST = {
     "GET /v1/refunds": "refund",
     "GET /v1/events": "event",
     "GET /v1/webhook_endpoints": "webhook_endpoint",
+    "GET /v1/balance_transactions": "balance_transaction",
+    "GET /v1/payouts": "payout",
 }
 
 
@@ -125,7 +133,8 @@ def test_counts_in_the_docs_match_the_tables():
 
 @pytest.fixture
 def objects(api):
-    """One of each object the endpoints name, made through the API."""
+    """One of each object the endpoints name, made through the API; and a balance transaction
+    and a payout, as sync_provider mirrors them."""
     charge = api.post(
         "/v1/charges", urlencode({"amount": 1_000_000, "currency": "usd"}), content_type=FORM
     ).json()
@@ -143,6 +152,8 @@ def objects(api):
         "refund": refund["id"],
         "event": Event.objects.latest("created_at").id,
         "webhook_endpoint": endpoint["id"],
+        "balance_transaction": balance_transaction("txn_params", payout="po_params").pk,
+        "payout": payout("po_params").pk,
     }
 
 
@@ -175,12 +186,13 @@ def test_each_documented_parameter_is_handled_as_documented(
     if endpoint == "POST /v1/refunds/{refund}/cancel":
         values["refund"] = awaiting_approval(api, api_key, objects["charge"])
     values["first"] = objects.get(FIRST.get(endpoint, ""), "")
-    values["id"] = objects["event"]  # the one path Stripe's spec names {id}: an event's
+    # the paths Stripe's spec names {id}: an event's and a balance transaction's
+    values["id"] = objects["balance_transaction" if "balance_" in endpoint else "event"]
     path = re.sub(r"\{(\w+)\}", lambda m: values[m[1]], template)
     params = dict(REQUIRED.get(endpoint, {}))
     if name == "payment_intent":
         params.pop("charge", None)
-    key, value = SAMPLES.get(name, (name, "x"))
+    key, value = SAMPLES_OF.get((endpoint, name)) or SAMPLES.get(name, (name, "x"))
     if name == "expand":
         key, value = "expand[]", EXPANDS.get(endpoint, "data")
     params[key] = value

@@ -15,111 +15,39 @@ dispatch to its own simulated provider). What is checked:
 - lookups: by the ledger refund id in the provider's metadata, None when never sent;
 - the provider SIGKILLed mid-request, before it commits and after it commits but before
   it answers: the refund is unknown, the reconciler asks the restarted provider, and then
-  there is one provider refund per ledger refund and verify_ledger agrees on both sides.
+  there is one provider refund per ledger refund and verify_ledger agrees on both sides;
+- sync_provider's lists, page by page: charges and refunds, and the books' balance
+  transactions and payouts (with each payout's own list), mirrored equal to the provider's.
 """
 
 from __future__ import annotations
 
-import re
 import threading
-import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-import psycopg
 import pytest
-import stripe
+import requests
 from django.db import connection, transaction
 from django.test import override_settings
 
+from ledger_app.books.models import BalanceTransaction, Payout
 from ledger_app.charges.services import record_charge
 from ledger_app.mirror.events_in import apply_object
+from ledger_app.mirror.sync import sync_provider
 from ledger_app.models import Charge, Refund
 from ledger_app.provider.dispatch import reconcile_refunds
 from ledger_app.provider.dispatch.send import send_refund
 from ledger_app.provider.gateways import get_gateway
-from ledger_app.provider.gateways.base import GatewayUnavailable, OutcomeUnknown
+from ledger_app.provider.gateways.base import GatewayUnavailable, Listed, OutcomeUnknown
 from ledger_app.provider.gateways.stripe import StripeGateway
 from ledger_app.refunds.services import RefundRequest, create_refund
+from ledger_app.rendering.books import render_balance_transaction, render_payout
+from tests.gateways.provider_back_office import MIRRORED, ProviderBackOffice
 from tests.invariants import assert_ledger_invariants
-from tests.processes import GunicornServer, manage_alone, run_command
+from tests.processes import run_command
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-SECRET_KEY = "provider-instance-secret-key-not-for-production"
-
-
-class ProviderBackOffice:
-    """A second back office on a database of its own, served by gunicorn: the provider."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        db = connection.settings_dict
-        self.tmp_path = tmp_path
-        self.name = f"{db['NAME']}_provider"
-        self.admin_url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/postgres"
-        self.url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{self.name}"
-        self._run_sql(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
-        self._run_sql(f'CREATE DATABASE "{self.name}"')
-        self._manage("migrate", "--no-input")
-        made = self._manage("create_api_key", "ledger-under-test")
-        key = re.search(r"\bsk_\w+", made.stdout)
-        assert key, made.stdout
-        self.api_key = key[0]
-        self.server: GunicornServer | None = None
-        self.starts = 0
-
-    def _run_sql(self, sql: str) -> None:
-        with psycopg.connect(self.admin_url, autocommit=True) as admin:
-            admin.execute(sql)
-
-    def _env(self) -> dict[str, str]:
-        return {
-            "DATABASE_URL": self.url,
-            "DJANGO_SECRET_KEY": SECRET_KEY,
-            "DJANGO_DOTENV": "false",
-            "LEDGER_GATEWAY": "simulated",
-        }
-
-    def _manage(self, *args: str):
-        done = manage_alone(*args, env=self._env())
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done
-
-    def start(self, **env: str) -> str:
-        """Serve it (again: same database, new port); its API base URL."""
-        self.starts += 1
-        logs = self.tmp_path / f"provider-{self.starts}"
-        logs.mkdir()
-        self.server = GunicornServer(
-            logs, workers=1, threads=4, own_group=True, env=env, DATABASE_URL=self.url
-        )
-        self.server.wait_ready()
-        return self.server.url
-
-    @property
-    def running(self) -> GunicornServer:
-        assert self.server is not None, "start() it first"
-        return self.server
-
-    def wait_for(self, text: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.running.log():
-            assert time.monotonic() < deadline, f"never reached {text!r}:\n{self.running.log()}"
-            time.sleep(0.05)
-
-    def client(self) -> stripe.StripeClient:
-        return stripe.StripeClient(
-            self.api_key, base_addresses={"api": self.running.url}, max_network_retries=0
-        )
-
-    def verify_ledger(self):
-        return self._manage("verify_ledger")
-
-    def close(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-        self._run_sql(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
 
 @pytest.fixture
@@ -349,4 +277,83 @@ def test_sync_lists_the_providers_objects_page_by_page_and_they_apply(provider, 
         "provider",
     )
     assert Charge.objects.get(pk=made[0].id).amount_refunded == 400
+    assert_ledger_invariants()
+
+
+class WithoutDisputes(StripeGateway):
+    """The adapter, but for the provider instance's disputes: a back office keeps disputes
+    on their charges and serves no /v1/disputes, which sync_provider also walks."""
+
+    def list_created(self, kind: Listed, *, start: datetime, end: datetime) -> list[dict]:
+        return [] if kind == "dispute" else super().list_created(kind, start=start, end=end)
+
+
+def requests_sent(monkeypatch) -> list[str]:
+    """The URL of every request the stripe package sends from now on."""
+    sent: list[str] = []
+    send = requests.Session.request
+
+    def counted(session, method, url, *args, **kwargs):
+        sent.append(url)
+        return send(session, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(requests.Session, "request", counted)
+    return sent
+
+
+def money_moved_and_paid_out(provider: ProviderBackOffice) -> datetime:
+    """Charges and a refund through the provider's API, booked by its simulated provider,
+    which pays them out at once (no delay) when the provider's own sync_provider lists
+    them; when the first charge was made."""
+    provider.running.stop()
+    provider.start(SIMULATED_PAYOUT_DELAY_DAYS="0")
+    client = provider.client()
+    made = [
+        client.v1.charges.create(params={"amount": amount, "currency": "usd", "source": "tok_visa"})
+        for amount in (1_000, 2_000, 3_000)
+    ]
+    client.v1.refunds.create(params={"charge": made[0].id, "amount": 400})
+    first = datetime.fromtimestamp(min(c.created for c in made), tz=UTC)
+    provider.sync(since=first.date())
+    # A payout the run made after the moment it lists up to is listed by the next run.
+    synced = provider.sync(since=first.date())
+    assert "5 balance transactions, 1 payouts" in synced, synced
+    return first
+
+
+def test_books_list_over_http_page_by_page_and_sync_mirrors_them(provider, monkeypatch):
+    """The adapter's list calls for the books (list_created of balance transactions and
+    payouts, list_paid_out) through the stripe package against the provider instance's
+    /v1/balance_transactions and /v1/payouts; our sync_provider then mirrors them, equal to
+    the provider's own mirror of its simulated provider's books."""
+    start = money_moved_and_paid_out(provider)
+    end = start + timedelta(hours=1)
+    monkeypatch.setattr(StripeGateway, "page_size", 2)  # five transactions: three pages
+    gateway = WithoutDisputes(api_key=provider.api_key, api_base=provider.running.url)
+    sent = requests_sent(monkeypatch)
+
+    moved = gateway.list_created("balance_transaction", start=start, end=end)
+    [payout] = gateway.list_created("payout", start=start, end=end)
+    paid = gateway.list_paid_out(payout["id"])
+    before = gateway.list_created("payout", start=start - timedelta(hours=1), end=start)
+
+    assert sorted(bt["type"] for bt in moved) == ["charge"] * 3 + ["payout", "refund"]
+    assert sorted(bt["id"] for bt in paid) == sorted(bt["id"] for bt in moved)
+    pages = [url for url in sent if "/v1/balance_transactions?" in url]
+    assert len(pages) == 6, pages  # three pages of the list, three of the payout's
+    assert sum("starting_after=" in url for url in pages) == 4, pages
+    assert payout["amount"] == 6_000 - 400 - sum(bt["fee"] for bt in moved) and before == []
+    with pointed_at(provider):
+        report = sync_provider(since=start, gateway=gateway)
+        again = sync_provider(since=start, gateway=gateway)
+    assert report is not None and again is not None
+    assert (report.read["balance_transaction"], report.read["payout"]) == (5, 1)
+    assert again.moved == 0  # what was mirrored is found again and changes nothing
+    ours = BalanceTransaction.objects.order_by("pk").values_list(*MIRRORED)
+    assert list(ours) == provider.balance_transactions()
+    assert {bt.payout for bt in BalanceTransaction.objects.all()} == {payout["id"]}
+    assert render_payout(Payout.objects.get()) == payout
+    for shown in moved:
+        assert render_balance_transaction(BalanceTransaction.objects.get(pk=shown["id"])) == shown
+    assert Charge.objects.count() == 3 and Refund.objects.get().source == "provider"
     assert_ledger_invariants()
