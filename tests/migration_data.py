@@ -29,6 +29,7 @@ WRITES = [
     ("0010_support_agents_see_webhooks", "grant"),
     ("0015_support_leads_group", "create_group"),
     ("0016_csv_export_permissions", "grant"),
+    ("0033_books_for_support_staff", "grant"),
 ]
 # Each group the functions made: its permissions as (app label, codename).
 _made: dict[str, list[tuple[str, str]]] = {}

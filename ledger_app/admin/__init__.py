@@ -6,6 +6,8 @@ Every refund made here goes through ledger_app.refunds.services.create_refund.
 from ledger_app.admin import (  # noqa: F401 - registers the admins
     approvals,
     attention,
+    balance_transactions,
+    books,
     charges,
     keys,
     ledger_entries,

@@ -151,7 +151,8 @@ def refused(reason: str) -> HttpResponse:
 
 
 def _money_cell(amount: int, currency: int, row: tuple) -> str:
-    return format_money(row[amount], row[currency])
+    # A money field that may be empty (a difference's provider amount) stays empty.
+    return "" if row[amount] is None else format_money(row[amount], row[currency])
 
 
 def _converted_cell(at: int, convert: Callable[[object], object], row: tuple) -> object:

@@ -322,3 +322,13 @@ class RejectForm(NoteNeeded, forms.Form):
 
     note = note_field("Why they are rejected. Kept on each refund, for the person who asked.")
     note_needed = "Say why these refunds are rejected."
+
+
+class ExplainForm(NoteNeeded, forms.Form):
+    """A lead's explanation of differences with the provider: why each is as it should be."""
+
+    note = note_field(
+        "Why the ledger and the provider may differ here (what you checked, where it is "
+        "settled). Kept on each difference, with your name."
+    )
+    note_needed = "Say why the differences are as they should be."

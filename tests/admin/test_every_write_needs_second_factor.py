@@ -19,13 +19,25 @@ from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.test import Client, RequestFactory
 from django.urls import URLResolver, get_resolver, resolve, reverse
+from django.utils import timezone
 
 from ledger_app.access.api_keys import create_api_key
 from ledger_app.admin.write_gate import EXEMPT
+from ledger_app.books.services import close_day, record_payout
 from ledger_app.charges.services import create_charge
 from ledger_app.events import services as events
 from ledger_app.events.endpoints import create_endpoint
-from ledger_app.models import ApiKey, Charge, EventType, Refund, RefundLimit, WebhookDelivery
+from ledger_app.models import (
+    ApiKey,
+    BalanceTransaction,
+    BooksDifference,
+    Charge,
+    EventType,
+    Payout,
+    Refund,
+    RefundLimit,
+    WebhookDelivery,
+)
 from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.second_factor import device_of, verified
@@ -79,7 +91,7 @@ def rows(superuser, support_agent, settings):
     """At least one row behind every admin, so that every object URL names a real one: a
     refund waiting for the provider (the attention queue), one it settled, one awaiting
     approval, limits,
-    an API key, a webhook endpoint with deliveries, a failed sign-in."""
+    an API key, a webhook endpoint with deliveries, a day of the books, a failed sign-in."""
     settings.WEBHOOK_ALLOW_PRIVATE_URLS = True  # an endpoint nothing is sent to here
     create_endpoint(url="http://127.0.0.1:9/hook", enabled_events=["*"])
     create_api_key(name="order-service")
@@ -93,10 +105,32 @@ def rows(superuser, support_agent, settings):
     )
     with transaction.atomic():
         events.record(EventType.CHARGE_SUCCEEDED, unknown)
+    books_rows()
     Client().post(reverse("admin:login"), {"username": "root", "password": "wrong"})
     assert Refund.objects.filter(status=Refund.Status.AWAITING_APPROVAL).exists()
     assert Refund.objects.filter(status=Refund.Status.UNKNOWN).exists()
     assert WebhookDelivery.objects.exists()
+
+
+def books_rows() -> None:
+    """The books against the provider: a balance transaction in a payout, and today closed,
+    with its differences (the refunds above, and that transaction, are each on one side
+    only)."""
+    now = timezone.now()
+    paid = BalanceTransaction(
+        id="txn_walk",
+        type="adjustment",
+        amount=-100,
+        net=-100,
+        currency="usd",
+        created=now,
+        available_on=now,
+    )
+    record_payout(
+        Payout(id="po_walk", amount=-100, currency="usd", arrival_date=now, created=now), [paid]
+    )
+    close_day(now.date(), now.date())
+    assert BooksDifference.objects.exists()
 
 
 def everything() -> dict[str, list[str]]:
@@ -289,6 +323,7 @@ class TestWalkingEveryAction:
             "approve_refunds",
             "reject_refunds",
             "resend",
+            "explain_differences",
         } <= walked
 
 

@@ -120,6 +120,48 @@ LISTS = [
         ("id", "status", "event_type"),
     ),
     AdminList(
+        "ledger_app_booksday",
+        (
+            "day_display",
+            "currency_display",
+            "refunded_display",
+            "matched_display",
+            "differences_display",
+            "status",
+            "closed_at",
+        ),
+        ("day_display", "currency_display"),
+    ),
+    AdminList(
+        "ledger_app_booksdifference",
+        (
+            "day_display",
+            "kind",
+            "refund_and_charge",
+            "amounts",
+            "balance_transaction_cell",
+            "explained_display",
+        ),
+        ("day_display", "kind"),
+    ),
+    AdminList(
+        "ledger_app_balancetransaction",
+        (
+            "id_display",
+            "type",
+            "amount_and_fee",
+            "source_display",
+            "payout_display",
+            "created",
+        ),
+        ("id_display", "type"),
+    ),
+    AdminList(
+        "ledger_app_payout",
+        ("id_display", "status", "amount_display", "arrival_date", "created", "paid_out_display"),
+        ("id_display", "status"),
+    ),
+    AdminList(
         "axes_accessattempt",
         ("attempt_time", "username_display", "address", "failures", "path"),
         ("attempt_time", "username_display"),

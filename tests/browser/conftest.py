@@ -294,5 +294,40 @@ def widest_rows(settings, django_user_model) -> dict[str, object]:
         path_info="/admin/login/" + "p" * 200,
         failures_since_start=12_345,
     )
+    widest_books(idr.pk)
     assert LedgerEntry.objects.exists()
     return {"requester": requester, "api_key": api_key}
+
+
+def widest_books(charge_id: str) -> None:
+    """Today's books closed against a balance transaction of the largest refund for one
+    minor unit less, in a payout, both with long provider ids: every other refund is missing
+    at the provider, that one's amount differs, all in the widest amounts."""
+    from django.utils import timezone
+
+    from ledger_app.books.services import close_day, record_payout
+    from ledger_app.models import BalanceTransaction, Payout
+
+    refund = Refund.objects.get(charge_id=charge_id)
+    now = timezone.now()
+    listed = BalanceTransaction(
+        id="txn_" + "1A2b3C4d" * 7,
+        type="refund",
+        source=refund.provider_refund_id,
+        amount=-(refund.amount - 1),
+        net=-(refund.amount - 1),
+        currency=refund.currency,
+        status="available",
+        created=now,
+        available_on=now,
+    )
+    payout = Payout(
+        id="po_" + "9Z8y7X6w" * 7,
+        amount=-999_999_999_999,
+        currency="idr",
+        status="paid",
+        arrival_date=now,
+        created=now,
+    )
+    record_payout(payout, [listed])
+    close_day(now.date(), now.date())

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from playwright.sync_api import Page
 
-from ledger_app.models import Charge, Refund
+from ledger_app.models import BooksDifference, Charge, Refund
 from tests.browser.admin_lists import LISTS
 from tests.browser.admin_pages import refund_url
 from tests.browser.chromium import DESKTOP, PHONE
@@ -104,6 +104,12 @@ def action_page(model: str, action: str, pick: Callable[[], str]) -> Callable[[P
     return open_it
 
 
+def books_difference_page(page) -> None:
+    """A difference's page: the ledger's side beside the provider's."""
+    differs = BooksDifference.objects.get(kind="amount_differs")
+    page.goto(reverse("admin:ledger_app_booksdifference_change", args=[differs.pk]))
+
+
 def second_factor_page(page) -> None:
     page.goto(f"{reverse('verify-second-factor')}?{urlencode({'next': '/admin/'})}")
     page.wait_for_selector("input[name=code]")
@@ -140,6 +146,12 @@ PAGES: dict[str, Callable[[Page], None]] = {
         "approve_refunds",
         lambda: Refund.objects.get(status=Refund.Status.AWAITING_APPROVAL).pk,
     ),
+    "explain-confirmation": action_page(
+        "booksdifference",
+        "explain_differences",
+        lambda: str(BooksDifference.objects.filter(kind="amount_differs").get().pk),
+    ),
+    "books-difference": books_difference_page,
     "second-factor": second_factor_page,
     "login": login_page,
 }
