@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 
 import time_machine
-from django.conf import settings
+from django.test import override_settings
 
 from ledger_app.books.services import close_books
 from ledger_app.charges.services import create_charge
@@ -67,9 +67,11 @@ def known(provider_charge_id: str) -> Charge:
 def live_a_month(days: int = DAYS, *, then: int = 0, each_day=None) -> dict[str, Charge]:
     """The month, then `then` quiet days (payouts land); `each_day(traveller, day, n)`
     runs after each busy day's own work. The charges the story names, by role."""
-    settings.PROVIDER_SYNC_INTERVAL = 3600
     roles: dict[str, Charge] = {}
-    with time_machine.travel(at(FIRST_DAY, 9), tick=False) as traveller:
+    with (
+        override_settings(PROVIDER_SYNC_INTERVAL=3600),
+        time_machine.travel(at(FIRST_DAY, 9), tick=False) as traveller,
+    ):
         for n in range(days):
             day = FIRST_DAY + timedelta(days=n)
             traveller.move_to(at(day, 9))

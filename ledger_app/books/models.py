@@ -136,6 +136,8 @@ class BooksDifference(models.Model):
 
     class Meta:
         ordering = ["-day", "kind", "reference"]
+        verbose_name = "difference with the provider"
+        verbose_name_plural = "differences with the provider"
         constraints = [
             models.UniqueConstraint(
                 fields=["day", "kind", "reference"], name="books_difference_once"

@@ -26,6 +26,7 @@ from ledger_app.books.models import BalanceTransaction, BooksDay, BooksDifferenc
 from ledger_app.books.selectors import Day, Found, compare_day
 from ledger_app.operations import job_leases
 from ledger_app.refunds.models import Refund
+from ledger_app.text import has_unstorable_characters
 
 Status = BooksDay.Status
 JOB = "close_books"
@@ -215,12 +216,14 @@ def explain(difference_id: int, *, note: str, actor: str) -> BooksDifference:
     """A lead's explanation of a difference: kept with who and when, and its day closed
     again, so the day closes once all of its differences are explained."""
     note = note.strip()
-    if not note or len(note) > MAX_NOTE:
+    if not note or len(note) > MAX_NOTE or has_unstorable_characters(note):
         raise errors.InvalidNote(
-            "Say why the difference is as it should be, in at most 1000 characters."
+            "Say why the difference is as it should be: text of at most 1000 characters."
         )
     with transaction.atomic():
-        row = BooksDifference.objects.select_for_update().get(pk=difference_id)
+        row = BooksDifference.objects.select_for_update().filter(pk=difference_id).first()
+        if row is None:
+            raise errors.ResourceMissing(f"No difference {difference_id!r} in the books.")
         if row.explained_at is None:
             row.explanation, row.explained_by, row.explained_at = note, actor, timezone.now()
             row.save(update_fields=["explanation", "explained_by", "explained_at"])

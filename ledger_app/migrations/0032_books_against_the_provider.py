@@ -72,6 +72,8 @@ class Migration(migrations.Migration):
                 ('found_at', models.DateTimeField()),
             ],
             options={
+                'verbose_name': 'difference with the provider',
+                'verbose_name_plural': 'differences with the provider',
                 'ordering': ['-day', 'kind', 'reference'],
                 'permissions': [('explain_booksdifference', 'Can explain a difference with the provider')],
             },

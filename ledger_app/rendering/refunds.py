@@ -36,7 +36,7 @@ FAILURE_REASONS = frozenset(
 
 
 class RefundSerializer(StripeObject):
-    LEFT_OUT_WHEN_NULL = ("failure_reason", "pending_reason")
+    LEFT_OUT_WHEN_NULL = ("failure_balance_transaction", "failure_reason", "pending_reason")
 
     id = serializers.CharField()
     object = serializers.CharField(read_only=True)

@@ -4,6 +4,7 @@ close side by side leave the books as either alone would."""
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 
 import pytest
@@ -37,7 +38,7 @@ def test_one_disputes_news_told_four_times_at_once_books_its_money_once():
         {**event, "id": f"{event['id']}_{n}"} for n in range(2) for event in (opened, withdrawn)
     ]
 
-    outcomes = run_at_once([lambda event=event: apply_provider_event(event) for event in told])
+    outcomes = run_at_once([functools.partial(apply_provider_event, event) for event in told])
 
     assert not [o for o in outcomes if isinstance(o, Exception)], outcomes
     moved = LedgerEntry.objects.filter(charge=charge, kind__startswith="dispute_")

@@ -50,7 +50,7 @@ def dispute(charge, *moves: dict[str, Any], **changed: Any) -> dict[str, Any]:
     }
 
 
-HOSTILE_MONEY = {
+HOSTILE_MONEY: dict[str, dict[str, Any]] = {
     "not a list": {"balance_transactions": {"id": "txn_1"}},
     "three of them": {"balance_transactions": [withdrawal(id=f"txn_{n}") for n in range(3)]},
     "more than disputed": {"balance_transactions": [withdrawal(amount=-5_001)]},
@@ -162,16 +162,19 @@ class Listing(SimulatedGateway):
 
     def __init__(self, hostile: dict[str, dict[str, Any]]) -> None:
         self.hostile = hostile
+        self.given: set[str] = set()
 
     def list_created(self, kind, *, start, end):
-        wanted = start <= timezone.now() < end and kind in self.hostile
-        return [copy.deepcopy(self.hostile[kind]), listed(kind)] if wanted else []
+        if kind not in self.hostile or kind in self.given:
+            return []
+        self.given.add(kind)  # in the first window it is asked about
+        return [copy.deepcopy(self.hostile[kind]), listed(kind)]
 
     def list_paid_out(self, payout_id):
         return [listed("balance_transaction", id="txn_paid_1")]
 
 
-HOSTILE_LISTED = {
+HOSTILE_LISTED: dict[str, tuple[str, dict[str, Any]]] = {
     "a float amount": ("balance_transaction", {"amount": 10.5}),
     "an amount past a bigint": ("balance_transaction", {"amount": 2**63}),
     "a NUL in the id": ("balance_transaction", {"id": "txn_\x00"}),
