@@ -93,7 +93,7 @@ class ExplainDifferences(ReadOnlyAdminMixin):
             return Explained.ALREADY, f"{line} (by {difference.explained_by})"
         try:
             row = explain(difference.pk, note=note, actor=actor)
-        except BooksDifference.DoesNotExist:
+        except errors.ResourceMissing:  # a later close no longer found it
             return Explained.GONE, line
         except errors.LedgerError as exc:
             return Explained.REFUSED, f"{line} ({exc.code})"

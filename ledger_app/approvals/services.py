@@ -158,8 +158,9 @@ def _ensure_approvable(refund: Refund) -> None:
     charge = refund.charge
     if charge.dispute_blocks_refunds:
         raise errors.ChargeDisputed(
-            f"Charge {charge.pk} has an open dispute ({charge.dispute_id}): refund "
-            f"{refund.pk} cannot be approved until it is closed; reject it, or wait."
+            f"Charge {charge.pk} is disputed ({charge.dispute_id}, {charge.dispute_status}): "
+            f"refund {refund.pk} cannot be approved while it is open, nor once it is lost; "
+            "reject it, or wait."
         )
     if charge.provider_disagreement:
         raise errors.ChargeDisagreesWithProvider(

@@ -26,7 +26,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from django.db.models import Exists, OuterRef
 
-from ledger_app.books.models import BalanceTransaction, BooksDifference
+from ledger_app.books.models import BalanceTransaction, BooksDifference, Payout
 from ledger_app.charges.models import Charge
 from ledger_app.charges.selectors import known_to_the_provider_as
 from ledger_app.ledger.models import LedgerEntry
@@ -36,6 +36,7 @@ Kind = BooksDifference.Kind
 Entry = LedgerEntry.Kind
 # The provider's transactions the ledger accounts for (its payouts are the payouts' own).
 ACCOUNTED = ("refund", "refund_failure", "adjustment", "charge")
+UNPAID = ("failed", "canceled")  # a payout's statuses that paid nothing out
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Day:
     found: list[Found] = field(default_factory=list)
     # (refund id, its field, balance transaction id): what each matched refund shows
     links: list[tuple[str, str, str]] = field(default_factory=list)
+    payouts: dict[str, str] = field(default_factory=dict)  # each payout's status
 
 
 def bounds(day: date) -> tuple[datetime, datetime]:
@@ -72,7 +74,7 @@ def bounds(day: date) -> tuple[datetime, datetime]:
 
 def compare_day(day: date, today: date) -> Day:
     start, end = bounds(day)
-    result = Day(day)
+    result = Day(day, payouts=dict(Payout.objects.values_list("id", "status")))
     matched_ids: set[str] = set()
     _refunds(result, start, end, today, matched_ids)
     _failures(result, start, end, today, matched_ids)
@@ -190,10 +192,14 @@ def _match(
         )
         result.found.append(_as(ours, Kind.AMOUNT_DIFFERS, f"ledger {ledger}, provider {said}"))
         return
-    if not bt.payout:
+    paid = result.payouts.get(bt.payout) if bt.payout else None
+    if paid in UNPAID:
+        result.found.append(_as(ours, Kind.NOT_PAID_OUT, f"its payout {bt.payout} {paid}"))
+        return
+    if paid != "paid":  # in no payout yet, or in one on its way
         available = bt.available_on.astimezone(UTC).date()
-        if available >= today:
-            result.waiting[ours.currency] += ours.refunded
+        if bt.payout or available >= today:
+            result.waiting[ours.currency] += 1
             return
         result.found.append(
             _as(ours, Kind.NOT_PAID_OUT, f"available on {available}, in no payout since")
@@ -225,19 +231,40 @@ def _unaccounted(result: Day, start: datetime, end: datetime, ids: set[str]) -> 
 
 
 def _accounted_for(bt: BalanceTransaction) -> bool:
-    """Whether a ledger movement of another day accounts for it (compared on that day), or,
-    for a charge, the ledger holds the charge for its amount."""
-    if bt.type in ("refund", "refund_failure"):
-        refunds = Refund.objects.filter(provider_refund_id=bt.source).filter(_moved_money())
-        if bt.type == "refund_failure":
-            refunds = refunds.filter(ledger_entries__kind=Entry.REFUND_RELEASED)
-        return bool(bt.source) and refunds.exists()
+    """Whether a ledger movement accounts for exactly this transaction (a movement of
+    another day was matched to it then); a refund that never succeeded, for the provider's
+    pair of its debit and its return, which net to nothing; a charge, for the one
+    transaction of a succeeded charge the ledger holds for that amount."""
+    if bt.type == "refund":
+        return Refund.objects.filter(balance_transaction=bt.id).exists() or _came_back(bt)
+    if bt.type == "refund_failure":
+        return Refund.objects.filter(failure_balance_transaction=bt.id).exists() or _came_back(bt)
     if bt.type == "adjustment":
         return LedgerEntry.objects.filter(balance_transaction=bt.id).exists()
     if bt.type == "charge" and bt.source:
         charge = Charge.objects.filter(known_to_the_provider_as(bt.source)).first()
-        return charge is not None and (charge.amount, charge.currency) == (bt.amount, bt.currency)
+        once = BalanceTransaction.objects.filter(type="charge", source=bt.source).count() == 1
+        same = charge is not None and (charge.amount, charge.currency) == (bt.amount, bt.currency)
+        return same and once and charge is not None and charge.status == Charge.Status.SUCCEEDED
     return False
+
+
+def _came_back(bt: BalanceTransaction) -> bool:
+    """A refund the ledger holds as failed without ever succeeding (pending at the
+    provider, then failed): the provider's one debit and one return of it net to nothing."""
+    if not bt.source:
+        return False
+    failed = Refund.objects.filter(provider_refund_id=bt.source, status=Refund.Status.FAILED)
+    if not failed.exclude(_moved_money()).exists():
+        return False
+    pair = list(
+        BalanceTransaction.objects.filter(
+            source=bt.source, type__in=["refund", "refund_failure"]
+        ).values_list("type", "amount")
+    )
+    return sorted(kind for kind, _ in pair) == ["refund", "refund_failure"] and (
+        sum(amount for _, amount in pair) == 0
+    )
 
 
 def _charge_of(bt: BalanceTransaction) -> str | None:

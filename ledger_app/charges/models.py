@@ -223,7 +223,11 @@ class Charge(ProviderMovement):
     @property
     def dispute_blocks_refunds(self) -> bool:
         """Open, and the provider does not allow a refund while it is (it does in an
-        inquiry, a dispute's `warning_*` stage, by its is_charge_refundable)."""
+        inquiry, a dispute's `warning_*` stage, by its is_charge_refundable); or lost: the
+        charge was charged back, and a refund would pay the money a second time (Stripe
+        refuses it too)."""
+        if self.dispute_status == "lost":
+            return True
         return self.dispute_open and not self.dispute_refundable
 
     @property

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.utils import timezone
+
 from ledger_app.charges.models import OPEN_DISPUTE_STATUSES, Charge
 from ledger_app.disputes.models import Dispute
 from ledger_app.events import services as events
@@ -67,7 +69,16 @@ def record_dispute(
     dispute.balance_transactions = [*dispute.balance_transactions, *booked.told]
     dispute.save()
     charge.dispute_id, charge.dispute_status = said.id, said.status
-    charge.dispute_refundable = said.is_charge_refundable
+    # The provider's word that the charge may still be refunded holds only in an inquiry
+    # (warning_*) that took no money: once funds are withdrawn a refund would pay twice,
+    # whatever an older or replayed event says.
+    charge.dispute_refundable = (
+        said.is_charge_refundable
+        and said.status.startswith("warning_")
+        and not LedgerEntry.objects.filter(
+            charge=charge, kind=LedgerEntry.Kind.DISPUTE_WITHDRAWN
+        ).exists()
+    )
     charge.save(update_fields=["dispute_id", "dispute_status", "dispute_refundable", "updated_at"])
     changes = [(kind, dispute) for kind in _news(first, before, said.status)]
     changes += [(kind, dispute) for kind in booked.news]
@@ -116,6 +127,8 @@ def _book(charge: Charge, dispute: Dispute, moved: tuple[Moved, ...]) -> _Booked
         )
         if kind in kinds or (not withdrawn and LedgerEntry.Kind.DISPUTE_WITHDRAWN not in kinds):
             continue  # booked already; or a reinstatement of nothing withdrawn
+        if LedgerEntry.objects.filter(balance_transaction=item.id).exclude(charge=charge).exists():
+            continue  # another charge's: the books find it where it is
         kinds.add(kind)
         made = [
             new_entry(charge=charge, kind=kind, amount=abs(item.amount), actor=ACTOR, memo=memo)
@@ -138,5 +151,8 @@ def _book(charge: Charge, dispute: Dispute, moved: tuple[Moved, ...]) -> _Booked
         booked.news.append(
             EventType.DISPUTE_FUNDS_WITHDRAWN if withdrawn else EventType.DISPUTE_FUNDS_REINSTATED
         )
+    now = timezone.now()  # one moment for all: a withdrawal and its fee share their day
+    for entry in entries:
+        entry.created_at = now
     LedgerEntry.objects.bulk_create(entries)
     return booked

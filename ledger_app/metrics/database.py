@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.db.models import Case, CharField, Count, Min, Q, QuerySet, Sum, Value, When
+from django.db.models import Case, CharField, Count, Max, Min, Q, QuerySet, Sum, Value, When
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -230,7 +230,8 @@ def books_families(now: datetime) -> list[Metric]:
         .annotate(
             refunded=Sum("refunded"),
             matched=Sum("matched"),
-            open_days=Count("pk", filter=Q(status=BooksDay.Status.OPEN)),
+            open_days=Count("pk", filter=Q(status=BooksDay.Status.OPEN, day__lt=today)),
+            checked=Max("checked_at"),
         )
     )
     refunded = GaugeMetricFamily(
@@ -247,17 +248,26 @@ def books_families(now: datetime) -> list[Metric]:
     )
     open_days = GaugeMetricFamily(
         "ledger_books_open_days",
-        "Days (per currency) with a difference from the provider nobody has explained.",
+        "Days before today (per currency) with a difference from the provider nobody has "
+        "explained.",
         labels=["currency"],
     )
+    last_checked = GaugeMetricFamily(
+        "ledger_books_checked_timestamp_seconds",
+        "When close_books last closed a day, in Unix seconds; no sample before the first.",
+    )
     opened: dict[str, int] = {}
+    checked = []
     for row in groups:
         refunded.add_metric([row["currency"], row["age"]], row["refunded"] or 0)
         matched.add_metric([row["currency"], row["age"]], row["matched"] or 0)
         opened[row["currency"]] = opened.get(row["currency"], 0) + row["open_days"]
+        checked.append(row["checked"])
     for currency, count in sorted(opened.items()):
         open_days.add_metric([currency], count)
-    return [refunded, matched, open_days]
+    if checked:
+        last_checked.add_metric([], max(checked).timestamp())
+    return [refunded, matched, open_days, last_checked]
 
 
 def _age(now: datetime, since: datetime | None) -> float:

@@ -12,6 +12,7 @@ from ledger_app.mirror.objects import Applied, created_of, id_of, is_id, lower, 
 
 BIGINT = 2**63
 CURRENCY_LETTERS = 3
+MAX_TYPE = 64  # BalanceTransaction.type's column
 
 
 def apply_balance_transaction(obj: dict[str, Any]) -> Applied:
@@ -57,7 +58,7 @@ def read_balance_transaction(obj: Any) -> BalanceTransaction | str:
     if currency is None or created is None or available_on is None:
         return f"balance transaction {bt_id} has a currency or a time that is not one"
     kind = obj.get("type")
-    if not is_id(kind):
+    if not is_id(kind) or len(kind) > MAX_TYPE:
         return f"balance transaction {bt_id}'s type {shown(kind)} is not one"
     return BalanceTransaction(
         id=bt_id,

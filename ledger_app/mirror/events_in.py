@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from ledger_app.charges.models import DISPUTE_STATUSES, Charge, ProviderMovement
 from ledger_app.charges.selectors import charges_for_update, known_to_the_provider_as
+from ledger_app.disputes.models import Dispute
 from ledger_app.disputes.services import DisputeSaid, Moved, record_dispute
 from ledger_app.events.models import WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
@@ -263,8 +264,10 @@ def _apply_dispute(obj: dict[str, Any]) -> Applied:
     """A dispute the provider tells of (charge.dispute.*, or listed by sync_provider):
     kept on its charge, under the charge's lock, with its money in the ledger
     (disputes.services). The charge is the one the provider knows by the dispute's
-    `charge`; a charge has at most one dispute, of at most its amount, in its currency;
-    each balance transaction of it moves at most that amount, in that currency."""
+    `charge`; a charge has at most one dispute, of at most its amount, in its currency.
+    Its status is kept even when its money cannot be booked (a balance transaction in
+    another currency, or not one): refunds are refused while it is open either way, and
+    the books find the provider's movement missing in the ledger for a lead to look at."""
     dispute_id, charge_ref, status = obj.get("id"), charge_of(obj), obj.get("status")
     for field, value in (("id", dispute_id), ("charge", charge_ref)):
         if not is_id(value):
@@ -282,9 +285,8 @@ def _apply_dispute(obj: dict[str, Any]) -> Applied:
             f"charge {pk} ({charge_amount} {charge_currency})",
             True,
         )
+    # Its money, if it can be booked; its status and the refusal of refunds either way.
     moved = _dispute_money(obj.get("balance_transactions"), amount, charge_currency)
-    if isinstance(moved, str):
-        return Applied(f"ignored: dispute {dispute_id}: {moved}", True)
     said = DisputeSaid(
         id=cast(str, dispute_id),  # checked above
         amount=amount,
@@ -292,13 +294,18 @@ def _apply_dispute(obj: dict[str, Any]) -> Applied:
         reason=text(obj.get("reason"), 64),
         is_charge_refundable=obj.get("is_charge_refundable") is True,
         created=created_of(obj) or timezone.now(),
-        moved=moved,
+        moved=() if isinstance(moved, str) else moved,
     )
     endpoints = live_endpoints()  # read before the charge's lock, as every move does
     charge = charges_for_update().get(pk=pk)
     if charge.dispute_id and charge.dispute_id != dispute_id:
         return Applied(f"ignored: charge {charge.pk} is disputed as {charge.dispute_id}", True)
+    if Dispute.objects.filter(pk=said.id).exclude(charge=charge).exists():
+        return Applied(f"ignored: dispute {said.id} is another charge's", True)
     outcome, changed = record_dispute(charge, said, endpoints)
+    if isinstance(moved, str):  # kept, and said: the books find its money missing here
+        log.warning("dispute %s: its money is not booked: %s", said.id, moved)
+        return Applied(f"{outcome}; its money not booked: {moved}", ignored=True, moved=changed)
     return Applied(outcome, moved=changed)
 
 
@@ -320,8 +327,11 @@ def _dispute_money(listed: Any, amount: int, currency: str) -> tuple[Moved, ...]
         moved, fee, created = item.get("amount"), item.get("fee", 0), item.get("created", 0)
         if type(moved) is not int or not 0 < abs(moved) <= amount:
             return f"balance transaction {item['id']} moves {shown(moved)}, not within {amount}"
-        if type(fee) is not int or not 0 <= fee <= MAX_DISPUTE_FEE or type(created) is not int:
+        # A reinstatement may give the fee back (a negative fee): only a withdrawal's is kept.
+        if type(fee) is not int or not abs(fee) <= MAX_DISPUTE_FEE or type(created) is not int:
             return f"balance transaction {item['id']} has a fee or time that is not one"
+        if moved < 0 and fee < 0:
+            return f"balance transaction {item['id']} withdraws with a negative fee"
         if lower(item.get("currency", currency)) != currency:
             return f"balance transaction {item['id']} is not in {currency}"
         moves.append(Moved(item["id"], moved, fee if moved < 0 else 0, created))

@@ -17,7 +17,8 @@ would have told arrives this way; what was already applied changes nothing.
   and changes nothing.
 - Where it starts: `since` when given (a first run back-fills history with it; every
   kind's cursor is set there first, so a back-fill killed halfway goes on from where it
-  was); else one interval before the cursor; with no cursor yet, one interval before now.
+  was); else one interval before the cursor (payouts: PAYOUTS_FOLLOWED before it, so a
+  payout's later status is read); with no cursor yet, one interval before now.
 - `dry_run`: each object applied in a transaction rolled back: what it would do, object by
   object; the cursor stays.
 - The provider cannot answer (OutcomeUnknown): the run stops there, the cursor where the
@@ -37,16 +38,19 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger_app import faults
+from ledger_app.books.models import Payout
 from ledger_app.mirror.books_in import apply_payout
 from ledger_app.mirror.events_in import apply_object
 from ledger_app.mirror.models import ProviderSyncCursor
-from ledger_app.mirror.objects import Applied, is_id
+from ledger_app.mirror.objects import Applied, is_id, text
 from ledger_app.operations import job_leases
 from ledger_app.provider.dispatch.send import Gateway, Listed, list_created, list_paid_out
 
 JOB = "sync_provider"
 LEASE_SECONDS = 300  # renewed with every object; a dead run's lease frees this soon after
 WINDOW = timedelta(days=1)
+# How far back payouts are listed again, so one's status is followed until it is final.
+PAYOUTS_FOLLOWED = timedelta(days=7)
 # A refund after its charge; a payout after the balance transactions it pays out.
 KINDS: tuple[Listed, ...] = ("charge", "refund", "dispute", "balance_transaction", "payout")
 
@@ -106,6 +110,8 @@ def _start(kind: Listed, since: datetime | None, end: datetime) -> datetime:
     if since is not None:
         return since
     overlap = timedelta(seconds=settings.PROVIDER_SYNC_INTERVAL)
+    if kind == "payout":  # a payout moves on after it is made (in transit, paid, failed)
+        overlap = max(overlap, PAYOUTS_FOLLOWED)
     cursor = ProviderSyncCursor.objects.filter(kind=kind).first()
     return (cursor.synced_until if cursor else end) - overlap
 
@@ -135,9 +141,14 @@ class _Run:
             start = until
 
     def _paid_out(self, payout: dict[str, Any]) -> list[Any]:
-        """What the provider says the payout paid out, asked before its transaction."""
+        """What the provider says the payout paid out, asked before its transaction; not
+        asked again of a payout known in the status it is listed in."""
         payout_id = payout.get("id")
-        return list_paid_out(payout_id, gateway=self.gateway) if is_id(payout_id) else []
+        if not is_id(payout_id):
+            return []
+        if Payout.objects.filter(pk=payout_id, status=text(payout.get("status"), 32)).exists():
+            return []
+        return list_paid_out(payout_id, gateway=self.gateway)
 
     def _apply(self, obj: dict[str, Any], paid: list[Any] | None) -> None:
         if self.dry_run:  # its transaction is rolled back: the renewal cannot be in it

@@ -64,6 +64,11 @@ def amount_to_refund(charge: Charge, requested: int | None) -> int:
             f"Charge {charge.id}: the provider reports refunds the ledger has no room for; "
             "no refund is made until a lead resolves it."
         )
+    if blocker == errors.ChargeDisputed.code and charge.dispute_status == "lost":
+        raise errors.ChargeDisputed(
+            f"Charge {charge.id} has been charged back (dispute {charge.dispute_id} was "
+            "lost): refunding it would pay the money a second time."
+        )
     if blocker == errors.ChargeDisputed.code:
         raise errors.ChargeDisputed(
             f"Charge {charge.id} has an open dispute ({charge.dispute_id}, "

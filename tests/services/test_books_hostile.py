@@ -12,10 +12,20 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from ledger_app import errors
 from ledger_app.mirror.events_in import apply_provider_event
 from ledger_app.mirror.sync import sync_provider
-from ledger_app.models import BalanceTransaction, Dispute, Event, LedgerEntry, Payout
+from ledger_app.models import (
+    BalanceTransaction,
+    Charge,
+    Dispute,
+    Event,
+    LedgerEntry,
+    Payout,
+    Refund,
+)
 from ledger_app.provider.gateways.simulated import SimulatedGateway
+from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.provider_webhook import event_of
 
@@ -69,9 +79,8 @@ HOSTILE_MONEY: dict[str, dict[str, Any]] = {
 
 class TestADisputesMoney:
     @pytest.mark.parametrize("form", sorted(HOSTILE_MONEY))
-    def test_a_hostile_form_writes_nothing(self, form):
+    def test_a_hostile_form_books_no_money_and_the_dispute_still_stops_refunds(self, form):
         charge = ChargeFactory(amount=5_000)
-        events_before = Event.objects.count()
 
         said = apply_provider_event(
             event_of(
@@ -79,11 +88,16 @@ class TestADisputesMoney:
             )
         )
 
-        assert said.startswith("ignored:"), said
+        assert "its money not booked" in said, said
         assert not LedgerEntry.objects.filter(kind__startswith="dispute_").exists()
-        assert not Dispute.objects.exists() and Event.objects.count() == events_before
+        assert Dispute.objects.get().balance_transactions == []
         charge.refresh_from_db()
-        assert (charge.dispute_id, charge.dispute_status) == ("", "")
+        assert (charge.dispute_id, charge.dispute_status) == ("dp_hostile_1", "needs_response")
+        assert charge.refund_blocker == "charge_disputed"
+        told = Event.objects.filter(type__startswith="charge.dispute.").values_list(
+            "type", flat=True
+        )
+        assert list(told) == ["charge.dispute.created"]
 
     def test_the_good_form_is_booked_once_however_often_it_is_told(self):
         charge = ChargeFactory(amount=5_000)
@@ -182,6 +196,7 @@ HOSTILE_LISTED: dict[str, tuple[str, dict[str, Any]]] = {
     "a currency of four letters": ("balance_transaction", {"currency": "usdd"}),
     "no time": ("balance_transaction", {"created": None}),
     "a type that is no word": ("balance_transaction", {"type": "<script>"}),
+    "a type past its column": ("balance_transaction", {"type": "adjustment" * 10}),
     "a payout of text": ("payout", {"amount": "1000"}),
     "a payout id too long": ("payout", {"id": "po_" + "x" * 300}),
     "a payout arriving never": ("payout", {"arrival_date": -1}),
@@ -203,3 +218,58 @@ def test_a_hostile_listed_object_is_kept_nowhere_and_the_good_one_is(form):
         assert set(Payout.objects.values_list("pk", flat=True)) == {"po_listed_1"}
         assert kept == {"txn_paid_1"}
         assert BalanceTransaction.objects.get().payout == "po_listed_1"
+
+
+class TestWhatStopsARefund:
+    def test_a_replayed_inquiry_after_the_money_left_does_not_allow_refunds(self):
+        charge = ChargeFactory(amount=5_000)
+        inquiry = dispute(charge, status="warning_needs_response", is_charge_refundable=True)
+        apply_provider_event(event_of("evt_1", "charge.dispute.created", inquiry))
+        assert Charge.objects.get(pk=charge.pk).refund_blocker is None  # an inquiry: allowed
+
+        opened = dispute(charge, withdrawal(), status="needs_response")
+        apply_provider_event(event_of("evt_2", "charge.dispute.updated", opened))
+        replayed = {**inquiry, "balance_transactions": [withdrawal()]}
+        apply_provider_event(event_of("evt_3", "charge.dispute.updated", replayed))
+
+        assert Charge.objects.get(pk=charge.pk).refund_blocker == "charge_disputed"
+        with pytest.raises(errors.ChargeDisputed):
+            create_refund(RefundRequest(charge_id=charge.pk, amount=100))
+
+    def test_a_lost_dispute_was_charged_back_and_refunds_stay_refused(self):
+        charge = ChargeFactory(amount=5_000)
+        lost = dispute(charge, withdrawal(), status="lost")
+
+        apply_provider_event(event_of("evt_1", "charge.dispute.closed", lost))
+
+        with pytest.raises(errors.ChargeDisputed, match="charged back"):
+            create_refund(RefundRequest(charge_id=charge.pk, amount=100))
+        assert not Refund.objects.exists()
+
+    def test_a_dispute_id_of_another_charge_is_not_moved_onto_this_one(self):
+        first, second = ChargeFactory(amount=5_000), ChargeFactory(amount=5_000)
+        apply_provider_event(
+            event_of("evt_1", "charge.dispute.created", dispute(first, withdrawal()))
+        )
+
+        said = apply_provider_event(
+            event_of("evt_2", "charge.dispute.created", dispute(second, withdrawal(id="txn_2")))
+        )
+
+        assert said.startswith("ignored:") and "another charge" in said
+        assert Dispute.objects.get().charge_id == first.pk
+        assert not LedgerEntry.objects.filter(charge=second, kind__startswith="dispute_").exists()
+        assert Charge.objects.get(pk=second.pk).dispute_id == ""
+
+    def test_a_balance_transaction_booked_on_another_charge_is_not_booked_again(self):
+        first, second = ChargeFactory(amount=5_000), ChargeFactory(amount=5_000)
+        apply_provider_event(
+            event_of("evt_1", "charge.dispute.created", dispute(first, withdrawal()))
+        )
+
+        told = dispute(second, withdrawal(), id="dp_second")
+        said = apply_provider_event(event_of("evt_2", "charge.dispute.created", told))
+
+        assert not said.startswith("ignored:")  # the dispute is kept: it stops refunds
+        assert LedgerEntry.objects.filter(balance_transaction="txn_dispute_1").count() == 2
+        assert not LedgerEntry.objects.filter(charge=second, kind__startswith="dispute_").exists()
