@@ -6,6 +6,7 @@ open until a lead explains it; disputes' money is in the ledger and told to our 
 from __future__ import annotations
 
 import io
+import json
 from datetime import timedelta
 
 import pytest
@@ -13,6 +14,8 @@ import time_machine
 from django.core.management import call_command
 from django.db.models import Sum
 
+from ledger_app import api_versions
+from ledger_app.events.endpoints import create_endpoint
 from ledger_app.metrics.database import books_families
 from ledger_app.models import (
     BalanceTransaction,
@@ -24,7 +27,9 @@ from ledger_app.models import (
     LedgerEntry,
     Payout,
     Refund,
+    WebhookDelivery,
 )
+from ledger_app.rendering.events import delivery_body
 from simulated_provider.models import ProviderBalanceTransaction, ProviderPayout
 from tests.books_month import DAYS, FIRST_DAY, at, live_a_month
 
@@ -78,7 +83,13 @@ class TestAMonth:
         )
         assert refunded[("usd", "4d+")] > 0 and matched == refunded
 
-    def test_disputes_money_is_in_the_ledger_and_told_to_our_clients(self):
+    def test_disputes_money_is_in_the_ledger_and_told_to_our_clients(self, settings):
+        settings.WEBHOOK_ALLOW_PRIVATE_URLS = True
+        endpoint = create_endpoint(
+            url="http://127.0.0.1:9/hook",
+            enabled_events=["charge.dispute.funds_withdrawn", "charge.dispute.closed"],
+            api_version=api_versions.PUBLISHED[0],  # the oldest a client may pin
+        )
         roles = live_a_month(days=20)
 
         won, lost, inquiry = (roles[name] for name in ("won", "lost", "inquiry"))
@@ -118,6 +129,19 @@ class TestAMonth:
         closed = Event.objects.get(charge=won, type="charge.dispute.funds_reinstated").data_object
         assert closed["object"] == "dispute" and closed["charge"] == won.pk
         assert [bt["amount"] for bt in closed["balance_transactions"]] == [-8_000, 8_000]
+        # Our endpoint is sent what it asked for, in its version, as Stripe's dispute object.
+        sent = WebhookDelivery.objects.filter(endpoint=endpoint).select_related("event")
+        assert sorted(d.event.type for d in sent) == [
+            "charge.dispute.closed",  # won
+            "charge.dispute.closed",  # lost
+            "charge.dispute.closed",  # the inquiry, closed as the charge was refunded
+            "charge.dispute.funds_withdrawn",
+            "charge.dispute.funds_withdrawn",
+        ]
+        for delivery in sent:
+            body = json.loads(delivery_body(delivery.event, endpoint.api_version))
+            assert body["data"]["object"]["object"] == "dispute", body
+            assert body["data"]["object"]["charge"] in {won.pk, lost.pk, inquiry.pk}
         out = io.StringIO()
         call_command("verify_ledger", stdout=out)
         assert "dispute_withdrawn" in out.getvalue() and "dispute_reinstated" in out.getvalue()
