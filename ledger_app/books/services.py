@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from ledger_app import errors
 from ledger_app.books.models import BalanceTransaction, BooksDay, BooksDifference, Payout
-from ledger_app.books.selectors import Day, Found, compare_day
+from ledger_app.books.selectors import Day, Found, bounds, compare_day
 from ledger_app.operations import job_leases
 from ledger_app.refunds.models import Refund
 from ledger_app.text import has_unstorable_characters
@@ -31,6 +31,8 @@ from ledger_app.text import has_unstorable_characters
 Status = BooksDay.Status
 JOB = "close_books"
 LEASE_SECONDS = 600  # renewed with every day closed
+# A closed day this old is closed again only when the provider lists something new of it.
+SETTLED = timedelta(days=7)
 MAX_NOTE = 1000
 KEPT_FIELDS = (
     "type",
@@ -105,9 +107,10 @@ def days_to_close(today: date) -> list[date]:
 
 
 def close_books(
-    day: date | None = None, *, finished_before: datetime | None = None
+    day: date | None = None, *, every_day: bool = False, finished_before: datetime | None = None
 ) -> list[Closed] | None:
-    """Close `day`, or every day days_to_close names; what each day and currency is now.
+    """Close `day`, or the days days_to_close names that are due (`every_day`: all of
+    them); what each day and currency is now.
     One run at a time (the job lease `close_books`): None when another run holds it, or,
     with `finished_before` (the worker's daily schedule), when a whole run finished since."""
     lease = job_leases.claim_lease(name=JOB, seconds=LEASE_SECONDS, finished_before=finished_before)
@@ -117,6 +120,7 @@ def close_books(
     try:
         today = timezone.now().date()
         days = [day] if day is not None else days_to_close(today)
+        days = days if day is not None or every_day else [d for d in days if _due(d, today)]
         closed = []
         for one in days:
             if not job_leases.renew_lease(lease):
@@ -126,6 +130,23 @@ def close_books(
         return closed
     finally:
         job_leases.release_lease(lease, finished=finished)
+
+
+def _due(day: date, today: date) -> bool:
+    """Whether close_books closes `day` again: within SETTLED_DAYS of today; or not
+    closed; or the provider listed something of it since it was (a balance transaction
+    made that day, or the payout of one, fetched or changed since: a back-fill, a payout
+    that failed). A closed day past them has nothing new to compare."""
+    if day >= today - SETTLED:
+        return True
+    rows = BooksDay.objects.filter(day=day)
+    last = rows.aggregate(checked=Min("checked_at"))["checked"]
+    if last is None or rows.exclude(status=Status.CLOSED).exists():
+        return True
+    start, end = bounds(day)
+    made = BalanceTransaction.objects.filter(created__gte=start, created__lt=end)
+    paid = Payout.objects.filter(pk__in=made.values("payout"), fetched_at__gt=last)
+    return made.filter(fetched_at__gt=last).exists() or paid.exists()
 
 
 def close_day(day: date, today: date) -> list[Closed]:

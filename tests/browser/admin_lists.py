@@ -145,23 +145,6 @@ LISTS = [
         ("day_display", "kind"),
     ),
     AdminList(
-        "ledger_app_balancetransaction",
-        (
-            "id_display",
-            "type",
-            "amount_and_fee",
-            "source_display",
-            "payout_display",
-            "created",
-        ),
-        ("id_display", "type"),
-    ),
-    AdminList(
-        "ledger_app_payout",
-        ("id_display", "status", "amount_display", "arrival_date", "created", "paid_out_display"),
-        ("id_display", "status"),
-    ),
-    AdminList(
         "axes_accessattempt",
         ("attempt_time", "username_display", "address", "failures", "path"),
         ("attempt_time", "username_display"),

@@ -105,7 +105,7 @@ def every_day_closed_with_everything_matched(roles: dict) -> None:
     # The command says the same, and verify_ledger finds no difference.
     out = io.StringIO()
     with time_machine.travel(at(FIRST_DAY + timedelta(days=DAYS + 3), 12), tick=False):
-        call_command("close_books", stdout=out)
+        call_command("close_books", "--all", stdout=out)
         call_command("verify_ledger", "--provider", stdout=io.StringIO())  # exit 0
     lines = [line for line in out.getvalue().splitlines() if line.startswith("2026-")]
     assert len(lines) == len(days) and all(": closed;" in line for line in lines), lines

@@ -145,3 +145,22 @@ class TestAnExplanation:
         row = BooksDifference.objects.get()
         assert (row.explained_at, row.explanation) == (None, "")
         assert BooksDay.objects.get().status == "open"
+
+
+class TestWhichDaysAreClosedAgain:
+    def test_a_settled_closed_day_only_when_the_provider_lists_something_new_of_it(self):
+        a_refund("succeed", "re_p7")
+        with time_machine.travel(NOON, tick=False):  # fetched that day
+            moved("txn_11", "refund", "re_p7", -1_000, payout="po_8")
+            paid_out("po_8", "paid")
+        assert close() == [] and BooksDay.objects.get().status == "closed"
+        checked = BooksDay.objects.get().checked_at
+
+        close(DAY + timedelta(days=20))
+        assert BooksDay.objects.get().checked_at == checked  # settled: not compared again
+
+        moved("txn_12", "adjustment", "", -300)  # fetched now: a back-fill found it
+        assert close(DAY + timedelta(days=21)) == [
+            ("missing_in_ledger", "balance transaction txn_12")
+        ]
+        assert BooksDay.objects.get().status == "open"

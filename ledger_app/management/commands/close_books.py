@@ -24,15 +24,22 @@ class Command(BaseCommand):
         "value refunded, the value matched and paid out (or explained), the unexplained "
         "differences by kind, and whether the day is closed. Without --day: every day from "
         "the oldest balance transaction sync_provider fetched (at most BOOKS_CLOSE_DAYS back) "
-        "to today. Prints a line "
+        "to today that is due: the last 7 days, an older one not closed or with something "
+        "new from the provider (--all: every one). Prints a line "
         "per day and currency; exit 1 when a day has a difference nobody explained."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--day", type=_day, help="Close this day only (YYYY-MM-DD, UTC).")
+        parser.add_argument(
+            "--all",
+            action="store_true",
+            dest="every_day",
+            help="Close every day of the window again, the settled closed ones too.",
+        )
 
-    def handle(self, *args: Any, day: date | None, **options: Any) -> None:
-        closed = close_books(day)
+    def handle(self, *args: Any, day: date | None, every_day: bool, **options: Any) -> None:
+        closed = close_books(day, every_day=every_day)
         if closed is None:
             self.stdout.write("close_books: another run is under way; nothing done")
             return
