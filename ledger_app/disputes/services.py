@@ -73,11 +73,7 @@ def record_dispute(
     # (warning_*) that took no money: once funds are withdrawn a refund would pay twice,
     # whatever an older or replayed event says.
     charge.dispute_refundable = (
-        said.is_charge_refundable
-        and said.status.startswith("warning_")
-        and not LedgerEntry.objects.filter(
-            charge=charge, kind=LedgerEntry.Kind.DISPUTE_WITHDRAWN
-        ).exists()
+        said.is_charge_refundable and said.status.startswith("warning_") and not booked.withdrawn
     )
     charge.save(update_fields=["dispute_id", "dispute_status", "dispute_refundable", "updated_at"])
     changes = [(kind, dispute) for kind in _news(first, before, said.status)]
@@ -108,6 +104,7 @@ def _news(first: bool, before: str, status: str) -> list[EventType]:
 class _Booked:
     told: list[dict[str, object]]
     news: list[EventType]
+    withdrawn: bool = False  # the charge's dispute money was withdrawn, now or before
 
 
 def _book(charge: Charge, dispute: Dispute, moved: tuple[Moved, ...]) -> _Booked:
@@ -155,4 +152,5 @@ def _book(charge: Charge, dispute: Dispute, moved: tuple[Moved, ...]) -> _Booked
     for entry in entries:
         entry.created_at = now
     LedgerEntry.objects.bulk_create(entries)
+    booked.withdrawn = LedgerEntry.Kind.DISPUTE_WITHDRAWN in kinds
     return booked

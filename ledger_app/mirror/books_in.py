@@ -8,10 +8,11 @@ from typing import Any
 
 from ledger_app.books import services as books
 from ledger_app.books.models import BalanceTransaction, Payout
+from ledger_app.errors import LedgerError
 from ledger_app.mirror.objects import Applied, created_of, id_of, is_id, lower, shown, text
+from ledger_app.money import normalize_currency
 
 BIGINT = 2**63
-CURRENCY_LETTERS = 3
 MAX_TYPE = 64  # BalanceTransaction.type's column
 
 
@@ -105,12 +106,8 @@ def read_payout(obj: dict[str, Any]) -> Payout | str:
 
 
 def _currency(value: Any) -> str | None:
-    found = lower(value)
-    if (
-        isinstance(found, str)
-        and len(found) == CURRENCY_LETTERS
-        and found.isascii()
-        and found.isalpha()
-    ):
-        return found
-    return None
+    """A currency code we know (money.normalize_currency), else None."""
+    try:
+        return normalize_currency(lower(value))
+    except LedgerError:
+        return None

@@ -37,6 +37,11 @@ def id_of(value: Any) -> Any:
     return value.get("id") if isinstance(value, dict) else value
 
 
+def charge_of(obj: dict[str, Any]) -> Any:
+    """A refund's (or dispute's) charge: its id, or the charge object's when expanded."""
+    return id_of(obj.get("charge"))
+
+
 def metadata_of(obj: dict[str, Any]) -> dict[str, Any]:
     metadata = obj.get("metadata")
     return metadata if isinstance(metadata, dict) else {}
