@@ -88,9 +88,13 @@ def _moved_money() -> Exists:
 
 
 def _by_source(sources: Iterable[str], kind: str) -> dict[str, BalanceTransaction]:
+    """Each source's first transaction of `kind` (a second one is the provider's own)."""
     wanted = [source for source in sources if source]
     found = BalanceTransaction.objects.filter(type=kind, source__in=wanted)
-    return {bt.source: bt for bt in found}
+    firsts: dict[str, BalanceTransaction] = {}
+    for bt in found.order_by("-created", "-id"):  # the first of each written last
+        firsts[bt.source] = bt
+    return firsts
 
 
 def _refunds(result: Day, start: datetime, end: datetime, today: date, ids: set[str]) -> None:
@@ -231,14 +235,12 @@ def _unaccounted(result: Day, start: datetime, end: datetime, ids: set[str]) -> 
 
 
 def _accounted_for(bt: BalanceTransaction) -> bool:
-    """Whether a ledger movement accounts for exactly this transaction (a movement of
-    another day was matched to it then); a refund that never succeeded, for the provider's
+    """Whether a ledger movement accounts for exactly this transaction (a refund's:
+    _refund_of; a dispute's entries that name it); a refund that never succeeded, for the provider's
     pair of its debit and its return, which net to nothing; a charge, for the one
     transaction of a succeeded charge the ledger holds for that amount."""
-    if bt.type == "refund":
-        return Refund.objects.filter(balance_transaction=bt.id).exists() or _came_back(bt)
-    if bt.type == "refund_failure":
-        return Refund.objects.filter(failure_balance_transaction=bt.id).exists() or _came_back(bt)
+    if bt.type in ("refund", "refund_failure"):
+        return _refund_of(bt) or _came_back(bt)
     if bt.type == "adjustment":
         return LedgerEntry.objects.filter(balance_transaction=bt.id).exists()
     if bt.type == "charge" and bt.source:
@@ -247,6 +249,22 @@ def _accounted_for(bt: BalanceTransaction) -> bool:
         same = charge is not None and (charge.amount, charge.currency) == (bt.amount, bt.currency)
         return same and once and charge is not None and charge.status == Charge.Status.SUCCEEDED
     return False
+
+
+def _refund_of(bt: BalanceTransaction) -> bool:
+    """A refund's money leaving (or, for a refund_failure, coming back) that a ledger
+    refund accounts for: the one matched to it on the refund's day; or, while none is, the
+    first such transaction of a refund that moved money (one made the day before, or
+    before the books began, whose day does not match it here). A second one is not."""
+    field = "failure_balance_transaction" if bt.type == "refund_failure" else "balance_transaction"
+    if Refund.objects.filter(**{field: bt.id}).exists():
+        return True
+    if not bt.source or _by_source([bt.source], bt.type)[bt.source].id != bt.id:
+        return False
+    refunds = Refund.objects.filter(provider_refund_id=bt.source, **{field: ""})
+    if bt.type == "refund_failure":
+        refunds = refunds.filter(ledger_entries__kind=Entry.REFUND_RELEASED)
+    return refunds.filter(_moved_money()).exists()
 
 
 def _came_back(bt: BalanceTransaction) -> bool:

@@ -107,6 +107,14 @@ class TestWhatTheLedgerNeverMoved:
 
         assert close() == [("missing_in_ledger", "balance transaction txn_5")]
 
+    def test_a_refund_from_before_the_books_began_accounts_for_its_debit(self):
+        refund = a_refund("succeed", "re_p8")
+        Refund.objects.filter(pk=refund.pk).update(created_at=NOON - timedelta(days=1))
+        moved("txn_13", "refund", "re_p8", -1_000, payout="po_9")  # the books begin here
+        paid_out("po_9", "paid")
+
+        assert close() == []
+
     def test_a_second_debit_of_a_matched_refund_is_found(self):
         a_refund("succeed", "re_p5")
         moved("txn_6", "refund", "re_p5", -1_000, payout="po_5")
