@@ -6,12 +6,26 @@ import contextvars
 import functools
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import OperationalError, connection
+from django.db import InterfaceError, InternalError, OperationalError, connection, transaction
+from django.db.models import QuerySet
+
+_Row = TypeVar("_Row")
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """The connection failed, not the statement: OperationalError and InterfaceError, and
+    the InternalError psycopg raises itself (no SQLSTATE: the server never sent one) when
+    it loses track of the conversation, as when a pooler's server connection dies in the
+    middle of a command. A request that meets one answers 503 database_unavailable and a
+    loop command retries its pass; a statement the server refused is never one of these."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        return True
+    return isinstance(exc, InternalError) and getattr(exc.__cause__, "sqlstate", "") is None
 
 
 def is_lock_timeout(exc: OperationalError) -> bool:
@@ -65,6 +79,17 @@ def drop_broken_connection() -> None:
     one instead of failing on the dead one."""
     if not connection.in_atomic_block and not connection.is_usable():
         connection.close()
+
+
+def streamed(queryset: QuerySet[Any, _Row], chunk_size: int) -> Generator[_Row, None, None]:
+    """The queryset's rows fetched `chunk_size` at a time from a server-side cursor, inside a
+    transaction of their own (a read: nothing commits). Outside a transaction Django would
+    declare the cursor WITH HOLD and fetch from it in later statements, which a pooler in
+    transaction mode may send to another server connection (DATABASE_TRANSACTION_POOLER);
+    inside one, every fetch is on the connection that holds the cursor. Every iterator()
+    of the back office goes through here (tests/test_pooler_safe.py)."""
+    with transaction.atomic(using=queryset.db):
+        yield from queryset.iterator(chunk_size=chunk_size)
 
 
 def uses_pool() -> bool:

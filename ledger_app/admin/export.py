@@ -24,6 +24,7 @@ from django.utils.text import slugify
 
 from ledger_app.admin.lookups import touches_secret
 from ledger_app.csv_files import csv_writer
+from ledger_app.db import streamed
 from ledger_app.mixin_bases import ModelAdminMixin
 from ledger_app.money import format_money
 from ledger_app.replica import ListsFromReplica, stale_ok
@@ -92,7 +93,7 @@ class CsvExport(ModelAdminMixin):
         if isinstance(changelist, HttpResponse):
             return changelist
         lookups, cells = export_plan(self.model, self.export_columns)
-        rows = changelist.queryset.values_list(*lookups).iterator(chunk_size=self.export_chunk_size)
+        rows = streamed(changelist.queryset.values_list(*lookups), self.export_chunk_size)
         try:
             first = next(rows, None)
         except (DatabaseError, ValueError, IndexError, TypeError):

@@ -22,6 +22,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Concat
 
 from ledger_app.charges.models import Charge
+from ledger_app.db import streamed
 from ledger_app.idempotency.models import IdempotencyRecord
 from ledger_app.ledger.models import LedgerEntry
 from ledger_app.refunds.models import Refund
@@ -97,7 +98,7 @@ def _balance_drift() -> Iterator[Drift]:
         .order_by("pk")
         .values_list("pk", "amount", "amount_refunded", "live_refunds", "booked")
     )
-    for pk, amount, refunded, live_total, booked in charges.iterator(chunk_size=CHUNK_SIZE):
+    for pk, amount, refunded, live_total, booked in streamed(charges, CHUNK_SIZE):
         yield Drift(
             pk,
             "amount_refunded_drift",
@@ -112,7 +113,7 @@ def _currency_mismatch() -> Iterator[Drift]:
         .order_by("pk")
         .values_list("pk", "currency", "charge__currency")
     )
-    for pk, currency, charge_currency in mismatched.iterator(chunk_size=CHUNK_SIZE):
+    for pk, currency, charge_currency in streamed(mismatched, CHUNK_SIZE):
         yield Drift(pk, "currency_mismatch", f"refund {currency} on a {charge_currency} charge")
 
 
@@ -129,7 +130,7 @@ def _provider_key_changed() -> Iterator[Drift]:
         .order_by("pk")
         .values_list("pk", "provider_idempotency_key")
     )
-    for pk, key in wrong_key.iterator(chunk_size=CHUNK_SIZE):
+    for pk, key in streamed(wrong_key, CHUNK_SIZE):
         yield Drift(pk, "provider_key_changed", f"provider key is {key!r}")
 
 
@@ -144,7 +145,7 @@ def _unsettled_success() -> Iterator[Drift]:
         .order_by("pk")
         .values_list("pk", flat=True)
     )
-    for pk in unsettled.iterator(chunk_size=CHUNK_SIZE):
+    for pk in streamed(unsettled, CHUNK_SIZE):
         yield Drift(pk, "settlement_not_in_ledger", "succeeded with no refund_succeeded entry")
 
 
@@ -173,7 +174,7 @@ def _key_does_not_match_refund() -> Iterator[Drift]:
         )
     ).order_by("pk")
     rows = mismatched_keys.values_list("key", "refund_id")
-    for key, refund_id in rows.iterator(chunk_size=CHUNK_SIZE):
+    for key, refund_id in streamed(rows, CHUNK_SIZE):
         yield Drift(refund_id, "key_does_not_match_refund", f"key {key!r} asked for another refund")
 
 
@@ -188,7 +189,7 @@ def _refund_bound_by_several_keys() -> Iterator[Drift]:
         .filter(keys__gt=1)
         .values_list("refund", "keys")
     )
-    for refund_id, keys in doubly_keyed.iterator(chunk_size=CHUNK_SIZE):
+    for refund_id, keys in streamed(doubly_keyed, CHUNK_SIZE):
         yield Drift(refund_id, "refund_bound_by_several_keys", f"{keys} idempotency keys")
 
 
@@ -199,7 +200,7 @@ def _disagrees_with_provider() -> Iterator[Drift]:
         .order_by("pk")
         .values_list("pk", "provider_disagreement")
     )
-    for pk, disagreement in disagreeing.iterator(chunk_size=CHUNK_SIZE):
+    for pk, disagreement in streamed(disagreeing, CHUNK_SIZE):
         said = disagreement or {}
         held = ", ".join(f"{item['id']} ({item['amount']})" for item in said.get("held", []))
         yield Drift(pk, "disagrees_with_provider", f"{said.get('why')}; held: {held or 'none'}")
@@ -223,7 +224,7 @@ def _dispute_money_drift() -> Iterator[Drift]:
         .order_by("pk")
         .values_list("pk", "amount", "withdrawn", "reinstated")
     )
-    for pk, amount, withdrawn, reinstated in charges.iterator(chunk_size=CHUNK_SIZE):
+    for pk, amount, withdrawn, reinstated in streamed(charges, CHUNK_SIZE):
         yield Drift(
             pk,
             "dispute_money_drift",

@@ -13,7 +13,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         keys = ApiKey.objects.order_by("created_at")
-        for key in keys.iterator():
+        for key in keys:  # a few dozen at most
             access = "read-only" if key.read_only else "read-write"
             state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "active"
             self.stdout.write(

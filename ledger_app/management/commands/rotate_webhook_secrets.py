@@ -27,7 +27,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, dry_run: bool = False, **options: Any) -> None:
         done = 0
-        for pk in WebhookEndpoint.objects.order_by("pk").values_list("pk", flat=True).iterator():
+        # The ids first (a few dozen endpoints), then each in a transaction of its own.
+        for pk in list(WebhookEndpoint.objects.order_by("pk").values_list("pk", flat=True)):
             with transaction.atomic():
                 try:
                     # Read: decrypted with whichever key encrypted it. Written: encrypted
