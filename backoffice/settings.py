@@ -212,6 +212,13 @@ DATABASE_CONNECT_TIMEOUT_SECONDS = env.count(
 # session's statements to another (PgBouncer in transaction mode before 1.21) needs
 # DATABASE_PREPARED_STATEMENTS=false.
 DATABASE_PREPARED_STATEMENTS = env.switch("DATABASE_PREPARED_STATEMENTS", True)
+# A pooler in transaction mode between the back office and PostgreSQL (PgBouncer's
+# pool_mode=transaction, docs/operating/high-availability.md) hands each transaction
+# whichever server connection is free, so nothing may live in a session across
+# transactions: no prepared statements, and no session options at connect (the pooler would
+# refuse them), so lock_timeout comes from the server's or the role's own setting. Every
+# server-side cursor already lives inside a transaction (ledger_app/db.py, streamed).
+DATABASE_TRANSACTION_POOLER = env.switch("DATABASE_TRANSACTION_POOLER", False)
 # Django's psycopg pool, per process: threads share DATABASE_POOL_MAX_SIZE connections and
 # hand them back between transactions (and while waiting on the provider), instead of each
 # thread keeping its own. 0: no pool, a persistent connection per thread. A thread waits at
@@ -237,11 +244,11 @@ DATABASE_TEST_NAME = env.text("DATABASE_TEST_NAME")
 if DATABASE_TEST_NAME:
     DATABASES["default"].setdefault("TEST", {})["NAME"] = DATABASE_TEST_NAME
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
-        f"-c lock_timeout={DATABASE_LOCK_TIMEOUT_MS}"
-    )
+    DATABASES["default"].setdefault("OPTIONS", {})
+    if not DATABASE_TRANSACTION_POOLER:
+        DATABASES["default"]["OPTIONS"]["options"] = f"-c lock_timeout={DATABASE_LOCK_TIMEOUT_MS}"
     DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", DATABASE_CONNECT_TIMEOUT_SECONDS)
-    if DATABASE_PREPARED_STATEMENTS:
+    if DATABASE_PREPARED_STATEMENTS and not DATABASE_TRANSACTION_POOLER:
         DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
     if DATABASE_POOL_MAX_SIZE > 0:
         DATABASES["default"]["OPTIONS"]["pool"] = {

@@ -11,6 +11,7 @@ import functools
 import logging
 import threading
 
+from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
@@ -68,14 +69,27 @@ def is_ready(checks: dict[str, str]) -> bool:
 
 
 def _database() -> str:
+    """OK when a query answers. Behind a transaction pooler the session's lock_timeout is
+    the server's (settings.py, DATABASE_TRANSACTION_POOLER): a server that does not set it
+    to DATABASE_LOCK_TIMEOUT_MS would let requests queue on a lock for ever, so it is
+    checked here, where a deploy that forgot it is stopped before it serves."""
+    pooled = connection.vendor == "postgresql" and settings.DATABASE_TRANSACTION_POOLER
     try:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
+            if pooled:
+                cursor.execute("SELECT setting FROM pg_settings WHERE name = 'lock_timeout'")
+            else:
+                cursor.execute("SELECT 1")
+            (answer,) = cursor.fetchone()
     except DatabaseError as exc:
         log.debug("readiness: database query failed: %s", exc)
         drop_broken_connection()  # the next probe reconnects instead of reusing a dead one
         return "unavailable"
+    if pooled and str(answer) != str(settings.DATABASE_LOCK_TIMEOUT_MS):
+        return (
+            f"lock_timeout is {answer}ms on the server, "
+            f"not DATABASE_LOCK_TIMEOUT_MS ({settings.DATABASE_LOCK_TIMEOUT_MS}ms)"
+        )
     return OK
 
 

@@ -92,6 +92,25 @@ class TestReadiness:
         }
         assert_no_store(response)
 
+    @pytest.mark.postgres
+    def test_behind_a_pooler_not_ready_unless_the_server_sets_the_lock_timeout(
+        self, client, settings
+    ):
+        """Behind a transaction pooler lock_timeout is the server's: one that is not
+        DATABASE_LOCK_TIMEOUT_MS stops the process being ready. (The test's session sets
+        5000 ms at connect, standing in for the server's setting.)"""
+        settings.DATABASE_TRANSACTION_POOLER = True
+        settings.DATABASE_LOCK_TIMEOUT_MS = 5000
+        assert client.get("/readyz").status_code == 200
+
+        settings.DATABASE_LOCK_TIMEOUT_MS = 7000
+        response = client.get("/readyz")
+
+        assert response.status_code == 503
+        assert response.json()["checks"]["database"] == (
+            "lock_timeout is 5000ms on the server, not DATABASE_LOCK_TIMEOUT_MS (7000ms)"
+        )
+
     def test_reads_the_migration_files_once_per_process_not_per_probe(self, client):
         health._known_migrations.cache_clear()
         with mock.patch.object(health, "MigrationLoader", wraps=health.MigrationLoader) as loader:
