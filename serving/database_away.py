@@ -12,17 +12,15 @@ import logging
 import sys
 
 from django.core.signals import got_request_exception
-from django.db import InterfaceError, OperationalError
 from django.dispatch import receiver
 from django.http import HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.utils.cache import add_never_cache_headers
 
-from ledger_app.db import drop_broken_connection
+from ledger_app.db import connection_lost, drop_broken_connection
 
 log = logging.getLogger("serving.database_away")
 
-AWAY = (OperationalError, InterfaceError)  # the connection's errors, not a bad query's
 RETRY_AFTER_SECONDS = 5
 _MARK = "_database_away"
 
@@ -38,7 +36,7 @@ class DatabaseAwayMiddleware:
         return response
 
     def process_exception(self, request, exception):
-        if isinstance(exception, AWAY):
+        if connection_lost(exception):  # the connection's errors, not a bad query's
             log.warning("database unavailable: %s", exception)
             return database_away(request)
         return None
@@ -47,7 +45,8 @@ class DatabaseAwayMiddleware:
 @receiver(got_request_exception, dispatch_uid="serving.database_away")
 def _mark_away(sender, request=None, **kwargs) -> None:
     """Sent inside Django's handling of an uncaught exception, which is still current."""
-    if request is not None and isinstance(sys.exc_info()[1], AWAY):
+    failed = sys.exc_info()[1]
+    if request is not None and failed is not None and connection_lost(failed):
         setattr(request, _MARK, True)
 
 

@@ -11,14 +11,13 @@ from django.core.exceptions import (
     SuspiciousOperation,
     TooManyFieldsSent,
 )
-from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
 from ledger_app import errors
-from ledger_app.db import drop_broken_connection
+from ledger_app.db import connection_lost, drop_broken_connection
 
 if TYPE_CHECKING:
     from ledger_app.charges.models import Charge
@@ -223,7 +222,7 @@ def exception_handler(exc: Exception, context: dict) -> Response:
             return Response(body(type=INVALID_REQUEST, code=code, message=message), status=status)
     if isinstance(exc, drf.APIException):
         return _drf_error_response(exc)
-    if isinstance(exc, OperationalError | InterfaceError):
+    if connection_lost(exc):
         return _database_unavailable(context)
     log.exception("unexpected error in the API")
     return Response(

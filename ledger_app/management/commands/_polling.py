@@ -13,8 +13,9 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, connection
 
+from ledger_app.db import connection_lost
 from ledger_app.management.commands._stopping import STOP_SECONDS, StopRequest
 from ledger_app.worker_parts import ItemInHand, RunOutcomes
 
@@ -118,7 +119,9 @@ class PollingWorker(BaseCommand):
                         hand=hand,
                         **arguments,
                     )
-                except (OperationalError, InterfaceError):
+                except DatabaseError as exc:
+                    if not connection_lost(exc):
+                        raise
                     failed_in_a_row += 1
                     tally = self._pass_interrupted(failed_in_a_row, options["loop"])
                 else:
