@@ -39,7 +39,7 @@ from tests.processes import GunicornServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-OPERATIONS = tally.scale("load_operations", 3_000, 50_000)
+OPERATIONS = tally.scale("load_operations", 1_500, 50_000)
 CLIENTS = tally.scale("load_clients", 32, 64)
 # A guard against hanging, far above what the CI size needs; never a speed assertion.
 WALL_CLOCK_LIMIT = tally.scale("load_seconds", 300, 3_000)

@@ -73,9 +73,9 @@ class TestColumnsFromTheModels:
 @pytest.mark.parametrize(
     "script",
     [
-        ["admin_changelists.py", "--rows", "2000"],
-        ["restore_drill.py", "--refunds", "2000"],
-        ["year.py", "--refunds", "2000"],  # make bench-year
+        ["admin_changelists.py", "--rows", "500"],
+        ["restore_drill.py", "--refunds", "500"],
+        ["year.py", "--refunds", "500"],  # make bench-year
     ],
     ids=["admin_changelists", "restore_drill", "year"],
 )

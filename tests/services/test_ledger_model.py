@@ -52,7 +52,7 @@ from tests import tally
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees
 
 EXAMPLES = (
-    tally.scale("model_examples", 120, 600)
+    tally.scale("model_examples", 60, 600)
     if connection.vendor == "postgresql"
     else tally.scale("model_examples_sqlite", 25, 100)
 )

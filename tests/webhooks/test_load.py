@@ -23,7 +23,7 @@ from tests.webhooks.workers import (
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-EVENTS = tally.scale("webhook_events", ci=2_000, soak=20_000)
+EVENTS = tally.scale("webhook_events", ci=1_000, soak=20_000)
 WORKERS = 3
 CHUNK = 100  # events per recording transaction
 
