@@ -9,7 +9,7 @@ CLIENTS := $(VENV)/clients
 NODE_CLIENTS := $(CLIENTS)/node/.installed
 PYTHON_CLIENT_OLDER := $(CLIENTS)/python-stripe-older/.installed
 
-.PHONY: run demo test soak bench bench-quick bench-year worker reconcile purge backup-check lint format lock clean
+.PHONY: run demo test test-ha ha-up ha-down bench-ha soak bench bench-quick bench-year worker reconcile purge backup-check lint format lock clean
 
 # `make run`, `make worker`, `make reconcile` and `make purge` are the demo: development mode
 # (DJANGO_DEBUG=true: a per-checkout secret key in .secret_key) with the admin's second
@@ -116,6 +116,28 @@ run: demo
 test: $(VENV)/.installed-dev $(AXE) $(NODE_CLIENTS) $(PYTHON_CLIENT_OLDER)
 	scripts/run-tests
 
+# The failover cluster (docs/operating/high-availability.md): etcd, Patroni over two
+# PostgreSQL nodes with a synchronous standby, HAProxy and PgBouncer, from Debian's packages
+# (apt-get install patroni etcd-server pgbouncer haproxy), on free loopback ports in a
+# temporary directory. `make ha-up` prints the settings that point the back office at it.
+ha-up: $(VENV)/.installed
+	$(BIN)/python scripts/ha-cluster up
+
+ha-down:
+	$(BIN)/python scripts/ha-cluster down
+
+# What RPO 0 costs: refund p50 and p99 with each commit waiting for the synchronous
+# standby, and on the primary alone, in alternating rounds on a cluster of its own
+# (tests/bench/ha_latency.py; docs/operating/high-availability.md).
+bench-ha: $(VENV)/.installed-dev
+	$(THROWAWAY_KEY) $(BIN)/python -W ignore tests/bench/ha_latency.py $(BENCH_ARGS)
+
+# On a cluster of its own: the primary killed under load, the standby lost, and the API,
+# admin and command tests through PgBouncer in transaction mode. .ci/run runs it after
+# `make test`.
+test-ha: $(VENV)/.installed-dev
+	scripts/test-ha
+
 # The reliability suites with soak sizes on PostgreSQL (about 35 minutes), and a summary
 # of operations, faults injected and invariant checks. SOAK_ROUNDS=1 for a shorter one.
 soak: $(VENV)/.installed-dev
@@ -137,7 +159,7 @@ bench-quick: $(VENV)/.installed-dev
 # the admin's event and delivery lists, the dashboard, verify_ledger and the restore drill
 # before and after. 360,000 refunds by default (a tenth of issue 32's year; docs/benchmarks.md
 # gives a run's time); YEAR_ARGS="--refunds 36000" for a smaller one. make test runs it at
-# 2,000 (tests/ops/test_benchmarks_run.py).
+# 500 (tests/ops/test_benchmarks_run.py).
 bench-year: $(VENV)/.installed-dev
 	$(THROWAWAY_KEY) $(BIN)/python -W ignore tests/bench/year.py $(YEAR_ARGS)
 

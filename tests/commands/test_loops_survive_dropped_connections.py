@@ -22,7 +22,11 @@ from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.processes import ROOT, command_env, free_loopback_port
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.own_server_connection,
+    pytest.mark.django_db(transaction=True),
+]
 
 COMMANDS = ROOT / "ledger_app" / "management" / "commands"
 
