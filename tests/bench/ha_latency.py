@@ -3,7 +3,8 @@ started and stopped here). The same refunds (create_refund, inline, the simulate
 answering at once, spread charges) from --clients processes, in alternating rounds:
 each commit waiting for the synchronous standby (the cluster's synchronous_commit on), and
 committed on the primary alone (synchronous_commit local, set for these sessions only).
-Prints p50 and p99 per refund and refunds a second for each, and the ratios.
+Prints p50 and p99 per refund and refunds a second for each, the ratios, and what one
+commit alone takes each way (one row inserted, straight through psycopg).
 
     python tests/bench/ha_latency.py [--clients 2] [--seconds 5] [--rounds 3]
 """
@@ -22,6 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
+import psycopg
 from databases import MAIN_DB, fresh_database, load_main
 from workers import Gate, charge_for, django_setup, gather
 
@@ -72,6 +74,21 @@ def measure(url: str, clients: int, seconds: float, commit_mode: str) -> tuple[i
     return sum(count for count, _ in results), [t for _, lat in results for t in lat]
 
 
+def commit_latencies(url: str, seconds: float, commit_mode: str) -> list[float]:
+    """One row inserted and committed at a time, straight through psycopg: what a commit
+    alone costs, with `synchronous_commit` = `commit_mode` for this session."""
+    latencies = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT set_config('synchronous_commit', %s, false)", [commit_mode])
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_commit (id bigserial PRIMARY KEY)")
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            began = time.perf_counter()
+            conn.execute("INSERT INTO bench_commit DEFAULT VALUES")
+            latencies.append(time.perf_counter() - began)
+    return latencies
+
+
 def p(latencies: list[float], q: int) -> float:
     return statistics.quantiles(latencies, n=100)[q - 1] * 1000
 
@@ -93,9 +110,11 @@ def main() -> None:
         url = fresh_database(server, MAIN_DB)
         load_main(url, 0)
         seen: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        commits: dict[str, list[float]] = {name: [] for name in VARIANTS}
         counts: dict[str, int] = dict.fromkeys(VARIANTS, 0)
         for _ in range(args.rounds):
             for name, mode in VARIANTS.items():
+                commits[name].extend(commit_latencies(url, args.seconds / 2, mode))
                 count, latencies = measure(url, args.clients, args.seconds, mode)
                 counts[name] += count
                 seen[name].extend(latencies)
@@ -109,6 +128,11 @@ def main() -> None:
         p50, p99, rate = p(seen[name], 50), p(seen[name], 99), counts[name] / total
         rows[name] = (p50, p99, rate)
         print(f"{name:>20}: p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  {rate:6.0f}/s")
+    for name in VARIANTS:
+        print(
+            f"{name:>20}: one commit alone: p50 {p(commits[name], 50):6.2f} ms  "
+            f"p99 {p(commits[name], 99):6.2f} ms"
+        )
     on, alone = rows["synchronous standby"], rows["primary alone"]
     print(
         f"{'cost of RPO 0':>20}: p50 x{on[0] / alone[0]:.2f}  p99 x{on[1] / alone[1]:.2f}  "
