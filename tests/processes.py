@@ -104,6 +104,22 @@ def run_command(
     )
 
 
+def start_command_logged(log: Path, *args: str, **env: str) -> subprocess.Popen:
+    """manage.py `args` in a process of its own, everything it prints in `log`: a file, not
+    a pipe, which nobody reads and which a storm of logged tracebacks would fill, stopping
+    the command."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), *args],
+            cwd=ROOT,
+            env=command_env(**env),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+
 def kill_at(point: str, *args: str, **env: str) -> subprocess.Popen:
     """Run a manage.py command until it reaches the fault point `point`, then SIGKILL it."""
     process = start_command(*args, LEDGER_FAULT_HANG_AT=point, **env)

@@ -4,8 +4,6 @@ connection, between passes and during one, and dispatches what is created after.
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -20,7 +18,7 @@ from ledger_app.events.endpoints import create_endpoint
 from ledger_app.models import Refund, WebhookDelivery
 from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
-from tests.processes import ROOT, command_env, free_loopback_port
+from tests.processes import ROOT, free_loopback_port, start_command_logged
 
 pytestmark = [
     pytest.mark.postgres,
@@ -80,21 +78,6 @@ def drop_connections(app_name: str) -> int:
         return cursor.fetchone()[0]
 
 
-def start_worker(log: Path, *args: str, **env: str) -> subprocess.Popen:
-    """The command in a process of its own, everything it prints in `log`: a file, not a
-    pipe, which a storm of logged tracebacks would fill and block the worker on."""
-    with log.open("w") as out:
-        return subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), *args],
-            cwd=ROOT,
-            env=command_env(**env),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-
-
 def wait_until(done: Callable[[], bool], worker, log: Path, what: str, timeout: float = 60) -> None:
     """Until `done()`; the worker's log lines (not its tracebacks) if it exits or never is."""
     deadline = time.monotonic() + timeout
@@ -125,7 +108,7 @@ def test_a_loop_goes_on_after_its_connection_is_dropped(
     dispatched = DISPATCHED[command]
     app_name = f"loop-{command}-{uuid.uuid4().hex[:8]}"
     log = tmp_path / f"{command}.log"
-    worker = start_worker(
+    worker = start_command_logged(
         log,
         command,
         "--loop",

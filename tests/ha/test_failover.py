@@ -14,8 +14,6 @@ from __future__ import annotations
 import csv
 import json
 import random
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +32,7 @@ from simulated_provider.models import ProviderRefund
 from tests.factories import ChargeFactory
 from tests.ha.cluster import Cluster
 from tests.invariants import assert_ledger_invariants, assert_provider_agrees
-from tests.processes import ROOT, GunicornServer, command_env, run_command
+from tests.processes import GunicornServer, run_command, start_command_logged
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -191,20 +189,6 @@ def bulk_file(path: Path, charges: list[str]) -> Path:
     return path
 
 
-def in_background(log: Path, *args: str) -> subprocess.Popen:
-    """manage.py `args` in a process of its own, everything it prints in `log` (a pipe
-    nobody reads would fill and stop it)."""
-    with log.open("w") as out:
-        return subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), *args],
-            cwd=ROOT,
-            env=command_env(**QUICK),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
 def wait_for(done, what: str, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while not done():
@@ -229,9 +213,10 @@ def test_the_primary_killed_mid_load_loses_no_refund_and_sends_none_twice(
     )
     loop = ["--loop", "--poll-seconds", "0.2"]
     workers = [
-        in_background(tmp_path / f"worker{n}.log", "process_refunds", *loop) for n in range(2)
+        start_command_logged(tmp_path / f"worker{n}.log", "process_refunds", *loop, **QUICK)
+        for n in range(2)
     ]
-    deliverer = in_background(tmp_path / "deliverer.log", "deliver_webhooks", *loop)
+    deliverer = start_command_logged(tmp_path / "deliverer.log", "deliver_webhooks", *loop, **QUICK)
     load = Load([inline.url, queued.url], secret, charges)
     ready_seen: list[int] = []
     watching = threading.Event()
@@ -244,7 +229,9 @@ def test_the_primary_killed_mid_load_loses_no_refund_and_sends_none_twice(
             thread.start()
         bulk_args = ["--batch-id", "ha", "--allow-repeats"]  # the clients refund these too
         bulk_csv = str(bulk_file(tmp_path / "bulk.csv", charges))
-        bulk = in_background(tmp_path / "bulk.log", "bulk_refund", bulk_csv, *bulk_args)
+        bulk = start_command_logged(
+            tmp_path / "bulk.log", "bulk_refund", bulk_csv, *bulk_args, **QUICK
+        )
         time.sleep(BEFORE_KILL)
 
         old_primary = cluster.with_role("leader")
