@@ -264,6 +264,8 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 # events (ledger_app/replica.py). Nothing that moves money, locks or authenticates reads
 # it, and no router sends other reads there. Its sessions are read-only (a standby takes
 # its schema from the primary: never migrate it), and tests mirror the default database.
+# It is reached directly, never through a transaction pooler: its read-only option is sent
+# at connect (docs/operating/high-availability.md).
 _replica = env.database(
     "DATABASE_REPLICA_URL", "", conn_max_age=DATABASE_CONN_MAX_AGE, conn_health_checks=True
 )

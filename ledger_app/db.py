@@ -82,12 +82,16 @@ def drop_broken_connection() -> None:
 
 
 def streamed(queryset: QuerySet[Any, _Row], chunk_size: int) -> Generator[_Row, None, None]:
-    """The queryset's rows fetched `chunk_size` at a time from a server-side cursor, inside a
-    transaction of their own (a read: nothing commits). Outside a transaction Django would
-    declare the cursor WITH HOLD and fetch from it in later statements, which a pooler in
-    transaction mode may send to another server connection (DATABASE_TRANSACTION_POOLER);
-    inside one, every fetch is on the connection that holds the cursor. Every iterator()
-    of the back office goes through here (tests/test_pooler_safe.py)."""
+    """The queryset's rows fetched `chunk_size` at a time from a server-side cursor. Outside
+    a transaction Django declares the cursor WITH HOLD and fetches from it in later
+    statements, which a pooler in transaction mode may send to another server connection:
+    behind one (DATABASE_TRANSACTION_POOLER) the rows are read inside a transaction of their
+    own (a read: nothing commits), so every fetch is on the connection that holds the
+    cursor, which the reader holds until the last row or close(). Every iterator() of the
+    back office goes through here (tests/test_pooler_safe.py)."""
+    if not settings.DATABASE_TRANSACTION_POOLER:
+        yield from queryset.iterator(chunk_size=chunk_size)
+        return
     with transaction.atomic(using=queryset.db):
         yield from queryset.iterator(chunk_size=chunk_size)
 

@@ -29,11 +29,10 @@ from django.conf import settings
 from django.db import (
     DEFAULT_DB_ALIAS,
     DatabaseError,
-    InterfaceError,
-    OperationalError,
     connections,
 )
 
+from ledger_app.db import connection_lost
 from ledger_app.mixin_bases import ModelAdminMixin
 
 log = logging.getLogger("ledger_app.replica")
@@ -72,10 +71,11 @@ def stale_ok(read: Callable[[str], T], *, missing: tuple[type[Exception], ...] =
         return read(alias)
     except missing:
         pass
-    except (OperationalError, InterfaceError) as exc:
-        _rest(exc)
     except DatabaseError as exc:
-        log.warning("a read failed on the replica, reading from the primary: %s", _says(exc))
+        if connection_lost(exc):
+            _rest(exc)
+        else:
+            log.warning("a read failed on the replica, reading from the primary: %s", _says(exc))
     return read(DEFAULT_DB_ALIAS)
 
 

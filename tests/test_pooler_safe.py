@@ -1,14 +1,14 @@
 """Behind a pooler in transaction mode (DATABASE_TRANSACTION_POOLER) nothing may live in a
 PostgreSQL session across transactions: no WITH HOLD cursor, no prepared statement, no
-session option, no session advisory lock. What the code promises here; the suite run
-through PgBouncer (tests/ha/test_through_pgbouncer.py) shows it holds."""
+session option, no session advisory lock. What the code promises here; `make test-ha`
+runs the API, admin and command tests through PgBouncer, which resets every server
+connection after each transaction, to show it holds."""
 
 from __future__ import annotations
 
 import ast
 import json
 import re
-from collections.abc import Generator
 from unittest import mock
 from urllib.parse import urlencode
 
@@ -66,7 +66,8 @@ def test_no_session_advisory_lock_and_no_session_set():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_streamed_reads_every_row_in_order_inside_a_transaction_of_its_own():
+def test_streamed_reads_every_row_in_order_inside_a_transaction_of_its_own(settings):
+    settings.DATABASE_TRANSACTION_POOLER = True
     made = [ChargeFactory().pk for _ in range(5)]
     seen_in_atomic = []
 
@@ -89,20 +90,22 @@ def open_cursors() -> list[bool]:
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_streamed_keeps_its_cursor_inside_the_transaction_on_postgresql():
+def test_streamed_keeps_its_cursor_inside_the_transaction_behind_a_pooler(settings):
     for _ in range(3):
         ChargeFactory()
     queryset = Charge.objects.values_list("pk", flat=True)
 
+    settings.DATABASE_TRANSACTION_POOLER = True
     rows = streamed(queryset, 2)
     next(rows)
     assert open_cursors() == [False]  # declared in the transaction, not WITH HOLD
     rows.close()
+    assert not connection.in_atomic_block  # closed: the transaction ended with it
 
-    plain = queryset.iterator(chunk_size=2)  # what streamed avoids: autocommit
-    assert isinstance(plain, Generator)
+    settings.DATABASE_TRANSACTION_POOLER = False  # straight to PostgreSQL: no transaction
+    plain = streamed(queryset, 2)
     next(plain)
-    assert open_cursors() == [True]
+    assert open_cursors() == [True]  # WITH HOLD, as Django makes it in autocommit
     plain.close()
 
 

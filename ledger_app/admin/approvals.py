@@ -14,7 +14,7 @@ from typing import cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.db import InterfaceError, OperationalError, models
+from django.db import DatabaseError, models
 
 from ledger_app import errors
 from ledger_app.access.models import ApiKey
@@ -31,7 +31,7 @@ from ledger_app.admin.refunds import (
 )
 from ledger_app.approvals.models import RefundApproval, RefundLimit
 from ledger_app.approvals.services import approve_refund, reject_refund
-from ledger_app.db import drop_broken_connection
+from ledger_app.db import connection_lost, drop_broken_connection
 from ledger_app.money import format_money
 from ledger_app.refunds.models import Refund
 from ledger_app.text import has_unstorable_characters
@@ -189,7 +189,9 @@ class RefundApprovalAdmin(RefundAdmin):
             return Decision.DECIDED, f"{line} ({now_is(refund.pk)})"
         except errors.LedgerError as exc:
             return Decision.REFUSED, f"{line} ({exc.code})"
-        except (OperationalError, InterfaceError):
+        except DatabaseError as exc:
+            if not connection_lost(exc):
+                raise
             log.exception("database unavailable while deciding refund %s", refund.pk)
             drop_broken_connection()
             return Decision.INTERRUPTED, line

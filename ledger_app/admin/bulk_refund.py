@@ -8,7 +8,7 @@ from collections import defaultdict
 
 from django.conf import settings
 from django.contrib import admin, messages
-from django.db import InterfaceError, OperationalError, models
+from django.db import DatabaseError, models
 from django.utils import timezone
 
 from ledger_app.admin.base import ReadOnlyAdminMixin, report_grouped, totals_by_currency
@@ -22,7 +22,7 @@ from ledger_app.admin.refund_form import (
 )
 from ledger_app.charges.models import Charge
 from ledger_app.charges.selectors import charge_states
-from ledger_app.db import drop_broken_connection
+from ledger_app.db import connection_lost, drop_broken_connection
 from ledger_app.errors import ChargeChanged, LedgerError, RepeatOfEarlier
 from ledger_app.idempotency.services import ADMIN_BULK_KEYS
 from ledger_app.money import format_money
@@ -136,7 +136,9 @@ class BulkRefundAction(ReadOnlyAdminMixin):
             return BulkOutcome.CHANGED, charge.pk, None
         except LedgerError as exc:
             return BulkOutcome.REFUSED, f"{charge.pk} ({exc.code})", None
-        except (OperationalError, InterfaceError):
+        except DatabaseError as exc:
+            if not connection_lost(exc):
+                raise
             log.exception("database unavailable during a bulk refund of %s", charge.pk)
             drop_broken_connection()
             return BulkOutcome.INTERRUPTED, f"{charge.pk} (database_unavailable)", None

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from datetime import UTC
 from functools import partial
-from itertools import chain
 
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup, DisallowedModelAdminToField
 from django.contrib.admin.options import IncorrectLookupParameters
@@ -24,7 +23,7 @@ from django.utils.text import slugify
 
 from ledger_app.admin.lookups import touches_secret
 from ledger_app.csv_files import csv_writer
-from ledger_app.db import streamed
+from ledger_app.db import connection_lost, streamed
 from ledger_app.mixin_bases import ModelAdminMixin
 from ledger_app.money import format_money
 from ledger_app.replica import ListsFromReplica, stale_ok
@@ -96,10 +95,12 @@ class CsvExport(ModelAdminMixin):
         rows = streamed(changelist.queryset.values_list(*lookups), self.export_chunk_size)
         try:
             first = next(rows, None)
-        except (DatabaseError, ValueError, IndexError, TypeError):
+        except (DatabaseError, ValueError, IndexError, TypeError) as exc:
+            if connection_lost(exc):  # the database's failure, not the filters'
+                raise
             # A lookup the database or Django cannot run (id__regex=[, amount__range=1).
             return refused("These filters cannot be read.")
-        fetched = rows if first is None else chain([first], rows)
+        fetched = rows if first is None else first_then(first, rows)
         return self._csv_download(request, cells, fetched)
 
     def _export_changelist(self, request, alias: str | None) -> ChangeList | HttpResponse:
@@ -222,6 +223,15 @@ class _Line:
         return line
 
 
+def first_then(first: tuple, rows: Generator[tuple, None, None]) -> Generator[tuple, None, None]:
+    """The row read ahead, then the rest; closing it closes `rows` (and its transaction)."""
+    try:
+        yield first
+        yield from rows
+    finally:
+        rows.close()
+
+
 def csv_lines(
     header: Iterable[str], cells: list[Cell], rows: Iterator[tuple], name: str
 ) -> Iterator[str]:
@@ -243,6 +253,9 @@ def csv_lines(
         yield "".join(lines)
         finished = True
     finally:
+        close = getattr(rows, "close", None)
+        if close is not None:  # a streamed read ends its transaction now, not when collected
+            close()
         log.info(
             "csv export %s: list=%s rows=%d", "finished" if finished else "stopped", name, written
         )

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError
 from django.http import Http404
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -29,7 +29,7 @@ from ledger_app.admin.second_factor import second_factor_gate, take_held_form
 from ledger_app.approvals.limits import limits_in_currency, spent_today
 from ledger_app.charges.models import Charge
 from ledger_app.charges.selectors import charge_state
-from ledger_app.db import drop_broken_connection
+from ledger_app.db import connection_lost, drop_broken_connection
 from ledger_app.errors import (
     ChargeChanged,
     ChargeDisagreesWithProvider,
@@ -159,7 +159,9 @@ class RefundFormViews(ReadOnlyAdminMixin):
             form.add_error(
                 exc.param if exc.param in form.fields else None, f"{exc.message} ({exc.code})"
             )
-        except (OperationalError, InterfaceError):
+        except DatabaseError as exc:
+            if not connection_lost(exc):
+                raise
             log.exception("database unavailable during an admin refund of %s", charge.pk)
             drop_broken_connection()
             form.add_error(None, DATABASE_UNAVAILABLE)

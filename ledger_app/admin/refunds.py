@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from django import forms
 from django.contrib import admin, messages
-from django.db import InterfaceError, OperationalError, models
+from django.db import DatabaseError, models
 from typing_extensions import override
 
 from ledger_app import errors
@@ -21,7 +21,7 @@ from ledger_app.admin.base import (
 from ledger_app.admin.export import CsvExport
 from ledger_app.admin.filters import CurrencyFilter, IssuedByFilter, ReasonFilter, exact_id_search
 from ledger_app.approvals.services import APPROVE_PERMISSION, cancel_refund
-from ledger_app.db import drop_broken_connection
+from ledger_app.db import connection_lost, drop_broken_connection
 from ledger_app.money import format_money
 from ledger_app.refunds.models import Refund
 from ledger_app.refunds.services import actor_label
@@ -200,7 +200,9 @@ class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
             return Canceled.NOT_WAITING, f"{line} ({status_now(refund.pk)})"
         except errors.LedgerError as exc:
             return Canceled.REFUSED, f"{line} ({exc.code})"
-        except (OperationalError, InterfaceError):
+        except DatabaseError as exc:
+            if not connection_lost(exc):
+                raise
             log.exception("database unavailable while canceling refund %s", refund.pk)
             drop_broken_connection()
             return Canceled.INTERRUPTED, line

@@ -55,8 +55,8 @@ def main() -> None:
     args = parser.parse_args()
 
     directory = Path(tempfile.mkdtemp(prefix="backoffice-ha-bench-"))
-    subprocess.run([sys.executable, str(SCRIPT), "up", "--dir", str(directory)], check=True)
     try:
+        subprocess.run([sys.executable, str(SCRIPT), "up", "--dir", str(directory)], check=True)
         state = json.loads((directory / "cluster.json").read_text())
         # Straight to the primary through HAProxy, as make bench connects to its server.
         server = {"host": "127.0.0.1", "port": state["primary_port"], "user": "postgres"}

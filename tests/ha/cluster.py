@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -74,6 +75,25 @@ class Cluster:
                 raise AssertionError(f"{what}: not in {timeout}s; members {self.members()}")
             time.sleep(0.2)
         return time.monotonic() - began
+
+    def patroni_answers(self, node: dict) -> bool:
+        url = f"http://127.0.0.1:{node['rest_port']}/patroni"
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return True
+        except urllib.error.HTTPError:  # answering, as a node that is not healthy yet
+            return True
+        except OSError:
+            return False
+
+    def restore(self) -> None:
+        """After a test, whatever it did: every node's Patroni running again and the cluster
+        healthy. A cluster left without its synchronous standby would hold every commit,
+        the test database's teardown included, for ever (strict mode)."""
+        for node in self.state["nodes"]:
+            if not self.patroni_answers(node):
+                self.start_node(node["name"])
+        self.wait(self.healthy, "the cluster healthy again after the test", timeout=120)
 
     def kill_postgres(self, node: str) -> None:
         self.script("kill-postgres", node)
