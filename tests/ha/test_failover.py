@@ -304,10 +304,14 @@ def test_the_primary_killed_mid_load_loses_no_refund_and_sends_none_twice(
     answered = [killed_at, *sorted(a.told_at for a in told if a.told_at > killed_at)]
     gaps = [later - earlier for earlier, later in zip(answered, answered[1:], strict=False)]
     no_refund = max(gaps, default=float("inf"))
+    # And when refunds flowed again: the end of that longest gap. (A 200 inside it can be a
+    # refund reserved before the kill whose send then waited: answered `pending`.)
+    flowing = answered[gaps.index(no_refund) + 1] - killed_at if gaps else float("inf")
     answers = sorted({s for a in asked for s in a.answers})
     print(
         f"\nfailover ({loss}): a new leader {promoted:.1f}s after the kill, no refund answered for "
-        f"{no_refund:.1f}s at most, the old primary a synchronous standby {rejoined:.1f}s "
+        f"{no_refund:.1f}s at most, refunds flowing again {flowing:.1f}s after the kill, "
+        f"the old primary a synchronous standby {rejoined:.1f}s "
         f"after it; {len(asked)} keys asked, {len(told)} answered; answers {answers}; "
         f"/readyz said {sorted(set(ready_seen))} (0: no answer in 2 s)"
     )
