@@ -588,6 +588,68 @@ WEBHOOK_ENDPOINTS_TOTAL = env.count(
     "WEBHOOK_ENDPOINTS_TOTAL", 32, of="webhook endpoints", high=10_000
 )
 
+# === Customer mails (`manage.py send_customer_mails`, docs/customer-mails.md) ===========
+# on: each change of a refund a customer cares about (made, succeeded, failed, its trace
+# number) writes a mail to the refund's address with the change; off: none are written
+# (ones already written are still sent by a running sender).
+REFUND_EMAILS = env.switch("REFUND_EMAILS", True)
+# Where the links in the mails point: the status pages are served under this address.
+# Production needs an https:// one while REFUND_EMAILS is on.
+REFUND_STATUS_BASE_URL = env.url(
+    "REFUND_STATUS_BASE_URL", "http://127.0.0.1:8000" if DEBUG else ""
+).rstrip("/")
+if REFUND_EMAILS and not DEBUG and not REFUND_STATUS_BASE_URL.startswith("https://"):
+    raise ImproperlyConfigured(
+        "REFUND_STATUS_BASE_URL must be the https:// address the back office is reached at "
+        "while REFUND_EMAILS is on: the customer mails link to their refund's status page"
+    )
+# A status page link works this long after its mail was sent.
+REFUND_STATUS_LINK_DAYS = env.count("REFUND_STATUS_LINK_DAYS", 90, of="days", high=3_660)
+# Status pages one client address may open per minute.
+REFUND_STATUS_PAGES_PER_MINUTE = env.count(
+    "REFUND_STATUS_PAGES_PER_MINUTE", 30, of="pages", high=100_000
+)
+# When a customer may expect the money on their statement: business days after the refund
+# is made, from the first to the last (Stripe says 5 to 10 for cards).
+REFUND_ARRIVAL_DAYS_FROM = env.count("REFUND_ARRIVAL_DAYS_FROM", 5, of="business days", high=90)
+REFUND_ARRIVAL_DAYS_TO = env.count("REFUND_ARRIVAL_DAYS_TO", 10, of="business days", high=90)
+if REFUND_ARRIVAL_DAYS_TO < REFUND_ARRIVAL_DAYS_FROM:
+    raise ImproperlyConfigured("REFUND_ARRIVAL_DAYS_TO must not be below REFUND_ARRIVAL_DAYS_FROM")
+# Who the mails are from; bounces come back to it (or to the server's envelope rewriting).
+DEFAULT_FROM_EMAIL = env.text("REFUND_EMAIL_FROM", "refunds@localhost")
+# The SMTP server, as Django's SMTP backend reads it. TLS: STARTTLS on a plain port
+# (EMAIL_USE_TLS) or TLS from the start (EMAIL_USE_SSL), not both.
+EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+EMAIL_HOST = env.text("EMAIL_HOST", "localhost")
+EMAIL_PORT = env.count("EMAIL_PORT", 25, of="port", high=65_535)
+EMAIL_HOST_USER = env.text("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env.text("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env.switch("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env.switch("EMAIL_USE_SSL", False)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL cannot both be on")
+EMAIL_TIMEOUT = env.number("EMAIL_TIMEOUT_SECONDS", 30, of="seconds", high=600)
+# A mail the SMTP server refuses for now (4xx, no connection) is tried again with backoff
+# until it is this old, then marked refused.
+REFUND_EMAIL_RETRY_HOURS = env.number("REFUND_EMAIL_RETRY_HOURS", 48, of="hours", high=8_784)
+# How long a sender holds the mails it claimed; one handed over and not answered by then
+# is marked unknown (it may have gone) rather than sent again. At least 3 x EMAIL_TIMEOUT
+# (connect, hand over, close) and 10 s more.
+REFUND_EMAIL_LEASE_SECONDS = env.count("REFUND_EMAIL_LEASE_SECONDS", 120, of="seconds", high=86_400)
+if REFUND_EMAIL_LEASE_SECONDS < 3 * EMAIL_TIMEOUT + 10:
+    raise ImproperlyConfigured(
+        "REFUND_EMAIL_LEASE_SECONDS must be at least 3 x EMAIL_TIMEOUT_SECONDS + 10 s"
+    )
+# Where a deployment's own mail and status page templates are (customer_mail/*.txt,
+# *.html, status_page/refund.html): found before the shipped ones.
+REFUND_EMAIL_TEMPLATES_DIR = env.text("REFUND_EMAIL_TEMPLATES_DIR", "")
+if REFUND_EMAIL_TEMPLATES_DIR:
+    TEMPLATES[0]["DIRS"] = [Path(REFUND_EMAIL_TEMPLATES_DIR), BASE_DIR / "templates"]
+# The languages the mails and status pages are written in; a charge's metadata `locale`
+# picks one (its first two letters), else the first.
+LANGUAGES = [("en", "English"), ("de", "Deutsch")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+
 # === Logs, metrics and caches ==========================================================
 # Log lines on stderr: plain text, or one JSON object per line with LOG_FORMAT=json. Each
 # names its request, API key prefix, staff member, refund and charge when known, and

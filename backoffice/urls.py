@@ -9,6 +9,7 @@ from ledger_app.admin.time_zone import time_zone_view
 from ledger_app.api.errors import not_found
 from ledger_app.api.provider_webhooks import stripe_webhook
 from ledger_app.metrics.views import metrics_view
+from ledger_app.status_page.views import refund_status
 from serving import health
 
 
@@ -38,6 +39,8 @@ urlpatterns = [
     path("v1", not_found),  # an unknown URL like any other, not a redirect to /v1/
     path("v1/", include("ledger_app.api.urls")),
     path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),
+    # A customer's refund, from the signed link in their mail (docs/customer-mails.md).
+    path("refund-status/<str:token>", refund_status, name="refund-status"),
     path("metrics", metrics_view, name="metrics"),  # Prometheus (docs/operating/metrics.md)
 ]
 

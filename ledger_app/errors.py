@@ -156,6 +156,20 @@ class InvalidDescription(LedgerError):
     default_message = "Description must be text of at most 1000 characters."
 
 
+class InvalidEmail(LedgerError):
+    """An address the customer mails cannot go to (Stripe's code for one)."""
+
+    code = "email_invalid"
+    param = "receipt_email"
+    default_message = "That is not an e-mail address (at most 254 characters, name@domain)."
+
+
+class MailNotFound(LedgerError):
+    code = "mail_not_found"
+    param = "refund"
+    default_message = "No mail was written for this refund, so there is none to resend."
+
+
 class IdempotencyKeyInUse(LedgerError):
     code = "idempotency_key_in_use"
     param = "idempotency_key"

@@ -37,7 +37,11 @@ PURGE_POINTS = (
 SYNC_POINTS = (
     "sync.window_committed",  # sync_provider: one window applied, its cursor committed
 )
-POINTS = REFUND_POINTS + CHARGE_POINTS + PURGE_POINTS + SYNC_POINTS
+MAIL_POINTS = (
+    "mail.sending",  # send_customer_mails: marked sending (committed), not yet handed over
+    "mail.answered",  # the SMTP server answered (accepted it, say); the answer not recorded
+)
+POINTS = REFUND_POINTS + CHARGE_POINTS + PURGE_POINTS + SYNC_POINTS + MAIL_POINTS
 
 
 def checkpoint(point: str) -> None:

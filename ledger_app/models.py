@@ -16,6 +16,7 @@ from ledger_app.charges.models import (
     new_charge_id,
     new_payment_intent_id,
 )
+from ledger_app.customer_mail.models import CustomerMail, MailAddressChange
 from ledger_app.disputes.models import Dispute
 from ledger_app.events.models import (
     Event,
@@ -45,6 +46,7 @@ __all__ = [
     "BooksDay",
     "BooksDifference",
     "Charge",
+    "CustomerMail",
     "DISPUTE_STATUSES",
     "Dispute",
     "Event",
@@ -57,6 +59,7 @@ __all__ = [
     "ProviderSyncCursor",
     "LEGACY_CLIENT_KEYS",
     "LedgerEntry",
+    "MailAddressChange",
     "LedgerEntryQuerySet",
     "MovementStatus",
     "OPEN_DISPUTE_STATUSES",

@@ -45,13 +45,17 @@ def _insert_sql(
     return sql, fields
 
 
-def insert(objs: Sequence[models.Model]) -> Statement | None:
+def insert(objs: Sequence[models.Model], *, skip_conflicts: bool = False) -> Statement | None:
     """The INSERT of these new instances of one model (None for none). Defaults and
     auto_now values are filled in on the instances, which count as saved afterwards; an
-    auto id is not read back (the instance's pk stays None: nothing reads it after)."""
+    auto id is not read back (the instance's pk stays None: nothing reads it after).
+    `skip_conflicts`: a row that would break a unique constraint is left out (ON CONFLICT
+    DO NOTHING), as bulk_create(ignore_conflicts=True) does."""
     if not objs:
         return None
     sql, fields = _insert_sql(type(objs[0]), len(objs))
+    if skip_conflicts:
+        sql += " ON CONFLICT DO NOTHING"
     params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in objs for f in fields]
     for obj in objs:
         obj._state.adding = False

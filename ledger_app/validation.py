@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+
 from ledger_app import errors
 from ledger_app.text import has_unstorable_characters
 
@@ -58,4 +61,24 @@ def validate_text(value: object, error: type[errors.LedgerError]) -> str:
         raise error()
     if has_unstorable_characters(value):
         raise error(f"{str(error.param).capitalize()} must not contain NUL or lone surrogates.")
+    return value
+
+
+MAX_EMAIL_LENGTH = 254  # RFC 5321's path limit, and the columns'
+
+
+def validate_email_address(value: object, *, param: str) -> str:
+    """An address a customer's mails may go to, as Django's EmailValidator takes one (no
+    display name, no line breaks, a domain with a dot or a literal address); "" or None
+    for none. Refused with `email_invalid` naming `param`."""
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str) or len(value) > MAX_EMAIL_LENGTH:
+        raise errors.InvalidEmail(param=param)
+    if any(ord(c) < 32 or ord(c) == 127 for c in value) or has_unstorable_characters(value):
+        raise errors.InvalidEmail(param=param)  # what a quoted local part would let in
+    try:
+        validate_email(value)
+    except ValidationError:
+        raise errors.InvalidEmail(param=param) from None
     return value

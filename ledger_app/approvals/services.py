@@ -22,6 +22,8 @@ from django.utils import timezone
 
 from ledger_app import errors
 from ledger_app.charges.selectors import charges_for_update
+from ledger_app.customer_mail import services as customer_mail
+from ledger_app.customer_mail.models import MailKind
 from ledger_app.events import services as events
 from ledger_app.events.models import EventType, WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
@@ -198,6 +200,8 @@ def _approve(
     events.record_many(
         [(EventType.REFUND_UPDATED, refund, dict(DECIDED_FROM))], endpoints=endpoints
     )
+    # Only now is the customer told: nothing was said while it waited (nor on a rejection).
+    customer_mail.tell(refund, refund.charge, MailKind.MADE)
 
 
 def _cancel(

@@ -144,6 +144,22 @@ class Charge(ProviderMovement):
         help_text="The PaymentIntent (pi_...) this charge belongs to; blank for a charge "
         "made without one. Several charges (a decline, then a success) may share one.",
     )
+    receipt_email = models.CharField(
+        max_length=254,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Where the customer's refund mails go, unless a refund names another "
+        "(docs/customer-mails.md).",
+    )
+    card_last4 = models.CharField(
+        max_length=4,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The last four digits of the card paid with, when the provider or the "
+        "import said them: the one card detail a customer's refund status page shows.",
+    )
     provider_disagreement = models.JSONField(
         null=True,
         blank=True,

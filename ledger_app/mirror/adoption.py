@@ -33,6 +33,8 @@ from ledger_app import metrics
 from ledger_app.charges.models import Charge
 from ledger_app.charges.selectors import charge_for_update, known_to_the_provider_as
 from ledger_app.charges.services import book_refund_made_at_provider
+from ledger_app.customer_mail import services as customer_mail
+from ledger_app.customer_mail.models import MailKind
 from ledger_app.errors import LedgerError
 from ledger_app.events.models import WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
@@ -247,10 +249,16 @@ def _write(charge: Charge, seen: ProviderRefund, endpoints: list[WebhookEndpoint
         destination_reference=seen.reference,
         provider_idempotency_key=KEY_PREFIX + seen.id,  # never sent; unique: adopted once
         created_at=seen.created_at or timezone.now(),
+        customer_email=charge.receipt_email,
     )
     book_refund_made_at_provider(refund, memo=NOTE, endpoints=endpoints)
+    if refund.status in ADOPTED_TOLD:  # the customer hears of it as of one made here
+        customer_mail.tell(refund, charge, ADOPTED_TOLD[refund.status])
     transaction.on_commit(lambda: metrics.count_refund_created(refund))
     return refund
+
+
+ADOPTED_TOLD: dict[str, MailKind] = {Refund.Status.SUCCEEDED: MailKind.SUCCEEDED, Refund.Status.PENDING: MailKind.MADE}
 
 
 def apply_held(charge_id: str, *, actor: str) -> list[str]:

@@ -111,6 +111,23 @@ class Refund(ProviderMovement):
         help_text="The card network's reference for the refund (its acquirer reference "
         "number, ARN), once the provider has it: what the customer's bank traces it by.",
     )
+    instructions_email = models.CharField(
+        max_length=254,
+        blank=True,
+        default="",
+        db_default="",
+        editable=False,
+        help_text="The address given with the refund for the customer's mails (Stripe's "
+        "instructions_email), if one was.",
+    )
+    customer_email = models.CharField(
+        max_length=254,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Where its customer mails go now: the address given with it, else its "
+        "charge's receipt e-mail, unless staff changed it since (blank: none are sent).",
+    )
     handled_at = models.DateTimeField(
         null=True, blank=True, help_text="When support marked this declined refund handled."
     )

@@ -15,7 +15,7 @@ from ledger_app.idempotency.models import IdempotencyRecord
 from ledger_app.money import validate_amount
 from ledger_app.refunds.models import Refund
 from ledger_app.text import has_unstorable_characters
-from ledger_app.validation import validate_metadata, validate_text
+from ledger_app.validation import validate_email_address, validate_metadata, validate_text
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -45,6 +45,9 @@ class RefundRequest:
     # Refuse a refund of the charge for the same amount made within this long by another
     # batch or person (`repeat_of_earlier`); None: no such check (the API, retries by key).
     refuse_repeats_within: timedelta | None = None
+    # Where the customer's mails about it go (Stripe's instructions_email); None: the
+    # charge's receipt e-mail, if it has one.
+    instructions_email: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class CheckedRequest:
     batch_id: str = ""
     payment_intent: str = ""
     refuse_repeats_within: timedelta | None = None
+    instructions_email: str = ""
 
 
 def check_request(request: RefundRequest) -> CheckedRequest:
@@ -77,6 +81,9 @@ def check_request(request: RefundRequest) -> CheckedRequest:
     reason = validate_reason(request.reason)
     metadata = validate_metadata(request.metadata)
     note = validate_text(request.note, errors.InvalidNote)
+    instructions_email = validate_email_address(
+        request.instructions_email, param="instructions_email"
+    )
     created_by, actor_label = describe_actor(request.actor)
     # As sent: an omitted amount is null, which no number equals.
     sent = dict(
@@ -84,6 +91,8 @@ def check_request(request: RefundRequest) -> CheckedRequest:
     )
     if payment_intent:  # only then, so keys bound before PaymentIntents replay unchanged
         sent["payment_intent"] = payment_intent
+    if instructions_email:  # likewise
+        sent["instructions_email"] = instructions_email
     keyed = idempotency.keyed_request(
         request.idempotency_key,
         IdempotencyRecord.Operation.REFUND_CREATE,
@@ -104,6 +113,7 @@ def check_request(request: RefundRequest) -> CheckedRequest:
         unchanged_since=request.unchanged_since,
         batch_id=request.batch_id,
         refuse_repeats_within=request.refuse_repeats_within,
+        instructions_email=instructions_email,
     )
 
 

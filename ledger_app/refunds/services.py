@@ -58,6 +58,8 @@ from ledger_app.approvals import limits
 from ledger_app.charges.models import Charge
 from ledger_app.charges.selectors import charge_of_payment_intent
 from ledger_app.compiled import precompiled
+from ledger_app.customer_mail import services as customer_mail
+from ledger_app.customer_mail.models import MailKind
 from ledger_app.db import (
     before_lock_wait,
     drop_broken_connection,
@@ -208,6 +210,10 @@ def _write(
             sql_writes.update(charge, ["amount_refunded", "updated_at"]),
             sql_writes.insert([entry]),
             *_event_writes(request, refund, moved, endpoints),
+            # the customer hears of it now, unless it waits for a lead's approval
+            customer_mail.mail_write(refund, charge, MailKind.MADE)
+            if locked.status == Refund.Status.PENDING
+            else None,
         ]
     )
     return refund
@@ -232,6 +238,8 @@ def _new_refund(request: CheckedRequest, locked: _Locked, refund_id: str) -> Ref
         actor=request.actor_label,
         # No lease and no attempt yet: send_refund takes both before it calls out.
         provider_idempotency_key=f"refund:{refund_id}",
+        instructions_email=request.instructions_email,
+        customer_email=customer_mail.first_address(request.instructions_email, charge),
     )
 
 

@@ -11,6 +11,8 @@ from django.db import transaction
 from ledger_app import faults, sql_writes
 from ledger_app.charges.models import Charge, MovementStatus, ProviderMovement
 from ledger_app.charges.selectors import charge_for_update, charges_for_update
+from ledger_app.customer_mail import services as customer_mail
+from ledger_app.customer_mail.models import MailKind
 from ledger_app.events import services as events
 from ledger_app.events.models import EventType, WebhookEndpoint
 from ledger_app.events.selectors import live_endpoints
@@ -118,19 +120,29 @@ def settle_locked_refund(
     if outcome.status == FAILED:
         told.append((EventType.REFUND_FAILED, refund, previous))
     statements += events.event_writes(told, endpoints=endpoints)
+    if outcome.status in TOLD_TO_CUSTOMERS:
+        statements.append(
+            customer_mail.mail_write(refund, charge, TOLD_TO_CUSTOMERS[outcome.status])
+        )
     sql_writes.execute_together(statements)  # one round trip on PostgreSQL
     return refund
 
 
+# The moves a customer is told of (customer_mail): unknown is the back office's doubt, not news.
+TOLD_TO_CUSTOMERS: dict[str, MailKind] = {SUCCEEDED: MailKind.SUCCEEDED, FAILED: MailKind.FAILED}
+
+
 def _write_reference(refund: Refund, charge: Charge, endpoints: list[WebhookEndpoint]) -> None:
     """The reference alone: not a move, so no ledger entry; refund.updated tells of its
-    destination_details, as Stripe's does."""
+    destination_details, as Stripe's does, and the customer gets it to trace the refund by
+    (their success mail went without it)."""
     refund.charge = charge
     given = [(EventType.REFUND_UPDATED, refund, {"destination_reference": ""})]
     sql_writes.execute_together(
         [
             sql_writes.update(refund, ["destination_reference"]),
             *events.event_writes(given, endpoints=endpoints),
+            customer_mail.mail_write(refund, charge, MailKind.REFERENCE),
         ]
     )
 

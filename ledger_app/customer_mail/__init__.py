@@ -1,0 +1,2 @@
+"""Customer mails: what a customer is told of their refund, written with the change it tells
+of and sent once (docs/customer-mails.md)."""
