@@ -90,6 +90,27 @@ def test_production_refuses_to_switch_the_second_factor_off():
     assert result.stderr.startswith("error: ADMIN_OTP_REQUIRED=false is only for DJANGO_DEBUG")
 
 
+@pytest.mark.parametrize("address", ["", "http://refunds.example.com"])
+def test_production_refuses_customer_mails_without_an_https_status_page_address(address):
+    env = {**documented_environment(), "REFUND_STATUS_BASE_URL": address}
+
+    result = manage_alone("check", env=env)
+
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: REFUND_STATUS_BASE_URL must be the https://")
+    off = manage_alone("check", env={**env, "REFUND_EMAILS": "off"})
+    assert off.returncode == 0, off.stderr
+
+
+def test_production_refuses_both_kinds_of_smtp_tls_at_once():
+    env = {**documented_environment(), "EMAIL_USE_TLS": "true", "EMAIL_USE_SSL": "true"}
+
+    result = manage_alone("check", env=env)
+
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: EMAIL_USE_TLS and EMAIL_USE_SSL cannot both be on")
+
+
 def test_the_demo_mode_may_run_without_a_key_and_without_the_second_factor(tmp_path):
     env = {
         "DJANGO_DEBUG": "true",

@@ -60,6 +60,7 @@ class ChargesView(StripeView):
             currency=params["currency"],
             description=params.get("description", ""),
             metadata=params["metadata"],
+            receipt_email=params.get("receipt_email", ""),
             idempotency_key=key,
             actor=client_of(request).label,
         )

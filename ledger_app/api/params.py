@@ -234,6 +234,12 @@ class RefundCreateParams(Params):
     )
     reason = Choice(choices=Refund.Reason.choices, required=False, null_as_absent=True)
     metadata = Metadata(required=False, null_as_absent=True)
+    instructions_email = Text(
+        required=False,
+        null_as_absent=True,
+        help_text="Where the customer's mails about this refund go (else the charge's "
+        "receipt_email).",
+    )
 
     def check_together(self, data: Mapping[str, Any]) -> None:
         if data.get("charge") is None and data.get("payment_intent") is None:
@@ -251,6 +257,12 @@ class ChargeRefundCreateParams(Params):
     amount = Amount(required=False, help_text="Minor units. Omitted: all that is left.")
     reason = Choice(choices=Refund.Reason.choices, required=False, null_as_absent=True)
     metadata = Metadata(required=False, null_as_absent=True)
+    instructions_email = Text(
+        required=False,
+        null_as_absent=True,
+        help_text="Where the customer's mails about this refund go (else the charge's "
+        "receipt_email).",
+    )
 
 
 @create_body("RefundCancel", "Cancel a refund awaiting approval.")
@@ -290,6 +302,9 @@ class ChargeCreateParams(Params):
     amount = Amount(help_text="Minor units.")
     currency = Text(help_text="ISO 4217 code, e.g. usd.")
     description = Text(required=False)
+    receipt_email = Text(
+        required=False, null_as_absent=True, help_text="Where the customer's refund mails go."
+    )
     capture = OnlyValue(
         True,
         why="every charge is captured when it is made",

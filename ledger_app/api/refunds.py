@@ -154,6 +154,7 @@ def api_refund(
             amount=params.get("amount"),  # absent: all that is left
             reason=params.get("reason"),
             metadata=params.get("metadata"),
+            instructions_email=params.get("instructions_email"),
             idempotency_key=key,
             actor=client_of(request).label,
             source=Refund.Source.API,

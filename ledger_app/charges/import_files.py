@@ -26,7 +26,7 @@ from ledger_app.money import (
     validate_within_ceiling,
 )
 from ledger_app.text import has_control_characters, has_unstorable_characters
-from ledger_app.validation import validate_metadata, validate_text
+from ledger_app.validation import validate_email_address, validate_metadata, validate_text
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(2100, 1, 1, tzinfo=UTC)
@@ -59,6 +59,8 @@ STRIPE_COLUMNS = (
     "description",
     "customer id",
     "paymentintent id",
+    "customer email",
+    "card last4",
     *STRIPE_CREATED,
 )
 # Without Amount Refunded a partly refunded payment (Status still "Paid") would come in
@@ -97,6 +99,8 @@ class ChargeRow:
     payment_intent: str = ""  # Stripe's PaymentIntent ID column; blank: none
     metadata: dict[str, str] = field(default_factory=dict)
     created_at: datetime | None = None
+    receipt_email: str = ""  # where the customer's refund mails go (docs/customer-mails.md)
+    card_last4: str = ""
 
 
 class Skipped(Exception):
@@ -245,6 +249,8 @@ def stripe_row(values: dict[str, str]) -> ChargeRow:
             description=validate_text(values.get("description", ""), errors.InvalidDescription),
             customer=_customer(values.get("customer id", "")),
             payment_intent=_payment_intent(values.get("paymentintent id", "")),
+            receipt_email=_email(values.get("customer email", "")),
+            card_last4=card_last4(values.get("card last4", "")),
             metadata=validate_metadata(
                 {
                     name.removeprefix("metadata:"): value
@@ -255,6 +261,18 @@ def stripe_row(values: dict[str, str]) -> ChargeRow:
             created_at=_created(created),
         )
     )
+
+
+def _email(text: str) -> str:
+    """The Customer Email column: an address refund mails may go to, or none (a row with
+    one that is not an address is refused: `email_invalid`)."""
+    return validate_email_address(text.strip(), param="customer email")
+
+
+def card_last4(text: object) -> str:
+    """Four digits, or nothing: what a charge keeps of its card."""
+    value = text.strip() if isinstance(text, str) else ""
+    return value if len(value) == 4 and value.isascii() and value.isdigit() else ""
 
 
 def _stripe_status(values: dict[str, str]) -> str:

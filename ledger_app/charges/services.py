@@ -25,9 +25,15 @@ from ledger_app.money import normalize_currency, validate_amount, validate_withi
 from ledger_app.provider.dispatch import send_charge
 from ledger_app.provider.dispatch.pool import send_within_budget
 from ledger_app.refunds.models import Refund
-from ledger_app.validation import validate_metadata, validate_text
+from ledger_app.validation import validate_email_address, validate_metadata, validate_text
 
 log = logging.getLogger("ledger_app.charges")
+
+
+class ChargeCustomer(TypedDict, total=False):
+    """What create_charge may be told of the customer who pays."""
+
+    receipt_email: str  # where their refund mails go (docs/customer-mails.md)
 
 
 def create_charge(
@@ -38,6 +44,7 @@ def create_charge(
     metadata: dict[str, str] | None = None,
     idempotency_key: str | None = None,
     actor: str = "",
+    **customer: Unpack[ChargeCustomer],
 ) -> Created[Charge]:
     """Create a charge and capture it through the gateway, with refunds' discipline.
 
@@ -54,6 +61,9 @@ def create_charge(
         "description": validate_text(description, errors.InvalidDescription),
         "metadata": validate_metadata(metadata),
     }
+    receipt_email = validate_email_address(customer.get("receipt_email"), param="receipt_email")
+    if receipt_email:  # only then, so keys bound before it existed replay unchanged
+        request["receipt_email"] = receipt_email
     keyed = idempotency.keyed_request(
         idempotency_key,
         IdempotencyRecord.Operation.CHARGE_CREATE,
@@ -116,6 +126,8 @@ class ChargeDetails(TypedDict, total=False):
     charge_id: str | None
     created_at: datetime | None
     payment_intent: str | None
+    receipt_email: str
+    card_last4: str
 
 
 def record_charge(
@@ -152,6 +164,10 @@ def record_charge(
                 else payment_intent,
                 metadata=details.get("metadata") or {},
                 created_at=details.get("created_at"),
+                receipt_email=validate_email_address(
+                    details.get("receipt_email", ""), param="receipt_email"
+                ),
+                card_last4=details.get("card_last4", ""),
             ),
             actor,
         )
@@ -171,6 +187,8 @@ def write_recorded(row: ChargeRow, actor: str) -> Charge:
         payment_intent=row.payment_intent,
         metadata=row.metadata,
         created_at=row.created_at or timezone.now(),
+        receipt_email=row.receipt_email,
+        card_last4=row.card_last4,
     )
     _record_outcome(charge, actor)
     return charge

@@ -258,7 +258,10 @@ def _write(charge: Charge, seen: ProviderRefund, endpoints: list[WebhookEndpoint
     return refund
 
 
-ADOPTED_TOLD: dict[str, MailKind] = {Refund.Status.SUCCEEDED: MailKind.SUCCEEDED, Refund.Status.PENDING: MailKind.MADE}
+ADOPTED_TOLD: dict[str, MailKind] = {
+    Refund.Status.SUCCEEDED: MailKind.SUCCEEDED,
+    Refund.Status.PENDING: MailKind.MADE,
+}
 
 
 def apply_held(charge_id: str, *, actor: str) -> list[str]:

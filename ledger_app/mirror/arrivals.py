@@ -20,13 +20,13 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from ledger_app.charges.import_files import ChargeRow
+from ledger_app.charges.import_files import ChargeRow, card_last4
 from ledger_app.charges.models import PAYMENT_INTENT_ID, Charge
 from ledger_app.charges.services import write_recorded
 from ledger_app.errors import LedgerError
 from ledger_app.mirror.objects import amount_of, created_of, id_of, is_id, lower, shown, text
 from ledger_app.money import normalize_currency
-from ledger_app.validation import validate_metadata
+from ledger_app.validation import validate_email_address, validate_metadata
 
 ACTOR = "provider"
 MAX_ID = 64  # Charge.id's length
@@ -70,7 +70,30 @@ def read_charge(obj: dict[str, Any]) -> ChargeRow | str:
         description=text(obj.get("description"), 5_000),
         metadata=_metadata(obj.get("metadata")),
         created_at=created_of(obj),
+        receipt_email=_receipt_email(obj),
+        card_last4=card_last4(_card(obj).get("last4")),
     )
+
+
+def _receipt_email(obj: dict[str, Any]) -> str:
+    """Where the provider sent the receipt (`receipt_email`), else the billing e-mail the
+    customer typed at the checkout; none when neither is an address."""
+    billing = obj.get("billing_details")
+    given = [obj.get("receipt_email"), billing.get("email") if isinstance(billing, dict) else None]
+    for value in given:
+        try:
+            address = validate_email_address(value, param="receipt_email")
+        except LedgerError:
+            continue
+        if address:
+            return address
+    return ""
+
+
+def _card(obj: dict[str, Any]) -> dict[str, Any]:
+    details = obj.get("payment_method_details")
+    card = details.get("card") if isinstance(details, dict) else None
+    return card if isinstance(card, dict) else {}
 
 
 def _status(obj: dict[str, Any]) -> str | None:

@@ -87,7 +87,7 @@ class ChargeSerializer(StripeObject):
     )
     payment_method = Fixed()
     payment_method_details = Fixed(schema=NULL_OBJECT)
-    receipt_email = Fixed()
+    receipt_email = BlankAsNull(help_text="Where the customer's refund mails go, if anywhere.")
     receipt_number = Fixed()
     receipt_url = Fixed()
     refunded = serializers.BooleanField()
@@ -154,6 +154,7 @@ def render_charge(charge: Charge, *, refunds: dict[str, Any] | None = None) -> d
         metadata=shown_metadata(charge.metadata),
         paid=succeeded,
         payment_intent=charge.payment_intent or None,
+        receipt_email=charge.receipt_email or None,
         refunded=bool(charge.refunded),
         status=str(shown_status(status)),
         ledger_status=str(status),

@@ -36,7 +36,12 @@ FAILURE_REASONS = frozenset(
 
 
 class RefundSerializer(StripeObject):
-    LEFT_OUT_WHEN_NULL = ("failure_balance_transaction", "failure_reason", "pending_reason")
+    LEFT_OUT_WHEN_NULL = (
+        "failure_balance_transaction",
+        "failure_reason",
+        "instructions_email",
+        "pending_reason",
+    )
 
     id = serializers.CharField()
     object = serializers.CharField(read_only=True)
@@ -72,6 +77,12 @@ class RefundSerializer(StripeObject):
         help_text="When failed: lost_or_stolen_card, expired_or_canceled_card, "
         "insufficient_funds, declined, merchant_request, or unknown; when canceled, "
         "merchant_request. Absent otherwise.",
+    )
+    instructions_email = serializers.CharField(
+        read_only=True,
+        required=False,
+        help_text="The address given with the refund for the customer's mails. Absent "
+        "when none was.",
     )
     metadata = serializers.DictField(child=serializers.CharField())
     payment_intent = ExpandableId(
@@ -125,6 +136,8 @@ def render_refund(refund: Refund) -> dict[str, Any]:
         if refund.failure_balance_transaction:  # it failed after its money had left
             shown["failure_balance_transaction"] = refund.failure_balance_transaction
         shown["failure_reason"] = detail if detail in FAILURE_REASONS else "unknown"
+    if refund.instructions_email:  # as Stripe: present only when one was given
+        shown["instructions_email"] = refund.instructions_email
     shown.update(
         metadata=shown_metadata(refund.metadata),
         payment_intent=refund.payment_intent or None,

@@ -53,6 +53,7 @@ SAMPLES = {
     "disabled": ("disabled", "false"),
     "enabled_events": ("enabled_events[]", "charge.succeeded"),
     "ending_before": ("ending_before", "{first}"),
+    "instructions_email": ("instructions_email", "buyer@example.com"),
     "limit": ("limit", "1"),
     "metadata": ("metadata[k]", "v"),
     "origin": ("origin", "customer_balance"),
