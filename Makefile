@@ -9,7 +9,7 @@ CLIENTS := $(VENV)/clients
 NODE_CLIENTS := $(CLIENTS)/node/.installed
 PYTHON_CLIENT_OLDER := $(CLIENTS)/python-stripe-older/.installed
 
-.PHONY: run demo test test-ha ha-up ha-down bench-ha soak bench bench-quick bench-year worker reconcile purge backup-check lint format lock clean
+.PHONY: run demo test test-ha ha-up ha-down bench-ha soak bench bench-quick bench-year worker reconcile purge backup-check messages lint format lock clean
 
 # `make run`, `make worker`, `make reconcile` and `make purge` are the demo: development mode
 # (DJANGO_DEBUG=true: a per-checkout secret key in .secret_key) with the admin's second
@@ -93,7 +93,9 @@ demo: $(VENV)/.installed
 		"# this checkout (the environment wins). Delete it for production mode's strictness." \
 		"DJANGO_DEBUG=$${DJANGO_DEBUG:-true}" "ADMIN_OTP_REQUIRED=$${ADMIN_OTP_REQUIRED:-false}" \
 		"WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true}" \
-		"STRIPE_WEBHOOK_SECRET=$${STRIPE_WEBHOOK_SECRET:-whsec_$$($(PYTHON) -c 'import secrets; print(secrets.token_hex(24))')}" > .env
+		"STRIPE_WEBHOOK_SECRET=$${STRIPE_WEBHOOK_SECRET:-whsec_$$($(PYTHON) -c 'import secrets; print(secrets.token_hex(24))')}" \
+		"REFUND_EMAILS=$${REFUND_EMAILS:-on}" "EMAIL_HOST=$${EMAIL_HOST:-127.0.0.1}" \
+		"EMAIL_PORT=$${EMAIL_PORT:-$(DEMO_MAIL_PORT)}" > .env
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --noinput
 	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput -v0
 	$(DEMO_ENV) $(BIN)/python manage.py seed_demo
@@ -101,13 +103,21 @@ demo: $(VENV)/.installed
 # Beside the server, a trickle of customers paying at the simulated provider's checkout
 # (one every DEMO_PAYMENT_SECONDS, 60 by default; 0 for none): their charges arrive by
 # webhook, as a real provider's do. It stops with the server.
+# The customer mails go to a local SMTP sink (mail_sink, on DEMO_MAIL_PORT), which keeps
+# each as a .eml file in demo-mail/; a sender (send_customer_mails) hands them over. Both
+# stop with the server.
 DEMO_PAYMENT_SECONDS ?= 60
+DEMO_MAIL_PORT ?= 8025
 run: demo
 	@echo "Starting the demo server; it prints the address it serves on (GUNICORN_BIND) once it listens"
-	@if [ "$(DEMO_PAYMENT_SECONDS)" != 0 ]; then \
+	@echo "Customer mails land in demo-mail/ (one .eml file each); each refund's page lists its mails"
+	@$(DEMO_ENV) $(BIN)/python manage.py mail_sink --port $(DEMO_MAIL_PORT) & sink=$$!; \
+	$(DEMO_ENV) $(BIN)/python manage.py send_customer_mails --loop >/dev/null & sender=$$!; \
+	trickle=; trap 'kill $$sink $$sender $$trickle 2>/dev/null' EXIT INT TERM; \
+	if [ "$(DEMO_PAYMENT_SECONDS)" != 0 ]; then \
 		$(DEMO_ENV) $(BIN)/python manage.py simulate_payment --amount 2500 --currency usd \
 			--description "A customer at the checkout" --every $(DEMO_PAYMENT_SECONDS) >/dev/null & \
-		trickle=$$!; trap 'kill $$trickle 2>/dev/null' EXIT INT TERM; \
+		trickle=$$!; \
 	fi; \
 	$(DEMO_ENV) WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \
 	PROMETHEUS_MULTIPROC_DIR=$${PROMETHEUS_MULTIPROC_DIR:-$(CURDIR)/.prometheus} \
@@ -163,14 +173,15 @@ bench-quick: $(VENV)/.installed-dev
 bench-year: $(VENV)/.installed-dev
 	$(THROWAWAY_KEY) $(BIN)/python -W ignore tests/bench/year.py $(YEAR_ARGS)
 
-# Both workers in a loop, side by side: refunds to the provider, webhooks to their
-# endpoints (a slow receiver never holds up a refund). Ctrl-C or SIGTERM stops both; each
+# The workers in a loop, side by side: refunds to the provider, webhooks to their
+# endpoints (a slow receiver never holds up a refund), customer mails to the SMTP server. Ctrl-C or SIGTERM stops both; each
 # finishes the refund or delivery in hand.
 worker: $(VENV)/.installed
-	@trap 'kill -TERM $$refunds $$webhooks 2>/dev/null; wait' INT TERM; \
+	@trap 'kill -TERM $$refunds $$webhooks $$mails 2>/dev/null; wait' INT TERM; \
 	$(DEMO_ENV) $(BIN)/python manage.py process_refunds --loop & refunds=$$!; \
 	$(DEMO_ENV) WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true} \
 	$(BIN)/python manage.py deliver_webhooks --loop & webhooks=$$!; \
+	$(DEMO_ENV) $(BIN)/python manage.py send_customer_mails --loop & mails=$$!; \
 	wait
 
 reconcile: $(VENV)/.installed
@@ -185,6 +196,12 @@ purge: $(VENV)/.installed
 # restores it into a fresh database, checks counts, migrations and verify_ledger there.
 backup-check: $(VENV)/.installed
 	$(BIN)/python scripts/backup-check $(BACKUP_CHECK_ARGS)
+
+# The customer mails' and status page's translations (locale/): their strings gathered
+# into each language's django.po, and django.mo compiled from it; both are committed.
+# Needs GNU gettext. tests/customer_mail/test_translations.py checks the two agree.
+messages: $(VENV)/.installed
+	scripts/mail-messages
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

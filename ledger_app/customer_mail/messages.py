@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.mail import EmailMultiAlternatives
 from django.template.loader import render_to_string
 from django.utils import translation
+from django.utils.translation import gettext
 
 from ledger_app.customer_mail.links import status_url
 from ledger_app.customer_mail.models import CustomerMail
@@ -20,10 +21,13 @@ from ledger_app.money import format_money
 
 def mail_context(mail: CustomerMail) -> dict[str, Any]:
     """What the templates are given: the amount, dates and card as the customer reads
-    them in their language, the trace number, the status link."""
+    them in their language (call it with the language active), the trace number, the
+    status link."""
     details = mail.details
     language = mail.language
+    last4 = details.get("card_last4", "")
     return {
+        "card": card_words(last4),
         "kind": mail.kind,
         "language": language,
         "refund_id": mail.refund_id,
@@ -39,14 +43,21 @@ def mail_context(mail: CustomerMail) -> dict[str, Any]:
     }
 
 
+def card_words(last4: str) -> str:
+    """The card a refund goes back to, as a customer reads it in the active language."""
+    if last4:
+        return gettext("your card ending in %(card_last4)s") % {"card_last4": last4}
+    return gettext("the card you paid with")
+
+
 def written_date(iso_day: str, language: str) -> str:
     return format_date(date.fromisoformat(iso_day), format="long", locale=language)
 
 
 def render_mail(mail: CustomerMail) -> tuple[str, str, str]:
     """(subject, plain text, HTML) of the mail, in its language."""
-    context = mail_context(mail)
     with translation.override(mail.language):
+        context = mail_context(mail)
         subject = render_to_string(f"customer_mail/{mail.kind}_subject.txt", context)
         context["subject"] = " ".join(subject.split())  # one line, whatever the template
         text = render_to_string("customer_mail/message.txt", context)

@@ -30,6 +30,12 @@ ADMIN_USERNAME = "admin"
 QUEUED_CHARGE = "ch_demoUsdQueued0000000014"
 DEMO_KEY_NAME = "demo"
 
+
+def _customer_language(currency: str) -> dict[str, str]:
+    """The euro charges' customers read German: their mails show the second language."""
+    return {"locale": "de"} if currency == "eur" else {}
+
+
 # (charge id, amount in minor units, currency, status, description, refunds to issue,
 #  metadata). The simulated provider misbehaves on charges whose metadata asks it to.
 DEMO_CHARGES: list[tuple[str, int, str, str, str, list[int | None], dict[str, str]]] = [
@@ -178,8 +184,11 @@ class Command(BaseCommand):
                     status=status,
                     description=description,
                     customer=f"cus_demo_{charge_id[-2:]}",
-                    metadata={"demo": "true", **extra},
+                    metadata={"demo": "true", **_customer_language(currency), **extra},
                     actor="seed_demo",
+                    # their refunds' customer mails go to the demo's SMTP sink (make run)
+                    receipt_email=f"customer{charge_id[-2:]}@example.com",
+                    card_last4="4242",
                 )
                 created += 1
             for number, refund_amount in enumerate(refunds, start=1):
