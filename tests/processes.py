@@ -95,11 +95,17 @@ def start_command(*args: str, **env: str) -> subprocess.Popen:
 
 
 def run_command(
-    *args: str, timeout: float = 60, env: Mapping[str, str] | None = None, **more_env: str
+    *args: str,
+    timeout: float = 60,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    **more_env: str,
 ) -> subprocess.CompletedProcess:
-    """`env` and `more_env`: the variables to set (a dict of them is given as `env`)."""
+    """`env` and `more_env`: the variables to set (a dict of them is given as `env`);
+    `input`: what the command reads on its standard input."""
     return subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), *args],
+        input=input,
         cwd=ROOT,
         env=command_env(**(env or {}), **more_env),
         capture_output=True,

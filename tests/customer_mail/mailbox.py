@@ -1,0 +1,71 @@
+"""What the customer mail tests share: a real SMTP server on loopback (the project's own
+sink, aiosmtpd underneath) and the sender run as a real process against it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ledger_app.customer_mail.models import CustomerMail
+from ledger_app.customer_mail.sink import Keeper, Received, start_sink
+from tests.processes import run_command
+
+STATUS_LINK = re.compile(r"https://refunds\.example\.test(/refund-status/\S+)")
+
+
+@contextmanager
+def smtp_server(keeper: Keeper | None = None) -> Iterator[tuple[Keeper, int]]:
+    keeper = keeper or Keeper()
+    controller = start_sink(keeper)
+    try:
+        yield keeper, controller.port
+    finally:
+        controller.stop()
+
+
+def sender_env(port: int) -> dict[str, str]:
+    return {"EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(port), "EMAIL_TIMEOUT_SECONDS": "5"}
+
+
+def send_mails(port: int, *args: str) -> subprocess.CompletedProcess:
+    """send_customer_mails --once as an operator runs it, against the test's SMTP server."""
+    done = run_command("send_customer_mails", "--once", *args, env=sender_env(port))
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def by_message_id(keeper: Keeper) -> dict[str, list[Received]]:
+    """What the server took, by Message-ID (a mail sent twice shows twice)."""
+    found: dict[str, list[Received]] = {}
+    for received in keeper.received:
+        found.setdefault(str(received.message["Message-ID"]), []).append(received)
+    return found
+
+
+def text_of(received: Received) -> str:
+    body = received.message.get_body(("plain",))
+    assert body is not None
+    return str(body.get_content())
+
+
+def html_of(received: Received) -> str:
+    body = received.message.get_body(("html",))
+    assert body is not None
+    return str(body.get_content())
+
+
+def status_path(received: Received) -> str:
+    """The status page link of a mail, as a path on the test server."""
+    found = STATUS_LINK.search(text_of(received))
+    assert found, text_of(received)
+    return found.group(1)
+
+
+def mails_of(refund_id: str) -> list[tuple[str, str]]:
+    return list(
+        CustomerMail.objects.filter(refund_id=refund_id)
+        .order_by("id")
+        .values_list("kind", "status")
+    )

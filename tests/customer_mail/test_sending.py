@@ -1,0 +1,287 @@
+"""Customer mails on PostgreSQL through a real SMTP server on loopback, sent by the
+sender as a real process: one mail per change a customer cares about, in their language,
+with links that open the status page, and none for a refund waiting for approval; a
+sender killed mid-batch never sends a mail twice; refusals, retries and bounces are
+recorded where staff see them."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from ledger_app.approvals.services import approve_refund
+from ledger_app.customer_mail.models import CustomerMail
+from ledger_app.customer_mail.services import resend_last
+from ledger_app.customer_mail.sink import Keeper, Received
+from ledger_app.models import Refund
+from ledger_app.money import format_money
+from ledger_app.refunds.services import RefundRequest, create_refund
+from simulated_provider import news
+from tests.customer_mail.mailbox import (
+    by_message_id,
+    html_of,
+    mails_of,
+    send_mails,
+    sender_env,
+    smtp_server,
+    status_path,
+    text_of,
+)
+from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
+from tests.processes import kill_at, run_command, start_command
+from tests.services.people import set_limit, staff
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+MADE, SUCCEEDED, FAILED = "refund_made", "refund_succeeded", "refund_failed"
+
+
+def refund(charge_id: str, amount: int, actor=None) -> Refund:
+    return create_refund(RefundRequest(charge_id=charge_id, amount=amount, actor=actor)).item
+
+
+@pytest.fixture
+def arn_at_once(settings):
+    settings.SIMULATED_ARN_DELAY_SECONDS = 0  # the card network's reference with the success
+
+
+@pytest.mark.usefixtures("arn_at_once")
+def test_one_mail_per_change_in_each_language_and_none_until_approved(client, django_user_model):
+    english = ChargeFactory(amount=5_000, receipt_email="ana@example.com", card_last4="4242")
+    german = ChargeFactory(
+        amount=9_000,
+        currency="eur",
+        metadata={"locale": "de-AT"},
+        receipt_email="ben@example.com",
+        card_last4="1881",
+    )
+    failing = ChargeFactory(
+        amount=3_000,
+        metadata={"simulate_refund": "succeed_then_fail"},
+        receipt_email="cy@example.com",
+    )
+    waiting = ChargeFactory(amount=8_000, receipt_email="dee@example.com")
+    silent = ChargeFactory(amount=1_000)  # no address: nobody to tell
+    agent = staff(django_user_model, "agent", migration_group(AGENTS_MIGRATION))
+    lead = staff(django_user_model, "lead", migration_group(LEADS_MIGRATION))
+    set_limit(user=agent, per_refund=1_000)
+
+    to_ana = refund(english.id, 1_250)
+    to_ben = create_refund(
+        RefundRequest(charge_id=german.id, amount=2_000, instructions_email="ben.neu@example.de")
+    ).item
+    to_cy = refund(failing.id, 3_000)
+    held = refund(waiting.id, 5_000, actor=agent)  # over the agent's limit
+    refund(silent.id, 500)
+    assert held.status == Refund.Status.AWAITING_APPROVAL
+    news.advance()  # the card of cy's charge was closed: the provider fails the refund
+    call_command("reconcile", stdout=None)  # ...and the re-check hears of it
+    assert Refund.objects.get(pk=to_cy.pk).status == Refund.Status.FAILED
+
+    with smtp_server() as (keeper, port):
+        send_mails(port)
+        assert mails_of(held.pk) == []  # waiting for a lead: nothing said
+        approve_refund(refund_id=held.pk, approver=lead, note="checked the order")
+        send_mails(port)
+        send_mails(port)  # a third run finds nothing left: each mail went once
+
+    sent = by_message_id(keeper)
+    mails = list(CustomerMail.objects.order_by("id"))
+    assert {m.message_id for m in mails} == set(sent)
+    assert all(len(copies) == 1 for copies in sent.values())
+    assert all(m.status == CustomerMail.Status.SENT and m.attempts == 1 for m in mails)
+    assert mails_of(to_ana.pk) == [(MADE, "sent"), (SUCCEEDED, "sent")]
+    assert mails_of(to_ben.pk) == [(MADE, "sent"), (SUCCEEDED, "sent")]
+    assert mails_of(to_cy.pk) == [(MADE, "sent"), (SUCCEEDED, "sent"), (FAILED, "sent")]
+    assert mails_of(held.pk) == [(MADE, "sent"), (SUCCEEDED, "sent")]
+    assert CustomerMail.objects.count() == 9  # the silent charge's refund: none
+
+    def received(refund: Refund, kind: str) -> Received:
+        mail = CustomerMail.objects.get(refund=refund, kind=kind)
+        (copy,) = sent[mail.message_id]
+        assert copy.recipients == [mail.to]
+        return copy
+
+    ana_made, ana_done = received(to_ana, MADE), received(to_ana, SUCCEEDED)
+    assert ana_made.message["Subject"] == "Your refund of $12.50 is on its way"
+    assert "We have refunded $12.50 to your card ending in 4242 on" in text_of(ana_made)
+    arn = Refund.objects.get(pk=to_ana.pk).destination_reference
+    assert len(arn) == 23
+    assert ana_done.message["Subject"] == "Your refund of $12.50 has been sent to your bank"
+    assert f"trace number (ARN), which it can find the refund by: {arn}" in text_of(ana_done)
+    assert arn in html_of(ana_done)
+    assert ana_made.message["Content-Language"] == "en"
+
+    ben_made = received(to_ben, MADE)
+    assert ben_made.recipients == ["ben.neu@example.de"]  # the address given with the refund
+    euros = format_money(2_000, "eur", locale="de")  # 20,00 € with Babel's own space
+    subject = " ".join(str(ben_made.message["Subject"]).split())  # headers fold spaces
+    assert subject == " ".join(f"Ihre Erstattung über {euros} ist unterwegs".split())
+    assert "auf Ihre Karte mit der Endung 1881 erstattet" in text_of(ben_made)
+    assert '<html lang="de">' in html_of(ben_made)
+    cy_failed = received(to_cy, FAILED)
+    assert cy_failed.message["Subject"] == "Your refund of $30.00 could not be paid to your card"
+    assert "Our support team will contact you" in text_of(cy_failed)
+    assert "the card you paid with" in text_of(cy_failed)  # no card digits on the charge
+
+    # Each link opens the refund's own status page, in the mail's language.
+    page = client.get(status_path(ana_done))
+    assert page.status_code == 200
+    assert "$12.50" in page.text and arn in page.text and 'data-state="sent"' in page.text
+    german_page = client.get(status_path(ben_made))
+    assert german_page.status_code == 200
+    assert '<html lang="de">' in german_page.text and "20,00" in german_page.text
+    assert "Erstattet auf" in german_page.text  # the German words, from locale/de
+    failed_page = client.get(status_path(cy_failed))
+    assert 'data-state="failed"' in failed_page.text
+
+
+class Holding:
+    """An SMTP server that takes the `number`-th mail and then holds its answer until
+    released: the mail is the server's, the sender has not heard so."""
+
+    def __init__(self, number: int) -> None:
+        self.number, self.seen = number, 0
+        self.holding, self.release = threading.Event(), threading.Event()
+
+    def answer(self, received: Received) -> str | None:
+        self.seen += 1
+        if self.seen == self.number:
+            self.taken = received
+            self.holding.set()
+            self.release.wait(30)  # the sender is killed meanwhile
+        return None
+
+
+def many_refunds(count: int) -> list[Refund]:
+    made = []
+    for number in range(count):
+        charge = ChargeFactory(amount=2_000, receipt_email=f"c{number}@example.com")
+        made.append(refund(charge.id, 700))
+    return made
+
+
+def lease_runs_out() -> None:
+    """What the killed sender claimed stays leased until its lease runs out: now."""
+    CustomerMail.objects.filter(leased_until__isnull=False).update(
+        leased_until=timezone.now() - timedelta(seconds=1)
+    )
+
+
+def test_a_sender_killed_mid_batch_sends_no_mail_twice():
+    refunds = many_refunds(6)  # 12 mails: made and succeeded each
+    holding = Holding(number=4)
+    with smtp_server(Keeper(answer=holding.answer)) as (keeper, port):
+        sender = start_command("send_customer_mails", "--once", **sender_env(port))
+        assert holding.holding.wait(60), "the sender never reached the fourth mail"
+        sender.kill()  # between handing the 4th mail over and recording the answer
+        sender.wait(10)
+        holding.release.set()
+        stranded = CustomerMail.objects.get(message_id=holding.taken.message["Message-ID"])
+        assert stranded.status == CustomerMail.Status.SENDING
+        lease_runs_out()
+        send_mails(port)
+
+    sent = by_message_id(keeper)
+    mails = list(CustomerMail.objects.filter(refund__in=refunds))
+    assert len(mails) == 12
+    # The server has every mail exactly once: the held one too (it took it), never again.
+    assert sorted(sent) == sorted(m.message_id for m in mails)
+    assert all(len(copies) == 1 for copies in sent.values())
+    stranded.refresh_from_db()
+    assert stranded.status == CustomerMail.Status.UNKNOWN
+    assert "not sent again by itself" in stranded.outcome
+    assert {m.status for m in mails if m.pk != stranded.pk} == {CustomerMail.Status.SENT}
+
+
+def test_a_sender_killed_before_handing_over_leaves_it_for_a_person_to_resend():
+    (only,) = many_refunds(1)
+    with smtp_server() as (keeper, port):
+        kill_at("mail.sending", "send_customer_mails", "--once", **sender_env(port))
+        lease_runs_out()
+        send_mails(port)
+        first = CustomerMail.objects.filter(refund=only).order_by("id").first()
+        assert first is not None and first.status == CustomerMail.Status.UNKNOWN
+        # never handed over: the server has only the second mail of the refund
+        assert first.message_id not in by_message_id(keeper)
+        assert len(keeper.received) == 1
+        resend = resend_last(refund_id=only.pk, actor="user:agent")  # the newest: succeeded
+        CustomerMail.objects.filter(pk=first.pk).update(status=CustomerMail.Status.SENT)
+        send_mails(port)
+    resend.refresh_from_db()
+    assert resend.status == CustomerMail.Status.SENT
+    assert resend.resend_of is not None and resend.requested_by == "user:agent"
+    assert (
+        by_message_id(keeper)[resend.message_id][0]
+        .message["Subject"]
+        .endswith("has been sent to your bank")
+    )
+
+
+def test_refusals_are_retried_or_recorded_and_bounces_recorded():
+    first, second = many_refunds(2)
+    answers = {"c0@example.com": ["451 4.3.0 try again later"], "c1@example.com": []}
+
+    def answer(received: Received) -> str | None:
+        to = received.recipients[0]
+        if to == "c1@example.com":
+            return "550 5.1.1 no such mailbox"
+        return answers[to].pop(0) if answers[to] else None
+
+    with smtp_server(Keeper(answer=answer)) as (keeper, port):
+        send_mails(port)
+        waiting = CustomerMail.objects.get(refund=first, kind=MADE)
+        assert waiting.status == CustomerMail.Status.PENDING
+        assert waiting.attempts == 1 and waiting.outcome.startswith("451")
+        assert waiting.next_attempt_at > timezone.now() + timedelta(seconds=50)
+        CustomerMail.objects.filter(pk=waiting.pk).update(next_attempt_at=timezone.now())
+        send_mails(port)
+    waiting.refresh_from_db()
+    assert waiting.status == CustomerMail.Status.SENT and waiting.attempts == 2
+    refused = CustomerMail.objects.filter(refund=second)
+    assert {(m.status, m.outcome) for m in refused} == {("refused", "550 5.1.1 no such mailbox")}
+    assert len(keeper.received) == 2  # the first refund's two mails; the refused ones: none
+
+    delivered = CustomerMail.objects.get(refund=first, kind=SUCCEEDED)
+    bounce = dsn(delivered.message_id, "c0@example.com")
+    done = run_command("record_mail_bounce", input=bounce)
+    assert done.returncode == 0, done.stderr
+    delivered.refresh_from_db()
+    assert delivered.status == CustomerMail.Status.BOUNCED
+    assert delivered.outcome == "bounced: 5.1.1 smtp; 550 5.1.1 mailbox unavailable"
+    unknown = run_command("record_mail_bounce", input=dsn("<nobody@example.com>", "x@example.com"))
+    assert unknown.returncode == 1 and "no customer mail has Message-ID" in unknown.stderr
+
+
+def dsn(message_id: str, to: str) -> str:
+    """A delivery status notification (RFC 3464) as a receiving server sends one back."""
+    return (
+        "From: MAILER-DAEMON@mx.example.com\r\n"
+        "To: refunds@localhost\r\n"
+        "Subject: Undelivered Mail Returned to Sender\r\n"
+        "MIME-Version: 1.0\r\n"
+        'Content-Type: multipart/report; report-type=delivery-status; boundary="b1"\r\n'
+        "\r\n--b1\r\nContent-Type: text/plain\r\n\r\nThe mail could not be delivered.\r\n"
+        "\r\n--b1\r\nContent-Type: message/delivery-status\r\n\r\n"
+        "Reporting-MTA: dns; mx.example.com\r\n\r\n"
+        f"Final-Recipient: rfc822; {to}\r\nAction: failed\r\nStatus: 5.1.1\r\n"
+        "Diagnostic-Code: smtp; 550 5.1.1 mailbox unavailable\r\n"
+        "\r\n--b1\r\nContent-Type: text/rfc822-headers\r\n\r\n"
+        f"Message-ID: {message_id}\r\nTo: {to}\r\nSubject: Your refund\r\n"
+        "\r\n--b1--\r\n"
+    )
+
+
+def test_no_mail_is_written_when_switched_off_or_with_no_address(settings):
+    settings.REFUND_EMAILS = False
+    charge = ChargeFactory(receipt_email="ana@example.com")
+    refund(charge.id, 100)
+    settings.REFUND_EMAILS = True
+    refund(ChargeFactory().id, 100)
+    assert CustomerMail.objects.count() == 0
+    refund(charge.id, 100)  # on again, with an address: the change and its success told
+    assert CustomerMail.objects.count() == 2
