@@ -18,6 +18,7 @@ from ledger_app.admin.base import (
     report_grouped,
     totals_by_currency,
 )
+from ledger_app.admin.customer_mails import MAIL_FIELDS, CustomerMailViews
 from ledger_app.admin.export import CsvExport
 from ledger_app.admin.filters import CurrencyFilter, IssuedByFilter, ReasonFilter, exact_id_search
 from ledger_app.approvals.services import APPROVE_PERMISSION, cancel_refund
@@ -106,8 +107,9 @@ CANCEL_OUTCOMES = [
 
 
 @admin.register(Refund)
-class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
-    """The list (GET) may read the replica; a refund's page reads the primary."""
+class RefundAdmin(CustomerMailViews, CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
+    """The list (GET) may read the replica; a refund's page reads the primary, and shows
+    its customer mails after its own fields (customer_mails.py)."""
 
     export_columns = EXPORTED  # export.py: the list as CSV
 
@@ -136,7 +138,7 @@ class RefundAdmin(CsvExport, ListsFromReplica, AmountColumn, ReadOnlyAdmin):
     ordering = ["-created_at", "-id"]
     list_select_related = ["charge"]
     raw_id_fields = ["charge", "created_by"]
-    readonly_fields = SHOWN
+    readonly_fields = [*SHOWN, *MAIL_FIELDS]
     fields = readonly_fields  # type: ignore[assignment]  # names only, as the base allows
     change_form_template = "admin/ledger_app/refund/change_form.html"
     # The queues built on this admin (approvals.py, attention.py) name their own actions.
