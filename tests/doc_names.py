@@ -43,6 +43,7 @@ OUTSIDE = {
     ".venv/": "made by `make run` / `make test` (the virtualenv and what it installs)",
     ".prometheus/": "made by `make run` (PROMETHEUS_MULTIPROC_DIR)",
     "test-artifacts/": "written by the browser tests (screenshots)",
+    "demo-mail/": "made by `make run` (the demo's SMTP sink keeps its mails there; git-ignored)",
     ".secret_key": "made by the first DEBUG start (git-ignored)",
     "conf.d/": "nginx's folder of site files, on the server",
     "changes.py": "Stripe's and this project's ledger_app/api_versions/changes.py, named short",

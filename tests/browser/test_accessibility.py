@@ -21,6 +21,7 @@ from playwright.sync_api import Page
 from ledger_app.models import BooksDifference, Charge, Refund
 from tests.browser.admin_lists import LISTS
 from tests.browser.admin_pages import refund_url
+from tests.browser.axe import axe_violations, described, with_axe
 from tests.browser.chromium import DESKTOP, PHONE
 
 # The live server answers from its own thread, so test data must really be committed.
@@ -31,34 +32,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.any_database]
 WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
 FAILING_IMPACTS = {"serious", "critical"}
 
-RUN_AXE = """async (tags) => {
-    const results = await axe.run(document, {runOnly: {type: "tag", values: tags}});
-    return results.violations.map((v) => ({
-        id: v.id,
-        impact: v.impact,
-        help: v.help,
-        targets: v.nodes.map((node) => node.target.join(" ")),
-    }));
-}"""
-
-
-def with_axe(page, axe_script, browser_problems):
-    """The page, with axe-core in every document it opens from now on."""
-    page.add_init_script(path=str(axe_script))
-    browser_problems.tool_in_page(str(axe_script))
-    return page
-
 
 def violations(page) -> list[dict]:
     """axe-core's serious and critical violations on the page as it is now."""
-    found = page.evaluate(RUN_AXE, WCAG_TAGS)
-    return [v for v in found if v["impact"] in FAILING_IMPACTS]
-
-
-def described(found: list[dict]) -> str:
-    return "\n".join(
-        f"{v['id']} ({v['impact']}): {v['help']} at {', '.join(v['targets'][:5])}" for v in found
-    )
+    return [v for v in axe_violations(page, WCAG_TAGS) if v["impact"] in FAILING_IMPACTS]
 
 
 def largest_charge() -> Charge:

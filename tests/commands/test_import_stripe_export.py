@@ -51,8 +51,6 @@ UNUSED = [
     "Converted Currency",
     "Mode",
     "Statement Descriptor",
-    "Customer Email",
-    "Card Last4",
 ]
 SAMPLE = Path(__file__).resolve().parents[2] / "docs" / "samples" / "stripe-payments.csv"
 

@@ -15,7 +15,7 @@ from django.core.management import load_command_class
 from django.db import connection
 
 from ledger_app.events.endpoints import create_endpoint
-from ledger_app.models import Refund, WebhookDelivery
+from ledger_app.models import CustomerMail, Refund, WebhookDelivery
 from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.factories import ChargeFactory
 from tests.processes import ROOT, free_loopback_port, start_command_logged
@@ -42,8 +42,9 @@ def loop_commands() -> list[str]:
 
 
 def new_refund() -> Refund:
-    """A pending refund (worker dispatch), with its events' deliveries pending too."""
-    charge = ChargeFactory(amount=1_000)
+    """A pending refund (worker dispatch), with its events' deliveries and its customer
+    mail pending too."""
+    charge = ChargeFactory(amount=1_000, receipt_email="loop@example.com")
     return create_refund(RefundRequest(charge_id=charge.id, amount=100)).item
 
 
@@ -56,10 +57,17 @@ def deliveries_tried(refund: Refund) -> bool:
     return deliveries.exists() and not deliveries.filter(attempts=0).exists()
 
 
+def mails_tried(refund: Refund) -> bool:
+    """Each of its mails tried (no SMTP server listens there: retried later)."""
+    mails = CustomerMail.objects.filter(refund_id=refund.pk)
+    return mails.exists() and not mails.filter(attempts=0).exists()
+
+
 # What each loop command is shown to dispatch: its done test for a new refund.
 DISPATCHED: dict[str, Callable[[Refund], bool]] = {
     "process_refunds": refund_sent,
     "deliver_webhooks": deliveries_tried,
+    "send_customer_mails": mails_tried,
 }
 
 
@@ -120,6 +128,8 @@ def test_a_loop_goes_on_after_its_connection_is_dropped(
         PGAPPNAME=app_name,
         WEBHOOK_ALLOW_PRIVATE_URLS="true",
         WEBHOOK_TIMEOUT_SECONDS="2",
+        EMAIL_TIMEOUT_SECONDS="1",
+        EMAIL_PORT=str(free_loopback_port()),  # nothing listens: each mail is tried, retried
         SIMULATED_GATEWAY_LATENCY_MS="50",
     )
     try:

@@ -26,6 +26,7 @@ TEMPLATES = sorted(
 PYTHON = [ROOT / "ledger_app" / "customer_mail" / "messages.py"]
 PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 LANGUAGES = [code for code, _ in settings.LANGUAGES[1:]]
+KEYWORDS = ("gettext", "_", "pgettext", "ngettext")
 
 
 def template_strings() -> set[str]:
@@ -36,7 +37,7 @@ def template_strings() -> set[str]:
     sources += [path.read_text() for path in PYTHON]
     for source in sources:
         for _, _, message, _ in extract_python(
-            io.BytesIO(source.encode()), ["gettext", "_", "pgettext", "ngettext"], [], {}
+            io.BytesIO(source.encode()), dict.fromkeys(KEYWORDS), [], {}
         ):
             found.add(message if isinstance(message, str) else message[0])
     return found
@@ -57,14 +58,14 @@ def test_the_templates_have_strings_to_translate():
 
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_every_string_is_translated_with_its_placeholders(language):
-    po = {m.id: m for m in catalog(language, "po") if m.id}
+    po = {str(m.id): m for m in catalog(language, "po") if m.id}
     missing = template_strings() - set(po)
     assert not missing, f"run `make messages`: not in {language}'s django.po: {missing}"
     for message in po.values():
         assert message.string, f"untranslated: {message.id!r}"
         assert not message.fuzzy, f"fuzzy: {message.id!r}"
-        wanted = sorted(PLACEHOLDER.findall(message.id))
-        assert sorted(PLACEHOLDER.findall(message.string)) == wanted, message.id
+        wanted = sorted(PLACEHOLDER.findall(str(message.id)))
+        assert sorted(PLACEHOLDER.findall(str(message.string))) == wanted, message.id
 
 
 @pytest.mark.parametrize("language", LANGUAGES)
