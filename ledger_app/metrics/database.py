@@ -1,11 +1,12 @@
 """Figures read from the database when /metrics is scraped: what waits, and for how long.
 
 Read at scrape time, not counted in a process, so every web process reports the same
-numbers and gunicorn's workers never add them up. Four queries whatever the row count:
+numbers and gunicorn's workers never add them up. Five queries whatever the row count:
 the books' over the days close_books keeps; the others each reading only the open rows
 through an index on status (refund_status_lease for the refunds in doubt and the worker's
-queue, delivery_due for the webhooks): succeeded and failed refunds, however many, are
-never read. docs/operating/metrics.md has the figures.
+queue, delivery_due for the webhooks, the partial customer_mail_due and
+customer_mail_sending for the customer mails): succeeded and failed refunds and sent
+mails, however many, are never read. docs/operating/metrics.md has the figures.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from prometheus_client.registry import Collector
 
 from ledger_app.books.models import BooksDay
 from ledger_app.charges.models import MovementStatus
+from ledger_app.customer_mail.models import CustomerMail
 from ledger_app.events.selectors import due_deliveries
 from ledger_app.leases import in_doubt, waiting_to_send
 from ledger_app.refunds.models import Refund
@@ -57,6 +59,7 @@ class DatabaseCollector(Collector):
                 *in_doubt_families(now),
                 *send_queue_families(now),
                 *webhook_families(now),
+                *customer_mail_families(now),
                 *books_families(now),
             ]
         except DatabaseError:
@@ -198,6 +201,26 @@ def webhook_families(now: datetime) -> list[Metric]:
         GaugeMetricFamily(
             "ledger_webhook_delivery_lag_seconds",
             "How long the most overdue delivery has been due (0 when none is).",
+            value=_age(now, figures["oldest"]),
+        ),
+    ]
+
+
+def customer_mail_families(now: datetime) -> list[Metric]:
+    """Customer mails not yet handed to the SMTP server (waiting, or being retried)."""
+    waiting = CustomerMail.objects.filter(
+        status__in=[CustomerMail.Status.PENDING, CustomerMail.Status.SENDING]
+    ).order_by()
+    figures = waiting.aggregate(mails=Count("pk"), oldest=Min("created_at"))
+    return [
+        GaugeMetricFamily(
+            "ledger_customer_mails_waiting",
+            "Customer mails written and not yet accepted by the SMTP server (due or retrying).",
+            value=figures["mails"],
+        ),
+        GaugeMetricFamily(
+            "ledger_customer_mail_wait_seconds",
+            "How long the oldest of them has waited since its change (0 when none does).",
             value=_age(now, figures["oldest"]),
         ),
     ]

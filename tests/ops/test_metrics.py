@@ -33,6 +33,7 @@ from ledger_app.events import services as events
 from ledger_app.events.endpoints import create_endpoint
 from ledger_app.metrics.database import AGE_BUCKETS, STATES
 from ledger_app.models import (
+    CustomerMail,
     EventType,
     Refund,
     RefundLimit,
@@ -275,10 +276,10 @@ class TestRefundsInDoubt:
             scrape(client)
         make_rows(30)
 
-        # Four for the database figures (the books' days one of them), three for readiness
-        # (/readyz's SELECT 1, and the migrations table's presence and rows): none grows
-        # with the rows.
-        with django_assert_max_num_queries(7), CaptureQueriesContext(connection) as many:
+        # Five for the database figures (the books' days one of them, the customer mails
+        # one), three for readiness (/readyz's SELECT 1, and the migrations table's presence
+        # and rows): none grows with the rows.
+        with django_assert_max_num_queries(8), CaptureQueriesContext(connection) as many:
             samples = scrape(client)
 
         assert len(many) == len(few)
@@ -404,6 +405,32 @@ class TestQueues:
         assert value(samples, "ledger_webhook_deliveries_due") == 2
         lag = value(samples, "ledger_webhook_delivery_lag_seconds")
         assert 12 * 60 <= lag < 12 * 60 + SLACK
+
+    def test_mail_wait_is_how_long_the_oldest_unsent_mail_has_waited(self, client):
+        assert value(scrape(client), "ledger_customer_mail_wait_seconds") == 0
+        charge = ChargeFactory(receipt_email="ana@example.com")
+        create_refund(RefundRequest(charge_id=charge.id, amount=100))  # made and succeeded
+        create_refund(RefundRequest(charge_id=charge.id, amount=100))
+        now = timezone.now()
+        mails = list(CustomerMail.objects.order_by("id"))
+        assert len(mails) == 4
+        # written this long ago, and where each stands: the oldest was sent
+        plan = [
+            (timedelta(hours=2), CustomerMail.Status.SENT),
+            (timedelta(minutes=40), CustomerMail.Status.PENDING),  # retrying later
+            (timedelta(minutes=50), CustomerMail.Status.SENDING),
+            (timedelta(minutes=5), CustomerMail.Status.PENDING),
+        ]
+        for mail, (age, status) in zip(mails, plan, strict=True):
+            CustomerMail.objects.filter(pk=mail.pk).update(
+                created_at=now - age, status=status, next_attempt_at=now + timedelta(minutes=9)
+            )
+
+        samples = scrape(client)
+
+        assert value(samples, "ledger_customer_mails_waiting") == 3
+        wait = value(samples, "ledger_customer_mail_wait_seconds")
+        assert 50 * 60 <= wait < 50 * 60 + SLACK
 
 
 class TestProviderCalls:
