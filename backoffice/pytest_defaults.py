@@ -13,5 +13,5 @@ import secrets
 
 os.environ["DJANGO_DOTENV"] = "false"
 os.environ.setdefault("DJANGO_SECRET_KEY", f"throwaway-{secrets.token_urlsafe(48)}")
-# Production mode wants the https:// address the customer mails link to.
+# The https:// address the customer mails link to, which production's sender needs.
 os.environ.setdefault("REFUND_STATUS_BASE_URL", "https://refunds.example.test")

@@ -170,6 +170,12 @@ class MailNotFound(LedgerError):
     default_message = "No mail was written for this refund, so there is none to resend."
 
 
+class MailNotSentYet(LedgerError):
+    code = "mail_not_sent_yet"
+    param = "refund"
+    default_message = "The refund's last mail is still waiting to be sent: it goes out by itself."
+
+
 class IdempotencyKeyInUse(LedgerError):
     code = "idempotency_key_in_use"
     param = "idempotency_key"

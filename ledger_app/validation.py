@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
+from django.core.mail.message import sanitize_address
 from django.core.validators import validate_email
 
 from ledger_app import errors
@@ -79,6 +80,7 @@ def validate_email_address(value: object, *, param: str) -> str:
         raise errors.InvalidEmail(param=param)  # what a quoted local part would let in
     try:
         validate_email(value)
-    except ValidationError:
+        sanitize_address(value, "utf-8")  # what the sender will do: IDNA for the domain
+    except (ValidationError, ValueError):  # UnicodeError is a ValueError
         raise errors.InvalidEmail(param=param) from None
     return value

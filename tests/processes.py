@@ -31,13 +31,8 @@ def env_file(path: Path) -> dict[str, str]:
 
 def run_alone(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     """`command` in the project with nothing of this run's environment but PATH and HOME
-    (no secret key or database inherited from the test run), and the status page address
-    production wants while customer mails are on, unless `env` says otherwise."""
-    base = {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": os.environ.get("HOME", "/root"),
-        "REFUND_STATUS_BASE_URL": "https://refunds.example.test",
-    }
+    (no secret key or database inherited from the test run)."""
+    base = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root")}
     return subprocess.run(
         command, cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=120
     )

@@ -264,9 +264,13 @@ def stripe_row(values: dict[str, str]) -> ChargeRow:
 
 
 def _email(text: str) -> str:
-    """The Customer Email column: an address refund mails may go to, or none (a row with
-    one that is not an address is refused: `email_invalid`)."""
-    return validate_email_address(text.strip(), param="customer email")
+    """The Customer Email column (where Stripe's receipts to the customer go): the
+    address the refund mails go to, or none when it is not one the mails could go to. The
+    charge comes in either way: an address never stops money being booked."""
+    try:
+        return validate_email_address(text.strip(), param="customer email")
+    except errors.LedgerError:
+        return ""
 
 
 def card_last4(text: object) -> str:

@@ -1,15 +1,22 @@
 """Bounces: a delivery status notification (RFC 3464) that came back for a customer mail,
 read for the mail it is about (the Message-ID of the returned message or its headers)
 and for why it failed. What the mail server's pipe or a person hands
-`record_mail_bounce`."""
+`record_mail_bounce`: anything at all, so whatever cannot be read is not a bounce."""
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass
 from email import message_from_bytes, policy
-from email.message import EmailMessage, Message
+from email.message import Message
+
+log = logging.getLogger("ledger_app.customer_mail")
 
 MAX_REASON_LENGTH = 500
+# A Message-ID as ours are written: <...@...>, printable, no spaces, fits the column.
+MESSAGE_ID = re.compile(r"<[!-;=?-~]{1,250}@[!-;=?-~]{1,250}>")
+CONTROLS = re.compile(r"[\x00-\x1f\x7f]+")
 
 
 @dataclass(frozen=True)
@@ -20,8 +27,22 @@ class Bounce:
 
 
 def read_bounce(raw: bytes) -> Bounce | None:
-    """The bounce in a DSN; None when it is not one (no delivery-status part, or no
-    returned Message-ID to say which mail it is about)."""
+    """The bounce in a DSN; None when it is not one (no delivery-status part, no returned
+    Message-ID that could be ours, or a message the parser cannot read)."""
+    try:
+        return _read(raw)
+    except Exception as exc:  # hostile or broken input: not a bounce, never a traceback
+        log.warning("record_mail_bounce: a report that could not be read (%s)", type(exc).__name__)
+        return None
+
+
+def message_id_of(text: str) -> str | None:
+    """`text` as a Message-ID that could be one of ours; None otherwise."""
+    text = text.strip()
+    return text if MESSAGE_ID.fullmatch(text) and len(text) <= 255 else None
+
+
+def _read(raw: bytes) -> Bounce | None:
     report = message_from_bytes(raw, policy=policy.default)
     status: list[Message] = []
     returned = ""
@@ -33,13 +54,15 @@ def read_bounce(raw: bytes) -> Bounce | None:
             inner = part.get_payload()
             first = inner[0] if isinstance(inner, list) and inner else None
             if isinstance(first, Message):
-                returned = str(first.get("Message-ID", "")).strip()
+                returned = str(first.get("Message-ID", ""))
         elif kind == "text/rfc822-headers" and not returned:
-            assert isinstance(part, EmailMessage)
-            headers = message_from_bytes(part.get_content().encode(), policy=policy.default)
-            returned = str(headers.get("Message-ID", "")).strip()
+            payload = part.get_payload(decode=True)
+            text = payload if isinstance(payload, bytes) else b""
+            headers = message_from_bytes(text, policy=policy.default)
+            returned = str(headers.get("Message-ID", ""))
+    message_id = message_id_of(returned)
     recipients = status[1:]  # the first block is the reporting server's
-    if not recipients or not returned:
+    if not recipients or message_id is None:
         return None
     first = recipients[0]
     action = str(first.get("Action", "")).strip().lower()
@@ -48,4 +71,5 @@ def read_bounce(raw: bytes) -> Bounce | None:
         for name in ("Status", "Diagnostic-Code")
         if first.get(name)
     )
-    return Bounce(returned, action == "failed", said[:MAX_REASON_LENGTH] or action)
+    reason = CONTROLS.sub(" ", said).strip()[:MAX_REASON_LENGTH] or CONTROLS.sub(" ", action)[:50]
+    return Bounce(message_id, action == "failed", reason)

@@ -1,9 +1,12 @@
-"""The signed link in each mail to its refund's status page: the refund's id and the
-mail's language, signed with the secret key, good for REFUND_STATUS_LINK_DAYS from when
-the mail was sent. Nothing else about the customer is in it."""
+"""The signed link in each mail to its refund's status page: the refund's id, the mail's
+language and a digest of the address the mail went to, signed with the secret key, good
+for REFUND_STATUS_LINK_DAYS from when the mail was sent. Nothing about the customer can be
+read from it. When staff give the refund's mails a new address, the links in mails to the
+old one stop working (whoever had the old address may not be the customer)."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -12,17 +15,33 @@ from django.core import signing
 from django.urls import reverse
 
 SALT = "ledger_app.customer_mail.status_link"
+MAX_PART = 64
 
 
 @dataclass(frozen=True)
 class StatusLink:
     refund_id: str
     language: str
+    address_digest: str
     expired: bool
 
+    def sent_to(self, address: str) -> bool:
+        """Whether the link came in a mail to `address` (the refund's address now)."""
+        return self.address_digest == address_digest(address)
 
-def status_url(refund_id: str, language: str) -> str:
-    token = signing.dumps([refund_id, language], salt=SALT, compress=False)
+
+def address_digest(address: str) -> str:
+    """A keyed digest of an address: the same address gives the same one, and it cannot
+    be turned back into the address without the secret key."""
+    key = f"{SALT}:{settings.SECRET_KEY}".encode()
+    return hashlib.blake2s(
+        address.strip().lower().encode(), key=key[:32], digest_size=9
+    ).hexdigest()
+
+
+def status_url(refund_id: str, language: str, address: str) -> str:
+    """The link to put in a mail about `refund_id`, in `language`, to `address`."""
+    token = signing.dumps([refund_id, language, address_digest(address)], salt=SALT, compress=False)
     return settings.REFUND_STATUS_BASE_URL + reverse("refund-status", args=[token])
 
 
@@ -35,15 +54,16 @@ def read_link(token: str) -> StatusLink | None:
         return None
     if (
         not isinstance(value, list)
-        or len(value) != 2
-        or not all(isinstance(part, str) and 0 < len(part) <= 64 for part in value)
+        or len(value) != 3
+        or not all(isinstance(part, str) and 0 < len(part) <= MAX_PART for part in value)
     ):
         return None
+    refund_id, language, digest = value
     try:
         signing.loads(token, salt=SALT, max_age=timedelta(days=settings.REFUND_STATUS_LINK_DAYS))
     except signing.SignatureExpired:
-        return StatusLink(value[0], _known(value[1]), expired=True)
-    return StatusLink(value[0], _known(value[1]), expired=False)
+        return StatusLink(refund_id, _known(language), digest, expired=True)
+    return StatusLink(refund_id, _known(language), digest, expired=False)
 
 
 def _known(language: str) -> str:

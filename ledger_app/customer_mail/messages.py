@@ -37,7 +37,7 @@ def mail_context(mail: CustomerMail) -> dict[str, Any]:
         "made_on": written_date(details["made_on"], language),
         "arrival_from": written_date(details["arrival_from"], language),
         "arrival_to": written_date(details["arrival_to"], language),
-        "status_url": status_url(mail.refund_id, language),
+        "status_url": status_url(mail.refund_id, language, mail.to),
         "link_days": settings.REFUND_STATUS_LINK_DAYS,
         "body_template": f"customer_mail/{mail.kind}.txt",
     }
@@ -81,4 +81,5 @@ def build_message(mail: CustomerMail) -> EmailMultiAlternatives:
         },
     )
     message.attach_alternative(html, "text/html")
+    message.message()  # drawn now, headers and addresses encoded: what cannot be fails here
     return message

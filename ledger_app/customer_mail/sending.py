@@ -11,11 +11,13 @@ them one at a time, each on a connection of its own:
    refused for good (5xx: `refused`); or no answer (a dropped connection, a timeout:
    `unknown`, since the server may have taken it).
 
-A mail found `sending` with its lease run out had a sender that stopped between handing it
-over and recording the answer: it may have gone, so it becomes `unknown` and is never sent
-again by itself (staff see it on the refund's page and may resend it). That is the one
-residual risk, and what bounds it: at most one mail per sender stop, the one in hand, may
-be missing without anyone having been told, and no mail is ever sent twice without a
+Marking it `sending` gives the mail a lease of its own (REFUND_EMAIL_LEASE_SECONDS, more
+than one whole handing over takes), so a live sender's mail is never taken for a stopped
+one's. A mail found `sending` with its lease run out had a sender that stopped between
+handing it over and recording the answer: it may have gone, so it becomes `unknown` and
+is never sent again by itself (staff see it on the refund's page and may resend it).
+That is the one residual risk, and what bounds it: at most one mail per sender stop, the
+one in hand, may be missing, shown as such, and no mail is ever sent twice without a
 person asking (docs/customer-mails.md).
 """
 
@@ -95,7 +97,7 @@ def send_due(
             while unsent and not should_stop():
                 mail = unsent.pop(0)
                 with hand.holding(mail.pk):
-                    attempt = send_one(mail, lease)
+                    attempt = send_one(mail, lease, lease_seconds)
                 tally.add(attempt.outcome)
                 on_attempt(attempt)
         finally:
@@ -142,31 +144,65 @@ def _hand_back(unsent: list[CustomerMail], lease: datetime) -> int:
     ).update(leased_until=None)
 
 
-def send_one(mail: CustomerMail, lease: datetime) -> Attempt:
-    """Open a connection, mark the mail `sending`, hand it over, record the answer."""
-    message = build_message(mail)
+def send_one(mail: CustomerMail, lease: datetime, lease_seconds: int) -> Attempt:
+    """Open a connection, mark the mail `sending` under a lease of its own, hand it over,
+    record the answer. A mail that cannot be drawn (a template a deployment broke, an
+    address the SMTP library cannot encode) is refused, never handed over, and the others
+    go on."""
+    try:
+        message = build_message(mail)
+    except Exception as exc:
+        log.exception("customer mail %s could not be drawn", mail.pk)
+        return _record(
+            mail, lease, MailStatus.REFUSED, f"not sent: could not be drawn ({_said(exc)})"
+        )
     connection = get_connection(fail_silently=False)
     try:
         connection.open()
     except (smtplib.SMTPException, OSError) as exc:  # nothing was handed over
         return _record(mail, lease, MailStatus.PENDING, f"no connection: {_said(exc)}", retry=True)
     try:
-        mine = CustomerMail.objects.filter(
-            pk=mail.pk, status=MailStatus.PENDING, leased_until=lease
-        )
-        if not mine.update(
-            status=MailStatus.SENDING, sending_since=timezone.now(), attempts=F("attempts") + 1
-        ):
+        drawn_for = mail.to
+        held = _mark_sending(mail, lease, lease_seconds)
+        if held is None:
             return Attempt(mail, "superseded", "")
+        if mail.to != drawn_for:  # staff changed its address while it waited: drawn again
+            message = build_message(mail)
         faults.checkpoint("mail.sending")  # marked, not yet handed over
         status, answer, retry = _hand_over(connection, message)
         faults.checkpoint("mail.answered")  # the server answered; not yet recorded
-        return _record(mail, lease, status, answer, retry=retry, was=MailStatus.SENDING)
+        return _record(mail, held, status, answer, retry=retry, was=MailStatus.SENDING)
     finally:
         try:
             connection.close()
         except (smtplib.SMTPException, OSError):
             log.debug("closing the SMTP connection failed", exc_info=True)
+
+
+def _mark_sending(mail: CustomerMail, lease: datetime, lease_seconds: int) -> datetime | None:
+    """Mark the mail `sending` under a fresh lease of its own (the batch's claim may be
+    nearly spent), in one committed UPDATE that applies only while this sender still holds
+    it, its claim has not run out, and its address is the one it was drawn for. The new
+    lease; None when the mail is no longer this sender's. A mail whose address staff
+    changed meanwhile is read again (`mail.to`) and marked for the new address."""
+    for _ in range(3):
+        now = timezone.now()
+        held = now + timedelta(seconds=lease_seconds)
+        mine = CustomerMail.objects.filter(
+            pk=mail.pk, status=MailStatus.PENDING, leased_until=lease, leased_until__gt=now
+        )
+        if mine.filter(to=mail.to).update(
+            status=MailStatus.SENDING,
+            sending_since=now,
+            attempts=F("attempts") + 1,
+            leased_until=held,
+        ):
+            return held
+        to = mine.values_list("to", flat=True).first()
+        if to is None:
+            return None
+        mail.to = to
+    return None
 
 
 def _hand_over(connection: Any, message: Any) -> tuple[str, str, bool]:
@@ -176,17 +212,30 @@ def _hand_over(connection: Any, message: Any) -> tuple[str, str, bool]:
     except smtplib.SMTPRecipientsRefused as exc:
         code, said = next(iter(exc.recipients.values()), (550, b"refused"))
         return _refusal(code, said)
+    except smtplib.SMTPSenderRefused as exc:
+        # The server refuses us, not the customer (REFUND_EMAIL_FROM, the login, TLS): for
+        # an operator to put right, so tried again with backoff rather than refused for good.
+        answer, _ = _said_by_server(exc.smtp_code, exc.smtp_error)
+        return MailStatus.PENDING, f"{answer} (the server refused the sender)", True
     except smtplib.SMTPResponseException as exc:
         return _refusal(exc.smtp_code, exc.smtp_error)
     except (smtplib.SMTPException, OSError) as exc:  # no answer: it may have been taken
         return MailStatus.UNKNOWN, f"no answer: {_said(exc)}", False
+    except Exception as exc:  # raised while Django drew the envelope, before any byte went
+        log.exception("customer mail could not be handed over")
+        return MailStatus.REFUSED, f"not sent: {_said(exc)}", False
     return MailStatus.SENT, f"accepted by {settings.EMAIL_HOST}:{settings.EMAIL_PORT}", False
 
 
-def _refusal(code: int, said: bytes | str) -> tuple[str, str, bool]:
+def _said_by_server(code: int, said: bytes | str) -> tuple[str, bool]:
+    """What the server answered, as text; and whether it was "for now" (4xx)."""
     text = said.decode("utf-8", "replace") if isinstance(said, bytes) else str(said)
-    answer = f"{code} {text}".strip()
-    if 400 <= code < 500:
+    return f"{code} {text}".strip(), 400 <= code < 500
+
+
+def _refusal(code: int, said: bytes | str) -> tuple[str, str, bool]:
+    answer, for_now = _said_by_server(code, said)
+    if for_now:
         return MailStatus.PENDING, answer, True
     return MailStatus.REFUSED, answer, False
 

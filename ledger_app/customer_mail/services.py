@@ -12,7 +12,8 @@ their one round trip (`mail_write`, sql_writes). A refund with no address
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, date, timedelta
+from datetime import UTC, date, datetime, timedelta
+from email.utils import parseaddr
 from typing import Any
 
 from django.conf import settings
@@ -27,6 +28,7 @@ from ledger_app.validation import validate_email_address, validate_text
 
 __all__ = [
     "arrival_window",
+    "made_at",
     "change_address",
     "first_address",
     "language_of",
@@ -68,8 +70,14 @@ def _business_days_after(day: date, count: int) -> date:
     return day
 
 
+def made_at(refund: Refund) -> datetime:
+    """When the refund was made, as the customer counts it: when a lead approved it, for
+    one that waited for approval; else when it was asked for."""
+    return refund.decided_at or refund.created_at
+
+
 def _details(refund: Refund, charge: Charge) -> dict[str, Any]:
-    made = timezone.localdate(refund.created_at, UTC)
+    made = timezone.localdate(made_at(refund), UTC)
     arrive_from, arrive_to = arrival_window(made)
     return {
         "amount": refund.amount,
@@ -83,8 +91,14 @@ def _details(refund: Refund, charge: Charge) -> dict[str, Any]:
 
 
 def _message_id() -> str:
-    domain = settings.DEFAULT_FROM_EMAIL.rpartition("@")[2] or "localhost"
+    """A new Message-ID on the domain of REFUND_EMAIL_FROM (a display name allowed)."""
+    domain = parseaddr(settings.DEFAULT_FROM_EMAIL)[1].rpartition("@")[2]
+    if not domain or len(domain) > MAX_DOMAIN or not domain.isascii() or "<" in domain:
+        domain = "localhost"
     return f"<{uuid.uuid4().hex}@{domain}>"
+
+
+MAX_DOMAIN = 200  # a Message-ID fits its 255-character column
 
 
 def new_mail(refund: Refund, charge: Charge, kind: MailKind) -> CustomerMail | None:
@@ -128,6 +142,8 @@ def resend_last(*, refund_id: str, actor: str) -> CustomerMail:
         last = refund.customer_mails.order_by("-id").first()
         if last is None:
             raise errors.MailNotFound()
+        if last.status in (MailStatus.PENDING, MailStatus.SENDING):
+            raise errors.MailNotSentYet()
         if not refund.customer_email:
             raise errors.InvalidEmail("The refund has no address to send to.", param="to")
         original = last.resend_of or last

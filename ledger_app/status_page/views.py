@@ -4,8 +4,9 @@ their mail (ledger_app/customer_mail/links.py), in the mail's language.
 It shows the refund's state, amount, the card's last four digits, when the money should
 arrive and the trace number (ARN) once known; nothing else about the customer or the
 charge (no address, no name, no other refund). Links expire (REFUND_STATUS_LINK_DAYS), a
-client address may open REFUND_STATUS_PAGES_PER_MINUTE a minute, and the answer is never
-cached nor sent on as a referrer (the link is the key to it)."""
+client address may open REFUND_STATUS_PAGES_PER_MINUTE a minute, a link in a mail to an
+address staff have since replaced works no more, and the answer is never cached nor sent
+on as a referrer (the link is the key to it)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from django.views.decorators.http import require_safe
 
 from ledger_app.customer_mail.links import read_link
 from ledger_app.customer_mail.messages import written_date
-from ledger_app.customer_mail.services import arrival_window
+from ledger_app.customer_mail.services import arrival_window, made_at
 from ledger_app.money import format_money
 from ledger_app.operations.rate_counters import count_in_window
 from ledger_app.refunds.models import Refund
@@ -59,12 +60,17 @@ def refund_status(request: HttpRequest, token: str) -> HttpResponse:
     refund = Refund.objects.select_related("charge").filter(pk=link.refund_id).first()
     if refund is None:
         return _page(request, "status_page/refund.html", {"problem": "invalid"}, status=404)
+    if not link.sent_to(refund.customer_email):  # staff gave its mails another address since
+        context = {"problem": "expired"}
+        return _page(
+            request, "status_page/refund.html", context, status=410, language=link.language
+        )
     context = _shown(refund, link.language)
     return _page(request, "status_page/refund.html", context, language=link.language)
 
 
 def _shown(refund: Refund, language: str) -> dict[str, Any]:
-    made = timezone.localdate(refund.created_at, UTC)
+    made = timezone.localdate(made_at(refund), UTC)
     arrive_from, arrive_to = arrival_window(made)
     return {
         "state": STATES.get(refund.status, "on_its_way"),

@@ -109,6 +109,13 @@ ROWS = [
         code="parameter_unknown", param="statement_descriptor"),
     Bad("charge-receipt-email-invalid", **charge_create("amount=100&currency=usd&receipt_email=a"),
         code="email_invalid", param="receipt_email"),
+    # An address Django's validator takes but the SMTP library cannot encode (its domain).
+    Bad("refund-instructions-email-unsendable",
+        **refund("charge={charge}&amount=100&instructions_email=a@b%EF%BF%BDc.com"),
+        code="email_invalid", param="instructions_email"),
+    Bad("refund-instructions-email-two-lines",
+        **refund("charge={charge}&amount=100&instructions_email=a@b.com%0D%0ABcc:x@y.z"),
+        code="email_invalid", param="instructions_email"),
     Bad("charge-uncaptured", **charge_create("amount=100&currency=usd&capture=false"),
         code="parameter_invalid", param="capture"),
     Bad("charges-list-customer-NUL", **get("/v1/charges?customer=%00"), code="parameter_invalid",

@@ -87,7 +87,7 @@ def link_to(case: Shown) -> str:
     refund = create_refund(RefundRequest(charge_id=charge.pk, amount=case.amount)).item
     assert refund.status == Refund.Status.SUCCEEDED
     Refund.objects.filter(pk=refund.pk).update(destination_reference=case.reference)
-    return status_url(refund.pk, case.language)
+    return status_url(refund.pk, case.language, refund.customer_email)
 
 
 @pytest.fixture

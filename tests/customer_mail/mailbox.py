@@ -4,9 +4,12 @@ sink, aiosmtpd underneath) and the sender run as a real process against it."""
 from __future__ import annotations
 
 import re
+import smtplib
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from django.core.mail.backends.base import BaseEmailBackend
 
 from ledger_app.customer_mail.models import CustomerMail
 from ledger_app.customer_mail.sink import Keeper, Received, start_sink
@@ -69,3 +72,13 @@ def mails_of(refund_id: str) -> list[tuple[str, str]]:
         .order_by("id")
         .values_list("kind", "status")
     )
+
+
+class DroppedAfterData(BaseEmailBackend):
+    """An e-mail backend whose server drops the connection once a mail is handed over,
+    before it answers: whether it took the mail cannot be known."""
+
+    def send_messages(self, email_messages):
+        for message in email_messages:
+            message.message()  # drawn as the SMTP backend draws it (the envelope included)
+        raise smtplib.SMTPServerDisconnected("Connection unexpectedly closed")

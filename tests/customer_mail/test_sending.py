@@ -6,6 +6,8 @@ recorded where staff see them."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from datetime import timedelta
 
@@ -15,7 +17,8 @@ from django.utils import timezone
 
 from ledger_app.approvals.services import approve_refund
 from ledger_app.customer_mail.models import CustomerMail
-from ledger_app.customer_mail.services import resend_last
+from ledger_app.customer_mail.sending import claim, send_due, send_one
+from ledger_app.customer_mail.services import change_address, resend_last
 from ledger_app.customer_mail.sink import Keeper, Received
 from ledger_app.models import Refund
 from ledger_app.money import format_money
@@ -32,12 +35,13 @@ from tests.customer_mail.mailbox import (
     text_of,
 )
 from tests.factories import AGENTS_MIGRATION, LEADS_MIGRATION, ChargeFactory, migration_group
-from tests.processes import kill_at, run_command, start_command
+from tests.processes import ROOT, command_env, kill_at, run_command, start_command
 from tests.services.people import set_limit, staff
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 MADE, SUCCEEDED, FAILED = "refund_made", "refund_succeeded", "refund_failed"
+REFERENCE = "refund_reference"
 
 
 def refund(charge_id: str, amount: int, actor=None) -> Refund:
@@ -198,28 +202,130 @@ def test_a_sender_killed_mid_batch_sends_no_mail_twice():
     assert {m.status for m in mails if m.pk != stranded.pk} == {CustomerMail.Status.SENT}
 
 
-def test_a_sender_killed_before_handing_over_leaves_it_for_a_person_to_resend():
+def test_a_sender_killed_before_handing_over_leaves_it_for_a_person_to_resend(settings):
+    settings.REFUND_DISPATCH = "worker"  # the refund waits for its worker: one mail, "made"
     (only,) = many_refunds(1)
+    (stranded,) = CustomerMail.objects.filter(refund=only)
     with smtp_server() as (keeper, port):
         kill_at("mail.sending", "send_customer_mails", "--once", **sender_env(port))
         lease_runs_out()
         send_mails(port)
-        first = CustomerMail.objects.filter(refund=only).order_by("id").first()
-        assert first is not None and first.status == CustomerMail.Status.UNKNOWN
-        # never handed over: the server has only the second mail of the refund
-        assert first.message_id not in by_message_id(keeper)
-        assert len(keeper.received) == 1
-        resend = resend_last(refund_id=only.pk, actor="user:agent")  # the newest: succeeded
-        CustomerMail.objects.filter(pk=first.pk).update(status=CustomerMail.Status.SENT)
+        stranded.refresh_from_db()
+        assert stranded.status == CustomerMail.Status.UNKNOWN
+        assert keeper.received == []  # never handed over, and not sent again by itself
+        resend = resend_last(refund_id=only.pk, actor="user:agent")  # a person's word
         send_mails(port)
     resend.refresh_from_db()
     assert resend.status == CustomerMail.Status.SENT
-    assert resend.resend_of is not None and resend.requested_by == "user:agent"
-    assert (
-        by_message_id(keeper)[resend.message_id][0]
-        .message["Subject"]
-        .endswith("has been sent to your bank")
+    assert resend.resend_of == stranded and resend.requested_by == "user:agent"
+    assert resend.kind == MADE and resend.message_id != stranded.message_id
+    ((copy,),) = by_message_id(keeper).values()  # the customer got the mail once
+    assert copy.message["Subject"] == "Your refund of $7.00 is on its way"
+
+
+def test_two_senders_side_by_side_send_each_mail_once():
+    refunds = many_refunds(10)  # 20 mails
+    with smtp_server() as (keeper, port):
+        senders = [
+            start_command("send_customer_mails", "--once", "--batch-size", "3", **sender_env(port))
+            for _ in range(2)
+        ]
+        for sender in senders:
+            _, err = sender.communicate(timeout=120)
+            assert sender.returncode == 0, err
+    sent = by_message_id(keeper)
+    mails = CustomerMail.objects.filter(refund__in=refunds)
+    assert sorted(sent) == sorted(m.message_id for m in mails) and len(sent) == 20
+    assert all(len(copies) == 1 for copies in sent.values())
+    assert {m.status for m in mails} == {CustomerMail.Status.SENT}
+
+
+def test_the_trace_number_that_comes_later_is_its_own_mail(time_machine):
+    time_machine.move_to(timezone.now() - timedelta(minutes=5), tick=True)  # the refund's day
+    charge = ChargeFactory(amount=2_000, receipt_email="ana@example.com", card_last4="4242")
+    made = refund(charge.id, 700)  # succeeded; the card network's number comes a minute later
+    assert Refund.objects.get(pk=made.pk).destination_reference == ""
+    time_machine.move_to(timezone.now() + timedelta(minutes=5), tick=True)  # back to now
+    call_command("reconcile", stdout=None)  # the re-check hears of the ARN
+    arn = Refund.objects.get(pk=made.pk).destination_reference
+    assert len(arn) == 23
+    with smtp_server() as (keeper, port):
+        send_mails(port)
+    assert mails_of(made.pk) == [(MADE, "sent"), (SUCCEEDED, "sent"), (REFERENCE, "sent")]
+    told = CustomerMail.objects.get(refund=made, kind=REFERENCE)
+    (copy,) = by_message_id(keeper)[told.message_id]
+    assert copy.message["Subject"] == "The trace number of your refund of $7.00"
+    assert f"now has a trace number (ARN): {arn}" in text_of(copy)
+    succeeded = CustomerMail.objects.get(refund=made, kind=SUCCEEDED)
+    assert arn not in text_of(by_message_id(keeper)[succeeded.message_id][0])
+
+
+def test_a_mail_whose_address_changed_after_it_was_claimed_goes_to_the_new_one(mailoutbox):
+    (only,) = many_refunds(1)
+    lease, batch = claim(due_at=timezone.now(), size=10, lease_seconds=60)
+    assert len(batch) == 2 and {m.to for m in batch} == {"c0@example.com"}
+    change_address(refund_id=only.pk, address="new@example.com", note="typo", actor="user:a")
+    attempts = [send_one(mail, lease, 60) for mail in batch]  # Django's test outbox
+    assert [a.outcome for a in attempts] == ["sent", "sent"]
+    assert [m.to for m in mailoutbox] == [["new@example.com"]] * 2
+    assert all("new@example.com" not in m.body for m in mailoutbox)  # the link is for it
+    assert set(CustomerMail.objects.values_list("to", flat=True)) == {"new@example.com"}
+
+
+def test_no_answer_is_unknown_and_an_unsendable_mail_does_not_stop_the_others(settings):
+    first, second = many_refunds(2)
+    CustomerMail.objects.filter(refund=first).update(to="a@b\ufffdc.com")  # older rows, say
+    settings.EMAIL_BACKEND = "tests.customer_mail.mailbox.DroppedAfterData"
+    tally = send_due()
+    assert tally.statuses == {"refused": 2, "unknown": 2}
+    assert {m.status for m in CustomerMail.objects.filter(refund=first)} == {"refused"}
+    assert all(
+        m.outcome.startswith("not sent: could not be drawn")
+        for m in CustomerMail.objects.filter(refund=first)
     )
+    unknown = CustomerMail.objects.filter(refund=second)
+    assert {(m.status, m.attempts) for m in unknown} == {("unknown", 1)}
+    assert all(m.outcome.startswith("no answer: SMTPServerDisconnected") for m in unknown)
+    assert send_due().statuses == {}  # none is tried again by itself
+
+
+def test_a_mail_refused_for_now_past_the_retry_window_is_refused():
+    (only,) = many_refunds(1)
+    CustomerMail.objects.update(created_at=timezone.now() - timedelta(hours=49))
+    with smtp_server(Keeper(answer=lambda received: "451 4.3.0 later")) as (keeper, port):
+        send_mails(port)
+    assert keeper.received == []
+    assert {(m.status, m.outcome) for m in CustomerMail.objects.all()} == {
+        ("refused", "gave up after 1 tries; last: 451 4.3.0 later")
+    }
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        b"",
+        b"not a mail at all\x00\xff",
+        b"Content-Type: multipart/report; boundary=x\r\n\r\n--x\r\n"
+        b"Content-Type: text/rfc822-headers; charset=x-nonexistent\r\n\r\n"
+        b"Message-ID: <a@b>\r\n--x--",
+        b"Content-Type: text/rfc822-headers\r\n\r\nMessage-ID: <a@[\r\n",
+        b"Content-Type: message/delivery-status\r\n\r\nAction: failed\r\n",
+    ],
+    ids=["empty", "binary", "unknown-charset", "broken-message-id", "no-returned-message"],
+)
+def test_a_report_that_is_not_a_bounce_is_refused_in_one_line(report):
+    done = subprocess.run(
+        [sys.executable, "manage.py", "record_mail_bounce"],
+        input=report,
+        capture_output=True,
+        cwd=ROOT,
+        env=command_env(),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert b"Traceback" not in done.stderr
+    assert b"not a delivery status notification" in done.stderr
 
 
 def test_refusals_are_retried_or_recorded_and_bounces_recorded():

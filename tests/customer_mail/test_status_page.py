@@ -18,6 +18,7 @@ from django.core import signing
 from django.urls import reverse
 
 from ledger_app.customer_mail.links import SALT, status_url
+from ledger_app.customer_mail.services import change_address
 from ledger_app.models import Charge, Refund
 from ledger_app.refunds.services import RefundRequest, create_refund
 from tests.clock import start_of_a_window
@@ -80,8 +81,10 @@ def refund_of(settings, *, behaviour: str = "succeed", dispatch: str = "inline")
 
 
 def link_path(refund_id: str, language: str = "en") -> str:
-    """The path of the link a mail holds: the test client asks the server it points at."""
-    url = status_url(refund_id, language)
+    """The path of the link a mail to the refund's address holds: the test client asks the
+    server it points at."""
+    address = Refund.objects.filter(pk=refund_id).values_list("customer_email", flat=True)
+    url = status_url(refund_id, language, address.first() or "")
     base = project_settings.REFUND_STATUS_BASE_URL
     assert base.startswith("https://") and url.startswith(f"{base}/refund-status/"), url
     return url.removeprefix(base)
@@ -208,7 +211,9 @@ def test_a_german_link_gives_a_german_page(client, settings):
 def altered(token: str, refund_id: str, other_id: str) -> dict[str, str]:
     """The link's token changed the ways a person could change it, or made up."""
     payload, _, signed = token.partition(":")
-    other_payload = signing.dumps([other_id, "en"], salt=SALT, compress=False).partition(":")[0]
+    other_payload = signing.dumps([other_id, "en", "0" * 18], salt=SALT, compress=False).partition(
+        ":"
+    )[0]
     last = signed[-1]
     return {
         "one-character-of-the-signature": signed[:-1] + ("A" if last != "A" else "B"),
@@ -216,9 +221,11 @@ def altered(token: str, refund_id: str, other_id: str) -> dict[str, str]:
         "another-refunds-id-under-this-signature": f"{other_payload}:{signed}",
         "no-signature": payload,
         "signed-with-another-key": signing.dumps(
-            [refund_id, "en"], key="not-this-project's-key-0123456789", salt=SALT
+            [refund_id, "en", "0" * 18], key="not-this-project's-key-0123456789", salt=SALT
         ),
-        "signed-for-something-else": signing.dumps([refund_id, "en"], salt="another.salt"),
+        "signed-for-something-else": signing.dumps(
+            [refund_id, "en", "0" * 18], salt="another.salt"
+        ),
         "made-up": "eyJhIjoxfQ:1uXyZw:abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG",
     }
 
@@ -250,6 +257,22 @@ def test_an_altered_link_is_not_found(client, settings, alteration):
     body = text_of(response)
     assert "This link does not work" in body
     assert [text for text in [ARN, OTHER_ARN, "12.50", "7.77", CARD] if text in body] == []
+
+
+@pytest.mark.usefixtures("on_the_day")
+def test_a_link_in_a_mail_to_a_replaced_address_works_no_more(client, settings):
+    refund = refund_of(settings)
+    old_link = link_path(refund.pk)
+    assert opened(client, old_link).status_code == 200
+
+    change_address(
+        refund_id=refund.pk, address="right@example.com", note="typo", actor="user:agent"
+    )
+
+    response = opened(client, old_link)
+    assert response.status_code == 410
+    assert ARN not in text_of(response) and "12.50" not in text_of(response)
+    assert opened(client, link_path(refund.pk)).status_code == 200  # a mail to the new one
 
 
 def test_a_signed_link_to_a_refund_that_is_not_there_is_not_found(client):

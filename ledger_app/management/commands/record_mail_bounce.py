@@ -9,7 +9,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger_app.customer_mail.bounces import read_bounce
+from ledger_app.customer_mail.bounces import (
+    CONTROLS,
+    MAX_REASON_LENGTH,
+    message_id_of,
+    read_bounce,
+)
 from ledger_app.customer_mail.services import record_bounce
 
 MAX_REPORT_BYTES = 10 * 1024 * 1024
@@ -31,7 +36,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["message_id"]:
-            message_id, reason = options["message_id"].strip(), options["reason"] or "by hand"
+            message_id = message_id_of(options["message_id"])
+            if message_id is None:
+                raise CommandError("--message-id must be one as the mails carry it: <...@...>")
+            reason = CONTROLS.sub(" ", options["reason"])[:MAX_REASON_LENGTH] or "by hand"
         else:
             raw = self._read(options["file"])
             bounce = read_bounce(raw)

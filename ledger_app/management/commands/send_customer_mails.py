@@ -13,6 +13,7 @@ from django.conf import settings
 from django.core.management.base import CommandError
 
 from ledger_app.access.time_zones import shown_time
+from ledger_app.customer_mail.checks import links_unusable
 from ledger_app.customer_mail.models import CustomerMail
 from ledger_app.customer_mail.sending import Attempt, send_due
 from ledger_app.management.commands._polling import PollingWorker
@@ -54,6 +55,9 @@ class Command(PollingWorker):
             )
         if options["poll_seconds"] < 0:
             raise CommandError("--poll-seconds must not be negative")
+        why = links_unusable()
+        if why is not None:
+            raise CommandError(f"{why}: the mails' status page links would not work")
         total = self.run_passes(options, send_due, on_attempt=self._log_attempt)
         self.stdout.write(f"send_customer_mails: {total.summary()}")
 
