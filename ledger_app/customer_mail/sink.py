@@ -60,17 +60,9 @@ class Keeper:
         return "250 Message accepted"
 
 
-def start_sink(keeper: Keeper, *, port: int = 0, host: str = "127.0.0.1") -> Controller:
-    """An SMTP server on `host`:`port` (0: a free one) in a thread of its own, handing
-    mails to `keeper`; `controller.port` says where, `controller.stop()` ends it."""
-    controller = Controller(keeper, hostname=host, port=port or _free_port(host))
+def start_sink(keeper: Keeper, *, port: int, host: str = "127.0.0.1") -> Controller:
+    """An SMTP server on `host`:`port` in a thread of its own, handing mails to `keeper`;
+    `controller.stop()` ends it."""
+    controller = Controller(keeper, hostname=host, port=port)
     controller.start()
     return controller
-
-
-def _free_port(host: str) -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])

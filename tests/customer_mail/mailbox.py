@@ -13,7 +13,7 @@ from django.core.mail.backends.base import BaseEmailBackend
 
 from ledger_app.customer_mail.models import CustomerMail
 from ledger_app.customer_mail.sink import Keeper, Received, start_sink
-from tests.processes import run_command
+from tests.processes import free_loopback_port, run_command
 
 STATUS_LINK = re.compile(r"https://refunds\.example\.test(/refund-status/\S+)")
 
@@ -21,9 +21,10 @@ STATUS_LINK = re.compile(r"https://refunds\.example\.test(/refund-status/\S+)")
 @contextmanager
 def smtp_server(keeper: Keeper | None = None) -> Iterator[tuple[Keeper, int]]:
     keeper = keeper or Keeper()
-    controller = start_sink(keeper)
+    port = free_loopback_port()
+    controller = start_sink(keeper, port=port)
     try:
-        yield keeper, controller.port
+        yield keeper, port
     finally:
         controller.stop()
 

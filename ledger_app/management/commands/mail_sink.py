@@ -35,7 +35,7 @@ class Command(BaseCommand):
         directory = Path(options["dir"])
         keeper = Keeper(directory=directory, on_kept=self._said)
         controller = start_sink(keeper, port=options["port"])
-        self.stdout.write(f"mail_sink: 127.0.0.1:{controller.port}, keeping mails in {directory}/")
+        self.stdout.write(f"mail_sink: 127.0.0.1:{options['port']}, keeping mails in {directory}/")
         stop = threading.Event()
         for number in (signal.SIGINT, signal.SIGTERM):
             signal.signal(number, lambda *_: stop.set())
