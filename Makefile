@@ -95,7 +95,8 @@ demo: $(VENV)/.installed
 		"WEBHOOK_ALLOW_PRIVATE_URLS=$${WEBHOOK_ALLOW_PRIVATE_URLS:-true}" \
 		"STRIPE_WEBHOOK_SECRET=$${STRIPE_WEBHOOK_SECRET:-whsec_$$($(PYTHON) -c 'import secrets; print(secrets.token_hex(24))')}" \
 		"REFUND_EMAILS=$${REFUND_EMAILS:-on}" "EMAIL_HOST=$${EMAIL_HOST:-127.0.0.1}" \
-		"EMAIL_PORT=$${EMAIL_PORT:-$(DEMO_MAIL_PORT)}" > .env
+		"EMAIL_PORT=$${EMAIL_PORT:-$(DEMO_MAIL_PORT)}" \
+		"REFUND_STATUS_BASE_URL=$${REFUND_STATUS_BASE_URL:-http://$${GUNICORN_BIND:-127.0.0.1:8000}}" > .env
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --noinput
 	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput -v0
 	$(DEMO_ENV) $(BIN)/python manage.py seed_demo
