@@ -629,12 +629,12 @@ EMAIL_TIMEOUT = env.number("EMAIL_TIMEOUT_SECONDS", 30, of="seconds", high=600)
 # until it is this old, then marked refused.
 REFUND_EMAIL_RETRY_HOURS = env.number("REFUND_EMAIL_RETRY_HOURS", 48, of="hours", high=8_784)
 # How long a sender holds the mails it claimed; one handed over and not answered by then
-# is marked unknown (it may have gone) rather than sent again. At least 3 x EMAIL_TIMEOUT
-# (connect, hand over, close) and 1 s more.
-REFUND_EMAIL_LEASE_SECONDS = env.count("REFUND_EMAIL_LEASE_SECONDS", 120, of="seconds", high=86_400)
-if REFUND_EMAIL_LEASE_SECONDS < 3 * EMAIL_TIMEOUT + 1:
+# is marked unknown (it may have gone) rather than sent again. At least 5 x EMAIL_TIMEOUT
+# (MAIL, RCPT, DATA, the message and the server's answer may each take that long) and 1 s.
+REFUND_EMAIL_LEASE_SECONDS = env.count("REFUND_EMAIL_LEASE_SECONDS", 180, of="seconds", high=86_400)
+if REFUND_EMAIL_LEASE_SECONDS < 5 * EMAIL_TIMEOUT + 1:
     raise ImproperlyConfigured(
-        "REFUND_EMAIL_LEASE_SECONDS must be at least 3 x EMAIL_TIMEOUT_SECONDS + 1 s"
+        "REFUND_EMAIL_LEASE_SECONDS must be at least 5 x EMAIL_TIMEOUT_SECONDS + 1 s"
     )
 # Where a deployment's own mail and status page templates are (customer_mail/*.txt,
 # *.html, status_page/refund.html): found before the shipped ones.

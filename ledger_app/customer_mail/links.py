@@ -6,13 +6,13 @@ old one stop working (whoever had the old address may not be the customer)."""
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.core import signing
 from django.urls import reverse
+from django.utils.crypto import constant_time_compare, salted_hmac
 
 SALT = "ledger_app.customer_mail.status_link"
 MAX_PART = 64
@@ -26,17 +26,23 @@ class StatusLink:
     expired: bool
 
     def sent_to(self, address: str) -> bool:
-        """Whether the link came in a mail to `address` (the refund's address now)."""
-        return self.address_digest == address_digest(address)
+        """Whether the link came in a mail to `address` (the refund's address now), under
+        the secret key or one of its fallbacks (a rotated key keeps its links working, as
+        the signature does)."""
+        keys = [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
+        return any(
+            constant_time_compare(self.address_digest, address_digest(address, key)) for key in keys
+        )
 
 
-def address_digest(address: str) -> str:
-    """A keyed digest of an address: the same address gives the same one, and it cannot
-    be turned back into the address without the secret key."""
-    key = f"{SALT}:{settings.SECRET_KEY}".encode()
-    return hashlib.blake2s(
-        address.strip().lower().encode(), key=key[:32], digest_size=9
-    ).hexdigest()
+def address_digest(address: str, secret: str | bytes | None = None) -> str:
+    """An HMAC of an address under the secret key: the same address gives the same one,
+    and without the key no address can be tried against it."""
+    normal = address.strip().lower()
+    return salted_hmac(SALT, normal, secret=secret, algorithm="sha256").hexdigest()[:DIGEST]
+
+
+DIGEST = 24  # hex digits: 96 bits
 
 
 def status_url(refund_id: str, language: str, address: str) -> str:

@@ -34,12 +34,13 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import get_connection
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from ledger_app import faults
 from ledger_app.customer_mail.messages import build_message
 from ledger_app.customer_mail.models import CustomerMail, MailStatus
+from ledger_app.refunds.models import Refund
 from ledger_app.worker_parts import ItemInHand, RunOutcomes
 
 log = logging.getLogger("ledger_app.customer_mail")
@@ -167,7 +168,12 @@ def send_one(mail: CustomerMail, lease: datetime, lease_seconds: int) -> Attempt
         if held is None:
             return Attempt(mail, "superseded", "")
         if mail.to != drawn_for:  # staff changed its address while it waited: drawn again
-            message = build_message(mail)
+            try:
+                message = build_message(mail)
+            except Exception as exc:
+                log.exception("customer mail %s could not be drawn", mail.pk)
+                said = f"not sent: could not be drawn ({_said(exc)})"
+                return _record(mail, held, MailStatus.REFUSED, said, was=MailStatus.SENDING)
         faults.checkpoint("mail.sending")  # marked, not yet handed over
         status, answer, retry = _hand_over(connection, message)
         faults.checkpoint("mail.answered")  # the server answered; not yet recorded
@@ -256,6 +262,9 @@ def _record(
     """The outcome, in one UPDATE that applies only while this sender still holds the mail."""
     now = timezone.now()
     fields: dict[str, Any] = {"leased_until": None, "outcome": answer[:MAX_OUTCOME_LENGTH]}
+    # Tried again later: to the refund's address as it is then (staff may have changed it
+    # while this one was being handed over).
+    current = Refund.objects.filter(pk=OuterRef("refund_id")).values("customer_email")[:1]
     next_at = None
     outcome = status
     if retry:
@@ -269,6 +278,7 @@ def _record(
             outcome, next_at = "retrying", now + backoff(attempts)
             status = MailStatus.PENDING
             fields["next_attempt_at"] = next_at
+            fields["to"] = Subquery(current)
         if was == MailStatus.PENDING:  # not marked sending: count the try here
             fields["attempts"] = F("attempts") + 1
     fields["status"] = status

@@ -83,3 +83,11 @@ class DroppedAfterData(BaseEmailBackend):
         for message in email_messages:
             message.message()  # drawn as the SMTP backend draws it (the envelope included)
         raise smtplib.SMTPServerDisconnected("Connection unexpectedly closed")
+
+
+class RefusedForNow(BaseEmailBackend):
+    """An e-mail backend whose server refuses every recipient for now (451)."""
+
+    def send_messages(self, email_messages):
+        refused = {to: (451, b"4.3.0 later") for m in email_messages for to in m.to}
+        raise smtplib.SMTPRecipientsRefused(refused)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -16,6 +17,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from ledger_app.approvals.services import approve_refund
+from ledger_app.customer_mail.links import read_link
 from ledger_app.customer_mail.models import CustomerMail
 from ledger_app.customer_mail.sending import claim, send_due, send_one
 from ledger_app.customer_mail.services import change_address, resend_last
@@ -25,6 +27,7 @@ from ledger_app.money import format_money
 from ledger_app.refunds.services import RefundRequest, create_refund
 from simulated_provider import news
 from tests.customer_mail.mailbox import (
+    STATUS_LINK,
     by_message_id,
     html_of,
     mails_of,
@@ -223,16 +226,23 @@ def test_a_sender_killed_before_handing_over_leaves_it_for_a_person_to_resend(se
     assert copy.message["Subject"] == "Your refund of $7.00 is on its way"
 
 
+def slowly(received: Received) -> None:
+    time.sleep(0.2)  # each mail takes a while: both senders have their hands full
+
+
 def test_two_senders_side_by_side_send_each_mail_once():
     refunds = many_refunds(10)  # 20 mails
-    with smtp_server() as (keeper, port):
+    with smtp_server(Keeper(answer=slowly)) as (keeper, port):
         senders = [
             start_command("send_customer_mails", "--once", "--batch-size", "3", **sender_env(port))
             for _ in range(2)
         ]
+        said = []
         for sender in senders:
-            _, err = sender.communicate(timeout=120)
+            out, err = sender.communicate(timeout=120)
             assert sender.returncode == 0, err
+            said.append(out.count(": sent ("))
+    assert sum(said) == 20 and min(said) > 0, said  # both sent, neither the other's
     sent = by_message_id(keeper)
     mails = CustomerMail.objects.filter(refund__in=refunds)
     assert sorted(sent) == sorted(m.message_id for m in mails) and len(sent) == 20
@@ -268,7 +278,23 @@ def test_a_mail_whose_address_changed_after_it_was_claimed_goes_to_the_new_one(m
     attempts = [send_one(mail, lease, 60) for mail in batch]  # Django's test outbox
     assert [a.outcome for a in attempts] == ["sent", "sent"]
     assert [m.to for m in mailoutbox] == [["new@example.com"]] * 2
-    assert all("new@example.com" not in m.body for m in mailoutbox)  # the link is for it
+    for message in mailoutbox:  # and its link is one for the new address
+        found = STATUS_LINK.search(message.body)
+        assert found is not None
+        link = read_link(found.group(1).rsplit("/", 1)[1])
+        assert link is not None and link.sent_to("new@example.com")
+        assert not link.sent_to("c0@example.com")
+
+
+def test_a_mail_retried_after_its_address_changed_goes_to_the_new_one(settings):
+    (only,) = many_refunds(1)
+    lease, batch = claim(due_at=timezone.now(), size=10, lease_seconds=60)
+    settings.EMAIL_BACKEND = "tests.customer_mail.mailbox.RefusedForNow"
+    # staff change the address while the first mail is being handed over (refused for now)
+    Refund.objects.filter(pk=only.pk).update(customer_email="new@example.com")
+    attempts = [send_one(mail, lease, 60) for mail in batch]
+    assert [a.outcome for a in attempts] == ["retrying", "retrying"]
+    assert set(CustomerMail.objects.values_list("to", "status")) == {("new@example.com", "pending")}
     assert set(CustomerMail.objects.values_list("to", flat=True)) == {"new@example.com"}
 
 

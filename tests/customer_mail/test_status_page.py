@@ -17,7 +17,7 @@ from django.conf import settings as project_settings
 from django.core import signing
 from django.urls import reverse
 
-from ledger_app.customer_mail.links import SALT, status_url
+from ledger_app.customer_mail.links import SALT, address_digest, read_link, status_url
 from ledger_app.customer_mail.services import change_address
 from ledger_app.models import Charge, Refund
 from ledger_app.refunds.services import RefundRequest, create_refund
@@ -273,6 +273,18 @@ def test_a_link_in_a_mail_to_a_replaced_address_works_no_more(client, settings):
     assert response.status_code == 410
     assert ARN not in text_of(response) and "12.50" not in text_of(response)
     assert opened(client, link_path(refund.pk)).status_code == 200  # a mail to the new one
+
+
+def test_the_address_in_a_link_is_an_hmac_under_the_secret_key(settings):
+    token = status_url("re_x", "en", "ana@example.com").rsplit("/", 1)[1]
+    link = read_link(token)
+    assert link is not None and link.sent_to("ana@example.com") and link.sent_to(" Ana@Example.com")
+    assert "ana" not in signing.b64_decode(token.partition(":")[0].encode()).decode()
+    settings.SECRET_KEY_FALLBACKS = [settings.SECRET_KEY]
+    settings.SECRET_KEY = "another-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"
+    rotated = read_link(token)
+    assert rotated is not None and rotated.sent_to("ana@example.com")  # the old key's link
+    assert address_digest("ana@example.com") != link.address_digest  # a new key, a new HMAC
 
 
 def test_a_signed_link_to_a_refund_that_is_not_there_is_not_found(client):

@@ -32,7 +32,7 @@ class Command(PollingWorker):
     poll_default = 2.0
     lease_help = (
         "How long a claim holds (default REFUND_EMAIL_LEASE_SECONDS); at least "
-        "3 x EMAIL_TIMEOUT_SECONDS + 1."
+        "5 x EMAIL_TIMEOUT_SECONDS + 1."
     )
     help = (
         "Send the customer mails waiting to be sent (refund made, succeeded, failed, its "
@@ -48,10 +48,10 @@ class Command(PollingWorker):
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         lease = options["lease_seconds"]
-        if lease is not None and not 3 * settings.EMAIL_TIMEOUT + 1 <= lease <= MAX_LEASE_SECONDS:
+        if lease is not None and not 5 * settings.EMAIL_TIMEOUT + 1 <= lease <= MAX_LEASE_SECONDS:
             raise CommandError(
-                "--lease-seconds must be at least 3 x EMAIL_TIMEOUT_SECONDS + 1 "
-                f"({3 * settings.EMAIL_TIMEOUT + 1:g}) and at most {MAX_LEASE_SECONDS}"
+                "--lease-seconds must be at least 5 x EMAIL_TIMEOUT_SECONDS + 1 "
+                f"({5 * settings.EMAIL_TIMEOUT + 1:g}) and at most {MAX_LEASE_SECONDS}"
             )
         if options["poll_seconds"] < 0:
             raise CommandError("--poll-seconds must not be negative")
