@@ -34,9 +34,9 @@ def mail_context(mail: CustomerMail) -> dict[str, Any]:
         "amount": format_money(details["amount"], details["currency"], locale=language),
         "card_last4": details.get("card_last4", ""),
         "reference": details.get("reference", ""),
-        "made_on": written_date(details["made_on"], language),
-        "arrival_from": written_date(details["arrival_from"], language),
-        "arrival_to": written_date(details["arrival_to"], language),
+        "made_on": written_date(date.fromisoformat(details["made_on"]), language),
+        "arrival_from": written_date(date.fromisoformat(details["arrival_from"]), language),
+        "arrival_to": written_date(date.fromisoformat(details["arrival_to"]), language),
         "status_url": status_url(mail.refund_id, language, mail.to),
         "link_days": settings.REFUND_STATUS_LINK_DAYS,
         "body_template": f"customer_mail/{mail.kind}.txt",
@@ -50,8 +50,9 @@ def card_words(last4: str) -> str:
     return gettext("the card you paid with")
 
 
-def written_date(iso_day: str, language: str) -> str:
-    return format_date(date.fromisoformat(iso_day), format="long", locale=language)
+def written_date(day: date, language: str) -> str:
+    """A day as the customer writes it in their language (7 December 2026, 7. Dezember 2026)."""
+    return format_date(day, format="long", locale=language)
 
 
 def render_mail(mail: CustomerMail) -> tuple[str, str, str]:

@@ -12,7 +12,7 @@ their one round trip (`mail_write`, sql_writes). A refund with no address
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, timedelta
 from email.utils import parseaddr
 from typing import Any
 
@@ -28,7 +28,7 @@ from ledger_app.validation import validate_email_address, validate_text
 
 __all__ = [
     "arrival_window",
-    "made_at",
+    "refund_days",
     "change_address",
     "first_address",
     "language_of",
@@ -70,15 +70,16 @@ def _business_days_after(day: date, count: int) -> date:
     return day
 
 
-def made_at(refund: Refund) -> datetime:
-    """When the refund was made, as the customer counts it: when a lead approved it, for
-    one that waited for approval; else when it was asked for."""
-    return refund.decided_at or refund.created_at
+def refund_days(refund: Refund) -> tuple[date, date, date]:
+    """The day the refund was made as the customer counts it (a refund that waited for
+    approval: the day a lead approved it), and the window its money should arrive in; UTC
+    days. What the mails and the status page both say."""
+    made = timezone.localdate(refund.decided_at or refund.created_at, UTC)
+    return (made, *arrival_window(made))
 
 
 def _details(refund: Refund, charge: Charge) -> dict[str, Any]:
-    made = timezone.localdate(made_at(refund), UTC)
-    arrive_from, arrive_to = arrival_window(made)
+    made, arrive_from, arrive_to = refund_days(refund)
     return {
         "amount": refund.amount,
         "currency": refund.currency,

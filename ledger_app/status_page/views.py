@@ -10,18 +10,17 @@ on as a referrer (the link is the key to it)."""
 
 from __future__ import annotations
 
-from datetime import UTC
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.utils import timezone, translation
+from django.utils import translation
 from django.views.decorators.http import require_safe
 
 from ledger_app.customer_mail.links import read_link
 from ledger_app.customer_mail.messages import written_date
-from ledger_app.customer_mail.services import arrival_window, made_at
+from ledger_app.customer_mail.services import refund_days
 from ledger_app.money import format_money
 from ledger_app.operations.rate_counters import count_in_window
 from ledger_app.refunds.models import Refund
@@ -70,15 +69,14 @@ def refund_status(request: HttpRequest, token: str) -> HttpResponse:
 
 
 def _shown(refund: Refund, language: str) -> dict[str, Any]:
-    made = timezone.localdate(made_at(refund), UTC)
-    arrive_from, arrive_to = arrival_window(made)
+    made, arrive_from, arrive_to = refund_days(refund)
     return {
         "state": STATES.get(refund.status, "on_its_way"),
         "amount": format_money(refund.amount, refund.currency, locale=language),
         "card_last4": refund.charge.card_last4,
-        "made_on": written_date(made.isoformat(), language),
-        "arrival_from": written_date(arrive_from.isoformat(), language),
-        "arrival_to": written_date(arrive_to.isoformat(), language),
+        "made_on": written_date(made, language),
+        "arrival_from": written_date(arrive_from, language),
+        "arrival_to": written_date(arrive_to, language),
         "reference": refund.destination_reference
         if refund.status == Refund.Status.SUCCEEDED
         else "",
