@@ -1,8 +1,7 @@
 """A refund's customer mails in the admin: its page lists every mail with what became of it
-(a bounce, a refusal and a mail that may not have gone, each said plainly), the address
-changes and where mails go now; "Resend last mail…" and "Change mail address…" act through
-their services for those who may refund, with a fresh code, in the admin log, and refuse
-everyone else."""
+(bounced, refused, may not have gone: said plainly), the address changes and where mails go
+now; "Resend last mail…" and "Change mail address…" act through their services for those
+who may refund, with a fresh code, in the admin log, and refuse everyone else."""
 
 from __future__ import annotations
 

@@ -13,6 +13,9 @@ from django.core.mail.backends.base import BaseEmailBackend
 
 from ledger_app.customer_mail.models import CustomerMail
 from ledger_app.customer_mail.sink import Keeper, Received, start_sink
+from ledger_app.models import Refund
+from ledger_app.refunds.services import RefundRequest, create_refund
+from tests.factories import ChargeFactory
 from tests.processes import free_loopback_port, run_command
 
 STATUS_LINK = re.compile(r"https://refunds\.example\.test(/refund-status/\S+)")
@@ -91,3 +94,12 @@ class RefusedForNow(BaseEmailBackend):
     def send_messages(self, email_messages):
         refused = {to: (451, b"4.3.0 later") for m in email_messages for to in m.to}
         raise smtplib.SMTPRecipientsRefused(refused)
+
+
+def many_refunds(count: int) -> list[Refund]:
+    """`count` refunds of $7.00, each of its own charge with an address (c0@example.com...)."""
+    made = []
+    for number in range(count):
+        charge = ChargeFactory(amount=2_000, receipt_email=f"c{number}@example.com")
+        made.append(create_refund(RefundRequest(charge_id=charge.id, amount=700)).item)
+    return made
